@@ -1,0 +1,86 @@
+"""``lake client``: administrative commands against a running Metasrv."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable
+from typing import Any, TypeVar
+
+import click
+import pyarrow as pa
+
+from lake_core.metaclient import MetaClient
+from lake_core.names import TableRef
+from lake_core.schemas import parse_column_spec, schema_from_base64, validate_table_schema
+
+T = TypeVar("T")
+
+
+def _run(addr: str, call: Any) -> Any:
+    async def go() -> Any:
+        async with MetaClient(addr) as client:
+            result: Awaitable[Any] = call(client)
+            return await result
+
+    return asyncio.run(go())
+
+
+def _describe(entry: Any) -> dict[str, Any]:
+    schema = schema_from_base64(entry.schema_ipc)
+    return {
+        "table": str(entry.table),
+        "version": entry.descriptor.version,
+        "location": entry.descriptor.location,
+        "incarnation": entry.descriptor.incarnation,
+        "columns": [f"{f.name}: {f.type}" for f in schema],
+    }
+
+
+@click.group()
+@click.option("--addr", default="127.0.0.1:50052", show_default=True, help="Metasrv address.")
+@click.pass_context
+def client(ctx: click.Context, addr: str) -> None:
+    """Administer tables on a running Metasrv."""
+    ctx.obj = addr if "://" in addr else f"http://{addr}"
+
+
+@client.command("create-table")
+@click.argument("table")
+@click.option("--column", "columns", multiple=True, required=True, help="name:type, repeatable.")
+@click.pass_obj
+def create_table(addr: str, table: str, columns: tuple[str, ...]) -> None:
+    """Create TABLE (namespace.table) with the given columns."""
+    ref = TableRef.parse(table)
+    schema = validate_table_schema(pa.schema([parse_column_spec(c) for c in columns]))
+    result = _run(addr, lambda c: c.create_table(ref, schema))
+    click.echo(json.dumps(_describe(result.entry), indent=2))
+
+
+@client.command("describe-table")
+@click.argument("table")
+@click.pass_obj
+def describe_table(addr: str, table: str) -> None:
+    """Show TABLE's current version and schema."""
+    ref = TableRef.parse(table)
+    result = _run(addr, lambda c: c.describe_table(ref))
+    click.echo(json.dumps(_describe(result.entry), indent=2))
+
+
+@client.command("drop-table")
+@click.argument("table")
+@click.pass_obj
+def drop_table(addr: str, table: str) -> None:
+    """Drop TABLE."""
+    ref = TableRef.parse(table)
+    result = _run(addr, lambda c: c.drop_table(ref))
+    click.echo(f"dropped {result.table} at version {result.dropped_version}")
+
+
+@client.command("list-tables")
+@click.pass_obj
+def list_tables(addr: str) -> None:
+    """List every table with its current version."""
+    result = _run(addr, lambda c: c.catalog_snapshot(None))
+    for entry in sorted(result.tables, key=lambda e: str(e.table)):
+        click.echo(f"{entry.table}\tversion {entry.descriptor.version}")

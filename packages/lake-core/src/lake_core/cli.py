@@ -1,0 +1,59 @@
+"""The ``lake`` command root.
+
+Each installed Lake package adds its subcommands through the ``lake.commands``
+entry-point group, so ``pip install lake-sdk`` gives the client commands and
+installing ``lake-query`` adds ``lake query``.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib.metadata import entry_points, version
+
+import click
+
+from lake_core.errors import LakeError
+
+ENTRY_POINT_GROUP = "lake.commands"
+
+
+class _LakeGroup(click.Group):
+    """Loads subcommands lazily from entry points."""
+
+    def _entry_points(self) -> dict[str, object]:
+        return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(self._entry_points()))
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        if found is not None:
+            return found
+        ep = self._entry_points().get(cmd_name)
+        if ep is None:
+            return None
+        command = ep.load()  # type: ignore[attr-defined]
+        return command if isinstance(command, click.Command) else None
+
+
+@click.group(cls=_LakeGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(version("lake-core"), prog_name="lake")
+def lake() -> None:
+    """Lake: versioned tables and immutable files for robot fleets."""
+
+
+def main() -> None:
+    try:
+        lake.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except LakeError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)

@@ -1,0 +1,527 @@
+"""``grpc.aio`` scaffolding for Lake's Arrow Flight services.
+
+One server carries ``arrow.flight.protocol.FlightService`` (built from a
+:class:`FlightHandler`) and standard gRPC Health on the same port. An
+interceptor authenticates each call, publishes the principal through a
+context variable and counts in-flight RPCs so shutdown can report whether
+the grace period was enough.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import contextlib
+import inspect
+import logging
+import os
+import re
+import signal
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextvars import ContextVar, Token
+from typing import Any, NoReturn, TypeAlias, TypeVar
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from lake_core.errors import Unimplemented
+from lake_core.proto import flight_pb2 as pb
+
+__all__ = [
+    "FLIGHT_SERVICE",
+    "HEALTH_SERVICE",
+    "MAX_MESSAGE_BYTES",
+    "Authenticator",
+    "FlightHandler",
+    "FlightServer",
+    "LakeServerInterceptor",
+    "UncleanShutdown",
+    "current_principal",
+    "flight_generic_handler",
+    "serve",
+    "shutdown_grace_ms",
+]
+
+logger = logging.getLogger(__name__)
+
+FLIGHT_SERVICE = "arrow.flight.protocol.FlightService"
+HEALTH_SERVICE = "grpc.health.v1.Health"
+# Room for a 64 MiB DoPut payload cap plus IPC/protobuf framing.
+MAX_MESSAGE_BYTES = 80 * 1024 * 1024
+GRACE_ENV = "LAKE_SHUTDOWN_GRACE_MS"
+DEFAULT_GRACE_MS = 30_000
+
+# grpc ships no type information; this alias keeps signatures readable.
+Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
+Metadata: TypeAlias = dict[str, str | bytes]
+#: ``authenticate(metadata, peer, method)`` returns the principal (or an
+#: awaitable of it); it raises an exception carrying ``.grpc_status`` to reject.
+Authenticator: TypeAlias = Callable[[Metadata, str, str], object]
+
+_T = TypeVar("_T")
+_principal: ContextVar[object | None] = ContextVar("lake_principal", default=None)
+
+
+def current_principal() -> object | None:
+    """The principal the interceptor authenticated for the running RPC."""
+    return _principal.get()
+
+
+def shutdown_grace_ms(env: Mapping[str, str] = os.environ) -> int:
+    """Shutdown grace from ``LAKE_SHUTDOWN_GRACE_MS`` (positive int ms, default 30000)."""
+    raw = env.get(GRACE_ENV)
+    if raw is None:
+        return DEFAULT_GRACE_MS
+    # int() would also take "+5", "1_000" and non-ASCII digits; be strict.
+    if not re.fullmatch(r"[0-9]+", raw.strip()) or int(raw) <= 0:
+        raise ValueError(f"{GRACE_ENV} must be a positive integer of milliseconds, got {raw!r}")
+    return int(raw)
+
+
+class UncleanShutdown(RuntimeError):
+    """RPCs were still running when the shutdown grace period ran out."""
+
+    def __init__(self, in_flight: int, grace_ms: int) -> None:
+        super().__init__(f"{in_flight} RPC(s) still in flight after {grace_ms} ms grace")
+        self.in_flight = in_flight
+
+
+async def _abort(context: Context, exc: BaseException, method: str) -> NoReturn:
+    """Abort the RPC for a handler exception without leaking internals."""
+    status = getattr(exc, "grpc_status", None)
+    if isinstance(status, grpc.StatusCode) and status is not grpc.StatusCode.OK:
+        await context.abort(status, str(exc))
+    logger.error("unhandled error in %s", method, exc_info=exc)
+    await context.abort(grpc.StatusCode.INTERNAL, "internal server error")
+    raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+
+
+def _unary(
+    method: str, fn: Callable[[Any, Context], Awaitable[_T]]
+) -> Callable[[Any, Context], Awaitable[_T]]:
+    async def behavior(request: Any, context: Context) -> _T:
+        try:
+            return await fn(request, context)
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await _abort(context, exc, method)
+
+    return behavior
+
+
+def _streaming(
+    method: str, fn: Callable[[Any, Context], AsyncIterator[_T]]
+) -> Callable[[Any, Context], AsyncIterator[_T]]:
+    async def behavior(request: Any, context: Context) -> AsyncIterator[_T]:
+        try:
+            async for item in fn(request, context):
+                yield item
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await _abort(context, exc, method)
+
+    return behavior
+
+
+def _unimplemented(method: str) -> Unimplemented:
+    return Unimplemented(f"{method} is not implemented by this service")
+
+
+class FlightHandler(abc.ABC):  # noqa: B024 - every method has a default
+    """Flight service behaviour; override what the service supports.
+
+    Unary methods return a protobuf message; streaming methods are async
+    generators. ``do_get`` yields already-encoded FlightData ``bytes``
+    (see :mod:`lake_core.flight.encoding`). Exceptions carrying
+    ``.grpc_status`` reach clients with that status and their message.
+    """
+
+    async def handshake(
+        self, requests: AsyncIterator[pb.HandshakeRequest], context: Context
+    ) -> AsyncIterator[pb.HandshakeResponse]:
+        raise _unimplemented("Handshake")
+        yield  # makes this an async generator
+
+    async def list_flights(
+        self, criteria: pb.Criteria, context: Context
+    ) -> AsyncIterator[pb.FlightInfo]:
+        raise _unimplemented("ListFlights")
+        yield
+
+    async def get_flight_info(
+        self, descriptor: pb.FlightDescriptor, context: Context
+    ) -> pb.FlightInfo:
+        raise _unimplemented("GetFlightInfo")
+
+    async def poll_flight_info(
+        self, descriptor: pb.FlightDescriptor, context: Context
+    ) -> pb.PollInfo:
+        raise _unimplemented("PollFlightInfo")
+
+    async def get_schema(
+        self, descriptor: pb.FlightDescriptor, context: Context
+    ) -> pb.SchemaResult:
+        raise _unimplemented("GetSchema")
+
+    async def do_get(self, ticket: pb.Ticket, context: Context) -> AsyncIterator[bytes]:
+        raise _unimplemented("DoGet")
+        yield
+
+    async def do_put(
+        self, messages: AsyncIterator[pb.FlightData], context: Context
+    ) -> AsyncIterator[pb.PutResult]:
+        raise _unimplemented("DoPut")
+        yield
+
+    async def do_exchange(
+        self, messages: AsyncIterator[pb.FlightData], context: Context
+    ) -> AsyncIterator[pb.FlightData | bytes]:
+        raise _unimplemented("DoExchange")
+        yield
+
+    async def do_action(self, action: pb.Action, context: Context) -> AsyncIterator[pb.Result]:
+        raise _unimplemented("DoAction")
+        yield
+
+    async def list_actions(self, context: Context) -> AsyncIterator[pb.ActionType]:
+        raise _unimplemented("ListActions")
+        yield
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+def _bytes_or_message(message: pb.FlightData | bytes) -> bytes:
+    # DoExchange may send pre-encoded FlightData like DoGet, or messages.
+    return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+def flight_generic_handler(handler: FlightHandler) -> grpc.GenericRpcHandler:
+    """Raw generic handler for ``arrow.flight.protocol.FlightService``."""
+
+    def list_actions(_: pb.Empty, context: Context) -> AsyncIterator[pb.ActionType]:
+        return handler.list_actions(context)
+
+    unary_stream = grpc.unary_stream_rpc_method_handler
+    stream_stream = grpc.stream_stream_rpc_method_handler
+    unary_unary = grpc.unary_unary_rpc_method_handler
+    methods = {
+        "Handshake": stream_stream(
+            _streaming("Handshake", handler.handshake),
+            request_deserializer=pb.HandshakeRequest.FromString,
+            response_serializer=pb.HandshakeResponse.SerializeToString,
+        ),
+        "ListFlights": unary_stream(
+            _streaming("ListFlights", handler.list_flights),
+            request_deserializer=pb.Criteria.FromString,
+            response_serializer=pb.FlightInfo.SerializeToString,
+        ),
+        "GetFlightInfo": unary_unary(
+            _unary("GetFlightInfo", handler.get_flight_info),
+            request_deserializer=pb.FlightDescriptor.FromString,
+            response_serializer=pb.FlightInfo.SerializeToString,
+        ),
+        "PollFlightInfo": unary_unary(
+            _unary("PollFlightInfo", handler.poll_flight_info),
+            request_deserializer=pb.FlightDescriptor.FromString,
+            response_serializer=pb.PollInfo.SerializeToString,
+        ),
+        "GetSchema": unary_unary(
+            _unary("GetSchema", handler.get_schema),
+            request_deserializer=pb.FlightDescriptor.FromString,
+            response_serializer=pb.SchemaResult.SerializeToString,
+        ),
+        "DoGet": unary_stream(
+            _streaming("DoGet", handler.do_get),
+            request_deserializer=pb.Ticket.FromString,
+            response_serializer=_identity,
+        ),
+        "DoPut": stream_stream(
+            _streaming("DoPut", handler.do_put),
+            request_deserializer=pb.FlightData.FromString,
+            response_serializer=pb.PutResult.SerializeToString,
+        ),
+        "DoExchange": stream_stream(
+            _streaming("DoExchange", handler.do_exchange),
+            request_deserializer=pb.FlightData.FromString,
+            response_serializer=_bytes_or_message,
+        ),
+        "DoAction": unary_stream(
+            _streaming("DoAction", handler.do_action),
+            request_deserializer=pb.Action.FromString,
+            response_serializer=pb.Result.SerializeToString,
+        ),
+        "ListActions": unary_stream(
+            _streaming("ListActions", list_actions),
+            request_deserializer=pb.Empty.FromString,
+            response_serializer=pb.ActionType.SerializeToString,
+        ),
+    }
+    return grpc.method_handlers_generic_handler(FLIGHT_SERVICE, methods)
+
+
+def _metadata(context: Context) -> Metadata:
+    # First value wins for repeated keys, so a later duplicate cannot override.
+    result: Metadata = {}
+    for key, value in context.invocation_metadata() or ():
+        result.setdefault(key, value)
+    return result
+
+
+class LakeServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc, unused-ignore]
+    """Authenticates calls, sets :func:`current_principal`, counts in-flight RPCs.
+
+    Methods of services in ``public_services`` (gRPC Health by default) skip
+    authentication and counting: probes need no credentials, and long-lived
+    health watches must not hold up the drain.
+    """
+
+    def __init__(
+        self,
+        authenticate: Authenticator | None = None,
+        *,
+        public_services: Sequence[str] = (HEALTH_SERVICE,),
+    ) -> None:
+        self._authenticate = authenticate
+        self._public = tuple(f"/{name}/" for name in public_services)
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._shutting_down = False
+        self.cancelled_in_shutdown = 0
+
+    @property
+    def in_flight(self) -> int:
+        """RPCs currently running (excluding public services)."""
+        return self._in_flight
+
+    def begin_shutdown(self) -> None:
+        """From now on, count RPCs that end by cancellation as cut off."""
+        self._shutting_down = True
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """Wait until no RPC is in flight; False if ``timeout`` ran out first."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout)
+        except TimeoutError:
+            return False
+        return True
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = await continuation(handler_call_details)
+        method: str = handler_call_details.method
+        if handler is None or method.startswith(self._public):
+            return handler
+        return _wrap_handler(handler, method, self)
+
+    async def _enter(self, method: str, context: Context) -> Token[object | None]:
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            principal = await self._principal_for(method, context)
+        except BaseException:
+            self._exit()
+            raise
+        return _principal.set(principal)
+
+    def _exit(self) -> None:
+        self._in_flight -= 1
+        if self._in_flight == 0:
+            self._idle.set()
+
+    async def _principal_for(self, method: str, context: Context) -> object | None:
+        if self._authenticate is None:
+            return None
+        try:
+            principal = self._authenticate(_metadata(context), context.peer(), method)
+            if inspect.isawaitable(principal):
+                principal = await principal
+        except grpc.aio.AbortError:
+            raise
+        except Exception as exc:
+            await _abort(context, exc, method)
+        if principal is None:
+            # Fail closed: an authenticator that returns nothing did not authenticate.
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "authentication required")
+        return principal
+
+    def _leave(self, token: Token[object | None], exc: BaseException | None) -> None:
+        if isinstance(exc, asyncio.CancelledError) and self._shutting_down:
+            self.cancelled_in_shutdown += 1
+        # Reset fails if the generator is finalized in another context; harmless.
+        with contextlib.suppress(ValueError):
+            _principal.reset(token)
+        self._exit()
+
+
+def _wrap_handler(
+    handler: grpc.RpcMethodHandler, method: str, guard: LakeServerInterceptor
+) -> grpc.RpcMethodHandler:
+    """Same handler, with every call run inside ``guard``'s enter/leave."""
+    if handler.request_streaming and handler.response_streaming:
+        factory, behavior = grpc.stream_stream_rpc_method_handler, handler.stream_stream
+    elif handler.request_streaming:
+        factory, behavior = grpc.stream_unary_rpc_method_handler, handler.stream_unary
+    elif handler.response_streaming:
+        factory, behavior = grpc.unary_stream_rpc_method_handler, handler.unary_stream
+    else:
+        factory, behavior = grpc.unary_unary_rpc_method_handler, handler.unary_unary
+
+    if inspect.isasyncgenfunction(behavior):
+
+        async def wrapped_gen(request: Any, context: Context) -> AsyncIterator[Any]:
+            token = await guard._enter(method, context)
+            exc: BaseException | None = None
+            try:
+                async for item in behavior(request, context):
+                    yield item
+            except BaseException as e:
+                exc = e
+                raise
+            finally:
+                guard._leave(token, exc)
+
+        wrapped: Callable[..., Any] = wrapped_gen
+    else:
+        # Coroutine behaviours (including streaming ones using context.write).
+        async def wrapped_coro(request: Any, context: Context) -> Any:
+            token = await guard._enter(method, context)
+            exc: BaseException | None = None
+            try:
+                return await behavior(request, context)
+            except BaseException as e:
+                exc = e
+                raise
+            finally:
+                guard._leave(token, exc)
+
+        wrapped = wrapped_coro
+    return factory(
+        wrapped,
+        request_deserializer=handler.request_deserializer,
+        response_serializer=handler.response_serializer,
+    )
+
+
+class FlightServer:
+    """A ``grpc.aio`` server carrying a Flight handler and gRPC Health."""
+
+    def __init__(
+        self,
+        handler: FlightHandler,
+        *,
+        authenticate: Authenticator | None = None,
+        interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+        options: Sequence[tuple[str, Any]] = (),
+    ) -> None:
+        self.guard = LakeServerInterceptor(authenticate)
+        self.health = health.aio.HealthServicer()
+        self.port: int | None = None
+        # The guard goes first so authentication precedes other interceptors.
+        self._server = grpc.aio.server(
+            interceptors=[self.guard, *interceptors],
+            options=[
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                *options,
+            ],
+        )
+        self._server.add_generic_rpc_handlers((flight_generic_handler(handler),))
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
+
+    async def start(self, addr: str, tls: tuple[bytes, bytes] | None = None) -> int:
+        """Bind ``addr`` (TLS if ``tls=(cert_pem, key_pem)``), start, return the port."""
+        if tls is None:
+            port: int = self._server.add_insecure_port(addr)
+        else:
+            cert_pem, key_pem = tls
+            creds = grpc.ssl_server_credentials([(key_pem, cert_pem)])
+            port = self._server.add_secure_port(addr, creds)
+        if not port:
+            raise OSError(f"could not bind {addr}")
+        await self._server.start()
+        self.port = port
+        await self.set_serving(True)
+        return port
+
+    async def set_serving(self, serving: bool) -> None:
+        """Report SERVING / NOT_SERVING for the server and the Flight service."""
+        status = (
+            health_pb2.HealthCheckResponse.SERVING
+            if serving
+            else health_pb2.HealthCheckResponse.NOT_SERVING
+        )
+        for service in ("", FLIGHT_SERVICE):
+            await self.health.set(service, status)
+
+    async def shutdown(self, grace_s: float) -> int:
+        """NOT_SERVING, stop accepting, drain; return RPCs cut off by the grace."""
+        await self.health.enter_graceful_shutdown()
+        self.guard.begin_shutdown()
+        stop = asyncio.create_task(self._server.stop(grace_s))
+        drained = await self.guard.wait_idle(grace_s)
+        left = 0 if drained else self.guard.in_flight
+        await stop
+        return max(left, self.guard.cancelled_in_shutdown)
+
+
+def _install_signal_handlers(
+    loop: asyncio.AbstractEventLoop, callback: Callable[[], None]
+) -> list[signal.Signals]:
+    installed = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(sig, callback)
+        except (NotImplementedError, RuntimeError, ValueError):
+            # Not the main thread, or a platform without loop signal support.
+            logger.warning("cannot install a handler for %s", sig.name)
+            continue
+        installed.append(sig)
+    return installed
+
+
+async def serve(
+    handler: FlightHandler,
+    addr: str,
+    *,
+    authenticate: Authenticator | None = None,
+    interceptors: Sequence[grpc.aio.ServerInterceptor] = (),
+    tls: tuple[bytes, bytes] | None = None,
+    grace_ms: int | None = None,
+    on_started: Callable[[FlightServer], object] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Serve until SIGINT/SIGTERM (or ``stop`` is set), then drain gracefully.
+
+    Raises :class:`UncleanShutdown` when RPCs were still running as the grace
+    period (``grace_ms``, default :func:`shutdown_grace_ms`) ran out, so the
+    CLI can exit non-zero.
+    """
+    grace = shutdown_grace_ms() if grace_ms is None else grace_ms
+    if grace <= 0:
+        raise ValueError("grace_ms must be positive")
+    server = FlightServer(handler, authenticate=authenticate, interceptors=interceptors)
+    stop_event = stop if stop is not None else asyncio.Event()
+    loop = asyncio.get_running_loop()
+    await server.start(addr, tls)
+    installed = _install_signal_handlers(loop, stop_event.set)
+    try:
+        logger.info("Flight server listening on port %s", server.port)
+        if on_started is not None:
+            on_started(server)
+        await stop_event.wait()
+        logger.info("shutting down (grace %d ms)", grace)
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        left = await server.shutdown(grace / 1000)
+    if left:
+        logger.error("shutdown grace of %d ms ran out with %d RPC(s) in flight", grace, left)
+        raise UncleanShutdown(left, grace)

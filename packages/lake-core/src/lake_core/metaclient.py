@@ -1,0 +1,147 @@
+"""The Metasrv wire client: Lake actions and appends over grpc.aio.
+
+Query replicas and the administrative CLI use it; the SDK never does (it
+talks to Query only).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from typing import TypeVar
+
+import grpc
+import pyarrow as pa
+from pydantic import BaseModel
+
+from lake_core import protocol
+from lake_core.errors import LakeError, Unavailable, error_for_status
+from lake_core.flight.encoding import encode_stream
+from lake_core.names import TableRef
+from lake_core.proto import flight_grpc, flight_pb2
+from lake_core.schemas import schema_to_base64
+
+__all__ = ["MetaClient"]
+
+M = TypeVar("M", bound=BaseModel)
+MAX_MESSAGE_BYTES = 80 * 1024 * 1024
+
+
+def _target(addr: str) -> tuple[str, bool]:
+    for scheme, tls in (("grpc+tls://", True), ("https://", True), ("grpc://", False), ("http://", False)):
+        if addr.startswith(scheme):
+            return addr[len(scheme) :], tls
+    return addr, False
+
+
+class MetaClient:
+    """An async client of one Metasrv endpoint."""
+
+    def __init__(
+        self,
+        addr: str,
+        *,
+        token: str | None = None,
+        ca_pem: bytes | None = None,
+        server_name: str | None = None,
+        timeout_s: float = 30.0,
+    ) -> None:
+        target, tls = _target(addr)
+        options: list[tuple[str, object]] = [
+            ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+            ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+        ]
+        if server_name:
+            options.append(("grpc.ssl_target_name_override", server_name))
+        if tls:
+            creds = grpc.ssl_channel_credentials(root_certificates=ca_pem)
+            self._channel = grpc.aio.secure_channel(target, creds, options=options)
+        else:
+            self._channel = grpc.aio.insecure_channel(target, options=options)
+        self._stub = flight_grpc.FlightServiceStub(self._channel)
+        self._metadata: tuple[tuple[str, str], ...] = (
+            (("authorization", f"Bearer {token}"),) if token else ()
+        )
+        self._timeout = timeout_s
+        self.addr = addr
+
+    def __repr__(self) -> str:
+        return f"MetaClient({self.addr!r})"
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    async def __aenter__(self) -> MetaClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def action(self, action_type: str, body: BaseModel, result: type[M]) -> M:
+        request = flight_pb2.Action(type=action_type, body=protocol.encode(body))
+        try:
+            call = self._stub.DoAction(request, metadata=self._metadata, timeout=self._timeout)
+            payload = b""
+            async for item in call:
+                payload = item.body
+                break
+        except grpc.aio.AioRpcError as exc:
+            raise _lake_error(exc) from None
+        return protocol.decode(result, payload)
+
+    async def create_table(self, table: TableRef, schema: pa.Schema) -> protocol.DescribeTableResult:
+        request = protocol.CreateTableRequest(table=table, schema_ipc=schema_to_base64(schema))
+        return await self.action(protocol.CREATE_TABLE, request, protocol.DescribeTableResult)
+
+    async def drop_table(self, table: TableRef) -> protocol.DropTableResult:
+        request = protocol.TableRequest(table=table)
+        return await self.action(protocol.DROP_TABLE, request, protocol.DropTableResult)
+
+    async def describe_table(self, table: TableRef) -> protocol.DescribeTableResult:
+        request = protocol.TableRequest(table=table)
+        return await self.action(protocol.DESCRIBE_TABLE, request, protocol.DescribeTableResult)
+
+    async def catalog_snapshot(self, generation: str | None) -> protocol.CatalogSnapshotResult:
+        request = protocol.CatalogSnapshotRequest(generation=generation)
+        return await self.action(
+            protocol.CATALOG_SNAPSHOT, request, protocol.CatalogSnapshotResult
+        )
+
+    async def append_messages(
+        self, messages: AsyncIterator[flight_pb2.FlightData]
+    ) -> protocol.AppendResult:
+        """Forward an already-encoded DoPut stream (its first message carries the command)."""
+        try:
+            call = self._stub.DoPut(messages, metadata=self._metadata, timeout=self._timeout)
+            payload = b""
+            async for item in call:
+                payload = item.app_metadata
+        except grpc.aio.AioRpcError as exc:
+            raise _lake_error(exc) from None
+        return protocol.decode(protocol.AppendResult, payload)
+
+    async def append(
+        self,
+        command: protocol.AppendCommand,
+        schema: pa.Schema,
+        batches: Sequence[pa.RecordBatch],
+    ) -> protocol.AppendResult:
+        descriptor = flight_pb2.FlightDescriptor(
+            type=flight_pb2.FlightDescriptor.CMD, cmd=protocol.encode(command)
+        ).SerializeToString()
+
+        async def messages() -> AsyncIterator[flight_pb2.FlightData]:
+            for i, raw in enumerate(encode_stream(schema, batches)):
+                message = flight_pb2.FlightData.FromString(raw)
+                if i == 0:
+                    message.flight_descriptor.ParseFromString(descriptor)
+                yield message
+
+        return await self.append_messages(messages())
+
+
+def _lake_error(exc: grpc.aio.AioRpcError) -> LakeError:
+    code = exc.code()
+    details = exc.details() or code.name
+    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+        return Unavailable(f"metadata service unavailable: {details}")
+    return error_for_status(code, details)

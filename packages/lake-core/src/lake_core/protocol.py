@@ -1,0 +1,111 @@
+"""Lake's own Flight calls: action names and their versioned JSON bodies.
+
+Actions are ``DoAction(type, body)`` with a JSON body and a single JSON result.
+Appends are ``DoPut`` whose descriptor command is an :class:`AppendCommand`,
+and whose one ``PutResult`` carries an :class:`AppendResult`.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from lake_core.errors import InvalidArgument
+from lake_core.models import CatalogEntry, TableDescriptor
+from lake_core.names import TableRef
+
+__all__ = [
+    "APPEND_COMMAND_TYPE",
+    "MAX_APPEND_BYTES",
+    "MAX_APPEND_ROWS",
+    "AppendCommand",
+    "AppendResult",
+    "CatalogSnapshotRequest",
+    "CatalogSnapshotResult",
+    "CreateTableRequest",
+    "DescribeTableResult",
+    "DropTableResult",
+    "TableRequest",
+    "WireModel",
+    "decode",
+    "encode",
+]
+
+MAX_APPEND_ROWS = 10_000
+MAX_APPEND_BYTES = 64 * 1024 * 1024
+
+CREATE_TABLE = "lake.create_table"
+DROP_TABLE = "lake.drop_table"
+DESCRIBE_TABLE = "lake.describe_table"
+CATALOG_SNAPSHOT = "lake.catalog_snapshot"
+TABLE_SCHEMA = "lake.table_schema"
+APPEND_COMMAND_TYPE = "lake.append"
+
+
+class WireModel(BaseModel):
+    """A versioned, frozen JSON body."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = 1
+
+
+class TableRequest(WireModel):
+    table: TableRef
+
+
+class CreateTableRequest(WireModel):
+    table: TableRef
+    schema_ipc: str = Field(description="base64 Arrow IPC schema")
+
+
+class DescribeTableResult(WireModel):
+    entry: CatalogEntry
+
+
+class DropTableResult(WireModel):
+    table: TableRef
+    dropped_version: int
+
+
+class CatalogSnapshotRequest(WireModel):
+    generation: str | None = None
+
+
+class CatalogSnapshotResult(WireModel):
+    not_modified: bool
+    generation: str
+    tables: list[CatalogEntry] = Field(default_factory=list)
+
+
+class AppendCommand(WireModel):
+    type: Literal["lake.append"] = "lake.append"
+    table: TableRef
+    operation_id: str
+    read_version: int | None = Field(default=None, ge=0)
+
+
+class AppendResult(WireModel):
+    table: TableRef
+    operation_id: str
+    version: int
+    descriptor: TableDescriptor
+    replayed: bool = False
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def encode(model: BaseModel) -> bytes:
+    return model.model_dump_json().encode()
+
+
+def decode(model: type[M], data: bytes) -> M:
+    """Parse a JSON body, turning any shape error into INVALID_ARGUMENT."""
+    try:
+        return model.model_validate_json(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ())) or "body"
+        raise InvalidArgument(f"malformed {model.__name__}: {where}: {first['msg']}") from None

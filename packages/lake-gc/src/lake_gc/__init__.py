@@ -1,0 +1,3 @@
+"""Lake's managed-object garbage collection worker (plan, then apply)."""
+
+__all__: list[str] = []

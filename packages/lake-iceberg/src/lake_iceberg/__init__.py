@@ -1,0 +1,3 @@
+"""Lake's Iceberg plug-in: read-only federation and the registrar service."""
+
+__all__: list[str] = []

@@ -1,0 +1,253 @@
+"""The async Lake client: SQL over Flight SQL, appends through Query.
+
+The client talks to one Query endpoint only; Query forwards appends to the
+commit authority. Blocking pyarrow Flight calls run on worker threads so the
+event loop never waits on the network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from lake_core import protocol
+from lake_core.errors import InvalidAppend, InvalidArgument, LakeError, Unavailable
+from lake_core.ids import new_operation_id
+from lake_core.names import TableRef
+from lake_core.proto import flight_sql_pb2
+from lake_core.schemas import check_exact_schema, schema_from_base64
+from lake_sdk._errors import lake_error
+
+__all__ = ["LakeClient", "QueryResult"]
+
+_SCHEMES = ("grpc://", "http://", "grpc+tls://", "https://")
+_SQL_TYPE_URL = "type.googleapis.com/arrow.flight.protocol.sql."
+
+
+def _any(message: Any) -> bytes:
+    from google.protobuf import any_pb2
+
+    wrapper = any_pb2.Any()
+    wrapper.Pack(message, type_url_prefix="type.googleapis.com/")
+    data: bytes = wrapper.SerializeToString()
+    return data
+
+
+def _location(url: str) -> str:
+    if not isinstance(url, str) or not url.startswith(_SCHEMES):
+        raise InvalidArgument(
+            f"Lake endpoint {url!r} must start with one of {', '.join(_SCHEMES)}"
+        )
+    for plain, flight_scheme in (("http://", "grpc+tcp://"), ("grpc://", "grpc+tcp://"),
+                                 ("https://", "grpc+tls://")):
+        if url.startswith(plain):
+            return flight_scheme + url[len(plain) :]
+    return url
+
+
+class QueryResult:
+    """A stream of record batches; iterate it, or collect it with :meth:`to_table`."""
+
+    def __init__(self, reader: flight.FlightStreamReader, schema: pa.Schema) -> None:
+        self._reader = reader
+        self.schema = schema
+
+    def __aiter__(self) -> AsyncIterator[pa.RecordBatch]:
+        return self._batches()
+
+    async def _batches(self) -> AsyncIterator[pa.RecordBatch]:
+        while True:
+            try:
+                chunk = await asyncio.to_thread(self._reader.read_chunk)
+            except StopIteration:
+                return
+            except (flight.FlightError, pa.ArrowException) as exc:
+                raise lake_error(exc) from None
+            yield chunk.data
+
+    async def to_table(self) -> pa.Table:
+        batches = [batch async for batch in self]
+        return pa.Table.from_batches(batches, schema=self.schema)
+
+    def cancel(self) -> None:
+        self._reader.cancel()
+
+
+class LakeClient:
+    """An async connection to a Lake Query endpoint."""
+
+    def __init__(self, url: str, client: flight.FlightClient, *, append_attempts: int) -> None:
+        self.url = url
+        self._client = client
+        self._append_attempts = append_attempts
+        self._schemas: dict[TableRef, tuple[float, pa.Schema]] = {}
+        self._schema_ttl_s = 60.0
+
+    def __repr__(self) -> str:
+        return f"LakeClient({self.url!r})"
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        *,
+        timeout_s: float = 10.0,
+        append_attempts: int = 3,
+    ) -> LakeClient:
+        """Connect to a Query endpoint (``grpc://host:port`` or ``http://host:port``)."""
+        if not 1 <= append_attempts <= 10:
+            raise InvalidArgument("append_attempts must be in 1..=10")
+        location = _location(url)
+        client = flight.FlightClient(location)
+        try:
+            await asyncio.to_thread(client.wait_for_available, timeout_s)
+        except (flight.FlightError, pa.ArrowException) as exc:
+            client.close()
+            raise Unavailable(f"Lake Query at {url} is not reachable: {lake_error(exc)}") from None
+        return cls(url, client, append_attempts=append_attempts)
+
+    async def close(self) -> None:
+        await asyncio.to_thread(self._client.close)
+
+    async def __aenter__(self) -> LakeClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    async def _call(self, fn: Any, *args: Any) -> Any:
+        try:
+            return await asyncio.to_thread(fn, *args)
+        except (flight.FlightError, pa.ArrowException) as exc:
+            raise lake_error(exc) from None
+
+    # -- SQL ---------------------------------------------------------------
+
+    async def query(self, sql: str) -> QueryResult:
+        """Run read-only SQL; the result is pinned to the table versions seen at planning."""
+        if not isinstance(sql, str) or not sql.strip():
+            raise InvalidArgument("SQL must be a non-empty string")
+        command = flight_sql_pb2.CommandStatementQuery(query=sql)
+        descriptor = flight.FlightDescriptor.for_command(_any(command))
+        info: flight.FlightInfo = await self._call(self._client.get_flight_info, descriptor)
+        endpoint = info.endpoints[0]
+        reader = await self._call(self._client.do_get, endpoint.ticket)
+        return QueryResult(reader, info.schema)
+
+    async def query_table(self, sql: str) -> pa.Table:
+        """Run SQL and collect the whole result."""
+        return await (await self.query(sql)).to_table()
+
+    # -- schemas -----------------------------------------------------------
+
+    async def table_schema(self, table: TableRef | str) -> pa.Schema:
+        """The table's Arrow schema, as Query's catalog knows it (cached for 60 s)."""
+        ref = table if isinstance(table, TableRef) else TableRef.parse(table)
+        cached = self._schemas.get(ref)
+        if cached and time.monotonic() - cached[0] < self._schema_ttl_s:
+            return cached[1]
+        body = protocol.encode(protocol.TableRequest(table=ref))
+        results = await self._call(
+            lambda: list(self._client.do_action(flight.Action(protocol.TABLE_SCHEMA, body)))
+        )
+        if not results:
+            raise LakeError(f"Query sent no schema for {ref}")
+        reply = json.loads(results[0].body.to_pybytes())
+        schema = schema_from_base64(reply["schema_ipc"])
+        self._schemas[ref] = (time.monotonic(), schema)
+        return schema
+
+    def invalidate_table_schema(self, table: TableRef | str) -> None:
+        ref = table if isinstance(table, TableRef) else TableRef.parse(table)
+        self._schemas.pop(ref, None)
+
+    # -- appends -----------------------------------------------------------
+
+    async def append_batches(
+        self,
+        table: TableRef | str,
+        batches: Iterable[pa.RecordBatch] | pa.Table,
+        *,
+        operation_id: str | None = None,
+    ) -> int:
+        """Append exact-schema batches as one new table version and return it.
+
+        Retries an ambiguous transport failure with the same operation id, so
+        the append commits at most once.
+        """
+        ref = table if isinstance(table, TableRef) else TableRef.parse(table)
+        items = batches.to_batches() if isinstance(batches, pa.Table) else list(batches)
+        schema = await self.table_schema(ref)
+        items = _validate_append(ref, schema, items)
+        op_id = operation_id or new_operation_id()
+        command = protocol.AppendCommand(table=ref, operation_id=op_id)
+        descriptor = flight.FlightDescriptor.for_command(protocol.encode(command))
+        last: LakeError | None = None
+        for attempt in range(self._append_attempts):
+            try:
+                result = await asyncio.to_thread(
+                    self._put, descriptor, schema, items
+                )
+                return result.version
+            except (flight.FlightError, pa.ArrowException) as exc:
+                error = lake_error(exc)
+                if not error.retryable or isinstance(error, InvalidArgument):
+                    if isinstance(error, InvalidArgument):
+                        self.invalidate_table_schema(ref)
+                    raise error from None
+                last = error
+                await asyncio.sleep(min(0.2 * 2**attempt, 2.0))
+        assert last is not None
+        raise last
+
+    def _put(
+        self,
+        descriptor: flight.FlightDescriptor,
+        schema: pa.Schema,
+        batches: Sequence[pa.RecordBatch],
+    ) -> protocol.AppendResult:
+        writer, reader = self._client.do_put(descriptor, schema)
+        try:
+            for batch in batches:
+                writer.write_batch(batch)
+            writer.done_writing()
+            metadata = reader.read()
+        finally:
+            writer.close()
+        if metadata is None:
+            raise LakeError("Query acknowledged the append without a result")
+        return protocol.decode(protocol.AppendResult, metadata.to_pybytes())
+
+
+def _validate_append(
+    table: TableRef, schema: pa.Schema, batches: Sequence[pa.RecordBatch]
+) -> list[pa.RecordBatch]:
+    """Check Lake's append bounds locally, before anything is sent."""
+    if not batches:
+        raise InvalidAppend(f"append to {table} has no batches")
+    rows = 0
+    encoded = 0
+    for i, batch in enumerate(batches):
+        if not isinstance(batch, pa.RecordBatch):
+            raise InvalidAppend(f"batch {i} is a {type(batch).__name__}, not a pyarrow.RecordBatch")
+        if batch.num_rows == 0:
+            raise InvalidAppend(f"batch {i} of the append to {table} is empty")
+        check_exact_schema(schema, batch.schema, table)
+        rows += batch.num_rows
+        if rows > protocol.MAX_APPEND_ROWS:
+            raise InvalidAppend(
+                f"append to {table} has more than {protocol.MAX_APPEND_ROWS:,} rows"
+            )
+        encoded += pa.ipc.get_record_batch_size(batch)
+        if encoded > protocol.MAX_APPEND_BYTES:
+            raise InvalidAppend(
+                f"append to {table} encodes to more than {protocol.MAX_APPEND_BYTES // 2**20} MiB"
+            )
+    # Send the table's own schema (FILE markers included) so the server's check is exact.
+    return [pa.RecordBatch.from_arrays(batch.columns, schema=schema) for batch in batches]

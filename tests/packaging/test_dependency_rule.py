@@ -1,0 +1,113 @@
+"""The dependency rule: core depends on nothing of Lake's, services never on each other.
+
+Proved two ways: statically (every import and every declared dependency) and
+for real (wheels built, lake-sdk installed alone into a clean venv, imported).
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+import tomllib
+import venv
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ROOT / "packages"
+
+# What each package may import (and declare) of Lake's own packages.
+ALLOWED: dict[str, set[str]] = {
+    "lake_core": set(),
+    "lake_objects": {"lake_core"},
+    "lake_metasrv": {"lake_core", "lake_objects"},
+    "lake_query": {"lake_core", "lake_objects"},
+    "lake_sdk": {"lake_core", "lake_objects"},
+    "lake_gc": {"lake_core", "lake_objects"},
+    "lake_iceberg": {"lake_core", "lake_objects"},
+}
+
+
+def _lake_imports(source_dir: Path) -> dict[str, set[str]]:
+    found: dict[str, set[str]] = {}
+    for path in source_dir.rglob("*.py"):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        for node in ast.walk(tree):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            for name in names:
+                top = name.split(".")[0]
+                if top.startswith("lake_"):
+                    found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_imports_follow_the_rule(package: str) -> None:
+    source = PACKAGES / package.replace("_", "-") / "src" / package
+    imports = _lake_imports(source)
+    illegal = {name: files for name, files in imports.items() if name not in ALLOWED[package] | {package}}
+    assert not illegal, f"{package} imports Lake packages it must not: {illegal}"
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_declared_dependencies_follow_the_rule(package: str) -> None:
+    project = tomllib.loads((PACKAGES / package.replace("_", "-") / "pyproject.toml").read_text())
+    declared = {
+        dep.split("[")[0].split("=")[0].split("<")[0].split(">")[0].strip().replace("-", "_")
+        for dep in project["project"]["dependencies"]
+    }
+    lake_deps = {d for d in declared if d.startswith("lake_")}
+    assert lake_deps <= ALLOWED[package], f"{package} declares {lake_deps - ALLOWED[package]}"
+    # Everything it imports of Lake's must be declared, or a clean install breaks.
+    source = PACKAGES / package.replace("_", "-") / "src" / package
+    assert set(_lake_imports(source)) - {package} <= lake_deps
+
+
+@pytest.mark.slow
+def test_wheels_build_and_sdk_installs_alone(tmp_path: Path) -> None:
+    wheelhouse = tmp_path / "wheels"
+    for pkg in sorted(PACKAGES.iterdir()):
+        subprocess.run(
+            [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(wheelhouse), str(pkg)],
+            check=True,
+            capture_output=True,
+        )
+    built = sorted(p.name.split("-")[0] for p in wheelhouse.glob("*.whl"))
+    assert built == sorted(p.replace("-", "_") for p in (x.name for x in PACKAGES.iterdir()))
+
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True, clear=True)
+    python = env_dir / "bin" / "python"
+    clean_env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--find-links", str(wheelhouse), "lake-sdk"],
+        check=True,
+        env=clean_env,
+    )
+    probe = (
+        "import importlib.util, lake_sdk, lake_core; "
+        "assert lake_sdk.LakeClient and lake_sdk.connect; "
+        "print(sorted(n for n in ('lake_metasrv','lake_query','lake_gc','lake_iceberg','lake_objects') "
+        "if importlib.util.find_spec(n)))"
+    )
+    out = subprocess.run(
+        [str(python), "-c", probe], check=True, capture_output=True, text=True, env=clean_env
+    ).stdout.strip()
+    assert out == "[]", f"lake-sdk pulled in other Lake packages: {out}"
+    freeze = subprocess.run(
+        [str(python), "-m", "pip", "freeze"], check=True, capture_output=True, text=True, env=clean_env
+    ).stdout
+    lake_installed = sorted(line.split("==")[0].split(" @ ")[0] for line in freeze.splitlines() if line.startswith("lake"))
+    assert lake_installed == ["lake-core", "lake-sdk"]
+    help_text = subprocess.run(
+        [str(env_dir / "bin" / "lake"), "--help"], check=True, capture_output=True, text=True, env=clean_env
+    ).stdout
+    assert "client" in help_text and "demo" in help_text
+    assert "meta" not in help_text.split("Commands:")[1]

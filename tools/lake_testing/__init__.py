@@ -1,0 +1,1 @@
+"""Test fixtures that start real Lake processes and servers on loopback."""

@@ -1,0 +1,59 @@
+"""pytest fixtures shared by every test directory (loaded with ``-p``)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tools.lake_testing.servers import LakeProcess, start_meta, start_query
+
+
+@dataclass
+class LakeCluster:
+    """One Metasrv and any number of Query replicas, on loopback."""
+
+    root: Path
+    meta: LakeProcess
+    queries: list[LakeProcess] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def query(self) -> LakeProcess:
+        return self.queries[0]
+
+    def add_query(self) -> LakeProcess:
+        replica = start_query(self.meta.addr, self.root, env=self.env)
+        self.queries.append(replica)
+        return replica
+
+    def stop(self) -> None:
+        for replica in self.queries:
+            replica.stop()
+        self.meta.stop()
+
+
+def write_ticket_keys(path: Path) -> Path:
+    """A key ring shared by several Query replicas, as an operator would write it."""
+    key = base64.b64encode(os.urandom(32)).decode()
+    path.write_text(json.dumps({"active": "k1", "keys": [{"id": "k1", "key": key}]}))
+    path.chmod(0o600)
+    return path
+
+
+@pytest.fixture
+def lake_cluster(tmp_path: Path) -> Iterator[LakeCluster]:
+    """A fresh Metasrv plus one Query replica sharing a ticket key ring."""
+    env = {"LAKE_QUERY_TICKET_KEYS_FILE": str(write_ticket_keys(tmp_path / "ticket-keys.json"))}
+    meta = start_meta(tmp_path / "data", tmp_path, env=env)
+    cluster = LakeCluster(root=tmp_path, meta=meta, env=env)
+    try:
+        cluster.add_query()
+        yield cluster
+    finally:
+        cluster.stop()

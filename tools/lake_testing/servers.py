@@ -1,0 +1,131 @@
+"""Start and stop real ``lake meta`` and ``lake query`` processes.
+
+Every process is started by this module, tracked by pid, and stopped by pid
+in teardown; nothing is ever killed by name.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+__all__ = ["LakeProcess", "free_port", "start_meta", "start_query", "wait_healthy"]
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class LakeProcess:
+    """One running Lake server process and where its output goes."""
+
+    name: str
+    args: list[str]
+    addr: str
+    log_path: Path
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"grpc://{self.addr}"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout_s: float = 60.0) -> LakeProcess:
+        env = {**os.environ, **self.env}
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, *self.args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        wait_healthy(self, timeout_s)
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash would."""
+        self.signal(signal.SIGKILL)
+        if self.proc is not None:
+            self.proc.wait(timeout=30)
+
+    def stop(self, timeout_s: float = 30.0) -> int | None:
+        """SIGTERM and wait; SIGKILL if it does not exit in time."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=30)
+        return self.proc.returncode
+
+    def restart(self, timeout_s: float = 60.0) -> LakeProcess:
+        self.stop()
+        return self.start(timeout_s)
+
+
+def wait_healthy(process: LakeProcess, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    last: Exception | None = None
+    with grpc.insecure_channel(process.addr) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        while time.monotonic() < deadline:
+            assert process.proc is not None
+            if process.proc.poll() is not None:
+                raise RuntimeError(
+                    f"{process.name} exited with {process.proc.returncode}:\n{process.log()[-4000:]}"
+                )
+            try:
+                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                if reply.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError as exc:
+                last = exc
+            time.sleep(0.1)
+    process.stop()
+    raise TimeoutError(f"{process.name} not healthy after {timeout_s}s ({last}):\n{process.log()[-4000:]}")
+
+
+def start_meta(
+    data_dir: Path, log_dir: Path, *, port: int | None = None, env: dict[str, str] | None = None
+) -> LakeProcess:
+    addr = f"127.0.0.1:{port or free_port()}"
+    args = ["-m", "lake_metasrv", "--addr", addr, "--data-dir", str(data_dir)]
+    name = f"meta-{addr.rsplit(':', 1)[1]}"
+    return LakeProcess(name, args, addr, log_dir / f"{name}.log", dict(env or {})).start()
+
+
+def start_query(
+    meta_addr: str, log_dir: Path, *, port: int | None = None, env: dict[str, str] | None = None
+) -> LakeProcess:
+    addr = f"127.0.0.1:{port or free_port()}"
+    args = ["-m", "lake_query", "--addr", addr, "--metadata-addr", f"http://{meta_addr}"]
+    name = f"query-{addr.rsplit(':', 1)[1]}"
+    return LakeProcess(name, args, addr, log_dir / f"{name}.log", dict(env or {})).start()
