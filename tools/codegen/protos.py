@@ -17,6 +17,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from grpc_tools import protoc  # type: ignore[import-untyped, unused-ignore]
+
 REPO = Path(__file__).resolve().parents[2]
 PROTO_DIR = REPO / "packages" / "lake-core" / "src" / "lake_core" / "proto"
 PACKAGE = "lake_core.proto"
@@ -35,8 +37,6 @@ _SIBLING_IMPORT = re.compile(r"^import (Flight(?:Sql)?_pb2) as ", re.MULTILINE)
 
 
 def _protoc(out_dir: Path) -> None:
-    from grpc_tools import protoc  # build-time only dependency
-
     # The well-known types (timestamp/descriptor) ship inside grpc_tools.
     include = Path(protoc.__file__).resolve().parent / "_proto"
     base = [
@@ -74,8 +74,12 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(tmp)
         generate(out)
         if args.check:
-            stale = [n for n in GENERATED if not (PROTO_DIR / n).exists()
-                     or not filecmp.cmp(out / n, PROTO_DIR / n, shallow=False)]
+            stale = [
+                n
+                for n in GENERATED
+                if not (PROTO_DIR / n).exists()
+                or not filecmp.cmp(out / n, PROTO_DIR / n, shallow=False)
+            ]
             if stale:
                 print("stale generated files: " + ", ".join(stale), file=sys.stderr)
                 return 1

@@ -49,6 +49,10 @@ class MetaClient:
         options: list[tuple[str, object]] = [
             ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
             ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+            # Metasrv restarts and fails over: reconnect within seconds, not gRPC's 2 minutes.
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
         ]
         if server_name:
             options.append(("grpc.ssl_target_name_override", server_name))

@@ -23,8 +23,7 @@ from typing import Any, NoReturn, TypeAlias, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-
-from lake_core.errors import Unimplemented
+from lake_core.errors import ConfigError, Unimplemented
 from lake_core.proto import flight_pb2 as pb
 
 __all__ = [
@@ -74,7 +73,7 @@ def shutdown_grace_ms(env: Mapping[str, str] = os.environ) -> int:
         return DEFAULT_GRACE_MS
     # int() would also take "+5", "1_000" and non-ASCII digits; be strict.
     if not re.fullmatch(r"[0-9]+", raw.strip()) or int(raw) <= 0:
-        raise ValueError(f"{GRACE_ENV} must be a positive integer of milliseconds, got {raw!r}")
+        raise ConfigError(f"{GRACE_ENV} must be a positive integer of milliseconds, got {raw!r}")
     return int(raw)
 
 
@@ -302,10 +301,10 @@ class LakeServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc, u
         """From now on, count RPCs that end by cancellation as cut off."""
         self._shutting_down = True
 
-    async def wait_idle(self, timeout: float) -> bool:
-        """Wait until no RPC is in flight; False if ``timeout`` ran out first."""
+    async def wait_idle(self, grace_s: float) -> bool:
+        """Wait until no RPC is in flight; False if ``grace_s`` ran out first."""
         try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
+            await asyncio.wait_for(self._idle.wait(), grace_s)
         except TimeoutError:
             return False
         return True

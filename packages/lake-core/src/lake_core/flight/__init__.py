@@ -1,0 +1,1 @@
+"""Arrow Flight on grpc.aio: FlightData encoding and the shared server scaffolding."""

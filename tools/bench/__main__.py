@@ -1,0 +1,33 @@
+"""``hatch run bench [--quick] [--only NAME]``: every benchmark, one JSON line per figure."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+import traceback
+
+BENCHMARKS = ["tools.bench.query_bench"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(prog="bench")
+    parser.add_argument("--quick", action="store_true", help="small data: a smoke run")
+    parser.add_argument("--only", action="append", default=[], help="module suffix to run")
+    args = parser.parse_args()
+    failed = False
+    for name in BENCHMARKS:
+        if args.only and not any(name.endswith(o) for o in args.only):
+            continue
+        try:
+            module = importlib.import_module(name)
+            for figure in module.run(args.quick):
+                print(figure.json(), flush=True)
+        except Exception:  # noqa: BLE001 - one broken benchmark must not hide the others
+            traceback.print_exc()
+            failed = True
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
