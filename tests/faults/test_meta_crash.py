@@ -9,27 +9,43 @@ from __future__ import annotations
 import threading
 import time
 
+import lake_sdk
 import pyarrow.compute as pc
 import pytest
-
-import lake_sdk
 from lake_core.errors import LakeError
 from lake_core.ids import new_operation_id
-from tools.lake_testing.data import EPISODES, EPISODES_SCHEMA, create_table, describe_version, episodes
+
+from tools.lake_testing.data import (
+    EPISODES,
+    EPISODES_SCHEMA,
+    create_table,
+    describe_version,
+    episodes,
+)
 from tools.lake_testing.plugin import LakeCluster
 from tools.lake_testing.servers import start_meta
 
 ROWS_PER_APPEND = 50
 
 
-def _append_until_acknowledged(client: lake_sdk.Client, start: int, op_id: str, deadline: float) -> int:
+def _append_until_acknowledged(
+    client: lake_sdk.Client,
+    start: int,
+    op_id: str,
+    deadline: float,
+    failures: list[LakeError] | None = None,
+) -> int:
     """Retry one append with the same operation id until the server answers."""
     while True:
         try:
-            return client.append_batches(EPISODES, [episodes(start, ROWS_PER_APPEND)], operation_id=op_id)
+            return client.append_batches(
+                EPISODES, [episodes(start, ROWS_PER_APPEND)], operation_id=op_id
+            )
         except LakeError as exc:
             if not exc.retryable or time.monotonic() > deadline:
                 raise
+            if failures is not None:
+                failures.append(exc)
             time.sleep(0.2)
 
 
@@ -50,8 +66,8 @@ def _nothing_lost(cluster: LakeCluster, acknowledged: dict[str, tuple[int, int]]
 def test_sigkill_during_a_stream_of_appends(lake_cluster: LakeCluster) -> None:
     create_table(lake_cluster.meta.addr, EPISODES, EPISODES_SCHEMA)
     acknowledged: dict[str, tuple[int, int]] = {}
-    killed = threading.Event()
     errors: list[BaseException] = []
+    interrupted: list[LakeError] = []
 
     def writer() -> None:
         try:
@@ -59,11 +75,11 @@ def test_sigkill_during_a_stream_of_appends(lake_cluster: LakeCluster) -> None:
                 for n in range(40):
                     start = n * ROWS_PER_APPEND
                     op_id = new_operation_id()
-                    version = _append_until_acknowledged(client, start, op_id, time.monotonic() + 90)
+                    version = _append_until_acknowledged(
+                        client, start, op_id, time.monotonic() + 90, interrupted
+                    )
                     acknowledged[op_id] = (version, start)
-                    if n == 10:
-                        killed.wait(30)
-        except BaseException as exc:  # noqa: BLE001 - reported by the main thread
+        except BaseException as exc:
             errors.append(exc)
 
     thread = threading.Thread(target=writer)
@@ -71,18 +87,20 @@ def test_sigkill_during_a_stream_of_appends(lake_cluster: LakeCluster) -> None:
     while len(acknowledged) < 8:
         time.sleep(0.01)
     lake_cluster.meta.kill()
-    killed.set()
     time.sleep(1.0)
     lake_cluster.meta.start()
     thread.join(timeout=180)
     assert not thread.is_alive()
     assert not errors, errors
     assert len(acknowledged) == 40
+    assert interrupted, "the kill must land while appends are in flight"
     _nothing_lost(lake_cluster, acknowledged)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("crash_point", ["before_lance_commit", "after_lance_commit", "after_registry_commit"])
+@pytest.mark.parametrize(
+    "crash_point", ["before_lance_commit", "after_lance_commit", "after_registry_commit"]
+)
 def test_retry_after_a_crash_at_each_commit_step_gives_exactly_one_version(
     lake_cluster: LakeCluster, crash_point: str
 ) -> None:
@@ -90,7 +108,10 @@ def test_retry_after_a_crash_at_each_commit_step_gives_exactly_one_version(
     acknowledged: dict[str, tuple[int, int]] = {}
     with lake_sdk.connect(lake_cluster.query.url, append_attempts=1) as client:
         op_id = new_operation_id()
-        acknowledged[op_id] = (client.append_batches(EPISODES, [episodes(0, ROWS_PER_APPEND)], operation_id=op_id), 0)
+        acknowledged[op_id] = (
+            client.append_batches(EPISODES, [episodes(0, ROWS_PER_APPEND)], operation_id=op_id),
+            0,
+        )
 
     # Restart Metasrv armed to die at the crash point of the next commit.
     lake_cluster.meta.stop()
@@ -106,12 +127,15 @@ def test_retry_after_a_crash_at_each_commit_step_gives_exactly_one_version(
         with pytest.raises(LakeError) as lost:
             client.append_batches(EPISODES, [episodes(1000, ROWS_PER_APPEND)], operation_id=op_id)
         assert lost.value.retryable, f"a lost reply must be retryable, got {lost.value!r}"
-        assert armed.proc is not None and armed.proc.wait(timeout=30) == 137
+        assert armed.proc is not None
+        assert armed.proc.wait(timeout=30) == 137
 
         lake_cluster.meta.start()
         version = _append_until_acknowledged(client, 1000, op_id, time.monotonic() + 60)
         assert version == 2
-        again = client.append_batches(EPISODES, [episodes(1000, ROWS_PER_APPEND)], operation_id=op_id)
+        again = client.append_batches(
+            EPISODES, [episodes(1000, ROWS_PER_APPEND)], operation_id=op_id
+        )
         assert again == version
         acknowledged[op_id] = (version, 1000)
     _nothing_lost(lake_cluster, acknowledged)

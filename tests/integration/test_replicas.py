@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import lake_sdk
 import pyarrow as pa
 import pyarrow.flight as flight
 from google.protobuf import any_pb2
-
-import lake_sdk
 from lake_core.proto import flight_sql_pb2
+
 from tools.lake_testing.data import EPISODES, EPISODES_SCHEMA, create_table, episodes
 from tools.lake_testing.plugin import LakeCluster
 
@@ -34,7 +34,10 @@ def test_ticket_from_one_replica_is_served_by_another_at_the_pinned_version(
     # An append lands between GetFlightInfo and DoGet, through the other replica.
     with lake_sdk.connect(second.url) as sdk:
         assert sdk.append_batches(EPISODES, [episodes(100, 50)]) == 2
-        assert sdk.query_table("SELECT count(*) AS n FROM robots.episodes").column("n")[0].as_py() == 150
+        assert (
+            sdk.query_table("SELECT count(*) AS n FROM robots.episodes").column("n")[0].as_py()
+            == 150
+        )
 
     with flight.FlightClient(f"grpc+tcp://{second.addr}") as redeemer:
         pinned = redeemer.do_get(info.endpoints[0].ticket).read_all()

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import adbc_driver_flightsql.dbapi as flightsql
 import adbc_driver_manager
+import lake_sdk
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
-import lake_sdk
 from tools.lake_testing.data import (
     EPISODES,
     EPISODES_SCHEMA,
@@ -48,7 +48,7 @@ def _expected_join() -> pa.Table:
     fleet = pa.Table.from_batches([robots()])
     good = eps.filter(pc.greater(eps["reward"], pc.mean(eps["reward"])))
     keep = fleet.filter(pc.not_equal(fleet["site"], "field"))
-    joined = good.join(keep, "robot_id").sort_by("episode_id")
+    joined = good.join(keep, "robot_id", join_type="inner").sort_by("episode_id")
     return joined.select(["episode_id", "reward", "site", "serial"])
 
 
@@ -80,7 +80,9 @@ def test_fetches_20000_rows_in_several_batches_with_exact_types(loaded: LakeClus
 def test_get_objects_lists_tables_with_real_schemas(loaded: LakeCluster) -> None:
     with flightsql.connect(loaded.query.url) as conn:
         objects = conn.adbc_get_objects(depth="all").read_all().to_pylist()
-        schema = conn.adbc_get_table_schema("episodes", catalog_filter="lake", db_schema_filter="robots")
+        schema = conn.adbc_get_table_schema(
+            "episodes", catalog_filter="lake", db_schema_filter="robots"
+        )
     catalogs = {c["catalog_name"]: c for c in objects}
     assert "lake" in catalogs
     schemas = {s["db_schema_name"]: s for s in catalogs["lake"]["catalog_db_schemas"]}
@@ -104,13 +106,12 @@ def test_dml_through_adbc_gets_the_read_only_error(loaded: LakeCluster, sql: str
     with flightsql.connect(loaded.query.url) as conn, conn.cursor() as cur:
         with pytest.raises(adbc_driver_manager.ProgrammingError, match="Lake SQL is read-only"):
             cur.execute(sql)
-            cur.fetchall()
         cur.execute("SELECT count(*) AS n FROM robots.fleet")
         assert cur.fetchone() == (5,)
 
 
 def test_execute_update_gets_the_read_only_error(loaded: LakeCluster) -> None:
     with flightsql.connect(loaded.query.url) as conn, conn.cursor() as cur:
+        cur.adbc_statement.set_sql_query("DELETE FROM robots.fleet")
         with pytest.raises(adbc_driver_manager.Error, match="Lake SQL is read-only"):
-            cur.adbc_statement.set_sql_query("DELETE FROM robots.fleet")
             cur.adbc_statement.execute_update()

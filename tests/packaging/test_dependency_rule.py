@@ -52,7 +52,9 @@ def _lake_imports(source_dir: Path) -> dict[str, set[str]]:
 def test_imports_follow_the_rule(package: str) -> None:
     source = PACKAGES / package.replace("_", "-") / "src" / package
     imports = _lake_imports(source)
-    illegal = {name: files for name, files in imports.items() if name not in ALLOWED[package] | {package}}
+    illegal = {
+        name: files for name, files in imports.items() if name not in ALLOWED[package] | {package}
+    }
     assert not illegal, f"{package} imports Lake packages it must not: {illegal}"
 
 
@@ -75,7 +77,16 @@ def test_wheels_build_and_sdk_installs_alone(tmp_path: Path) -> None:
     wheelhouse = tmp_path / "wheels"
     for pkg in sorted(PACKAGES.iterdir()):
         subprocess.run(
-            [sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(wheelhouse), str(pkg)],
+            [
+                sys.executable,
+                "-m",
+                "build",
+                "--wheel",
+                "--no-isolation",
+                "--outdir",
+                str(wheelhouse),
+                str(pkg),
+            ],
             check=True,
             capture_output=True,
         )
@@ -87,7 +98,16 @@ def test_wheels_build_and_sdk_installs_alone(tmp_path: Path) -> None:
     python = env_dir / "bin" / "python"
     clean_env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
     subprocess.run(
-        [str(python), "-m", "pip", "install", "--quiet", "--find-links", str(wheelhouse), "lake-sdk"],
+        [
+            str(python),
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--find-links",
+            str(wheelhouse),
+            "lake-sdk",
+        ],
         check=True,
         env=clean_env,
     )
@@ -102,12 +122,25 @@ def test_wheels_build_and_sdk_installs_alone(tmp_path: Path) -> None:
     ).stdout.strip()
     assert out == "[]", f"lake-sdk pulled in other Lake packages: {out}"
     freeze = subprocess.run(
-        [str(python), "-m", "pip", "freeze"], check=True, capture_output=True, text=True, env=clean_env
+        [str(python), "-m", "pip", "freeze"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=clean_env,
     ).stdout
-    lake_installed = sorted(line.split("==")[0].split(" @ ")[0] for line in freeze.splitlines() if line.startswith("lake"))
+    lake_installed = sorted(
+        line.split("==")[0].split(" @ ")[0]
+        for line in freeze.splitlines()
+        if line.startswith("lake")
+    )
     assert lake_installed == ["lake-core", "lake-sdk"]
     help_text = subprocess.run(
-        [str(env_dir / "bin" / "lake"), "--help"], check=True, capture_output=True, text=True, env=clean_env
+        [str(env_dir / "bin" / "lake"), "--help"],
+        check=True,
+        capture_output=True,
+        text=True,
+        env=clean_env,
     ).stdout
-    assert "client" in help_text and "demo" in help_text
+    assert "client" in help_text
+    assert "demo" in help_text
     assert "meta" not in help_text.split("Commands:")[1]

@@ -23,7 +23,7 @@ def main() -> int:
             module = importlib.import_module(name)
             for figure in module.run(args.quick):
                 print(figure.json(), flush=True)
-        except Exception:  # noqa: BLE001 - one broken benchmark must not hide the others
+        except Exception:
             traceback.print_exc()
             failed = True
     return 1 if failed else 0

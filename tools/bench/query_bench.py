@@ -17,17 +17,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import lake_sdk
 import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 from datafusion import SessionContext
 from google.protobuf import any_pb2
-
-import lake_sdk
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2
+
 from tools.bench.harness import Figure, measure, timed
 from tools.lake_testing.servers import LakeProcess, start_meta, start_query
 
@@ -42,7 +42,12 @@ def _rows(start: int, count: int) -> pa.RecordBatch:
     ids = np.arange(start, start + count, dtype=np.int64)
     rng = np.random.default_rng(start)
     return pa.RecordBatch.from_arrays(
-        [pa.array(ids), pa.array(rng.random(count)), pa.array(rng.random(count)), pa.array(ids % 1000)],
+        [
+            pa.array(ids),
+            pa.array(rng.random(count)),
+            pa.array(rng.random(count)),
+            pa.array(ids % 1000),
+        ],
         schema=SCHEMA,
     )
 
@@ -101,14 +106,18 @@ def run(quick: bool) -> list[Figure]:
             dataset_uri = str(root / "data" / "tables" / "bench" / "wide.lance")
 
             # --- DoGet throughput --------------------------------------
-            full = client.do_get(client.get_flight_info(_command("SELECT * FROM bench.wide")).endpoints[0].ticket).read_all()
+            full = client.do_get(
+                client.get_flight_info(_command("SELECT * FROM bench.wide")).endpoints[0].ticket
+            ).read_all()
             nbytes = full.nbytes
             ipc_path = root / "reference.arrow"
             with pa.ipc.new_file(str(ipc_path), full.schema) as writer:
                 writer.write_table(full.combine_chunks(), max_chunksize=65_536)
             ctx = multiprocessing.get_context("spawn")
             ports: multiprocessing.Queue = ctx.Queue()  # type: ignore[type-arg]
-            ref_proc = ctx.Process(target=_reference_server, args=(str(ipc_path), ports), daemon=True)
+            ref_proc = ctx.Process(
+                target=_reference_server, args=(str(ipc_path), ports), daemon=True
+            )
             ref_proc.start()
             try:
                 ref_client = flight.FlightClient(f"grpc+tcp://127.0.0.1:{ports.get(timeout=60)}")
@@ -121,7 +130,11 @@ def run(quick: bool) -> list[Figure]:
                     return nbytes / 2**20 / timed(go)
 
                 def ref_doget() -> float:
-                    return nbytes / 2**20 / timed(lambda: ref_client.do_get(flight.Ticket(b"t")).read_all())
+                    return (
+                        nbytes
+                        / 2**20
+                        / timed(lambda: ref_client.do_get(flight.Ticket(b"t")).read_all())
+                    )
 
                 figures.append(
                     measure(

@@ -6,7 +6,6 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
-
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 
@@ -21,6 +20,7 @@ EPISODES_SCHEMA = pa.schema(
         pa.field("steps", pa.int64()),
         pa.field("recorded_at", pa.timestamp("us", tz="UTC")),
         pa.field("success", pa.bool_()),
+        pa.field("notes", pa.utf8()),
     ]
 )
 ROBOTS_SCHEMA = pa.schema(
@@ -45,6 +45,9 @@ def episodes(start: int, count: int) -> pa.RecordBatch:
             "steps": list(ids),
             "recorded_at": [base + timedelta(seconds=i) for i in ids],
             "success": [i % 3 == 0 for i in ids],
+            # Operator notes make rows realistically wide (~200 bytes), so 20,000
+            # rows span several 2 MB Flight batches.
+            "notes": [f"episode {i}: pick-and-place, bin {i % 17}, " + "nominal; " * 18 for i in ids],
         },
         schema=EPISODES_SCHEMA,
     )

@@ -110,7 +110,9 @@ def wait_healthy(process: LakeProcess, timeout_s: float) -> None:
                 last = exc
             time.sleep(0.1)
     process.stop()
-    raise TimeoutError(f"{process.name} not healthy after {timeout_s}s ({last}):\n{process.log()[-4000:]}")
+    raise TimeoutError(
+        f"{process.name} not healthy after {timeout_s}s ({last}):\n{process.log()[-4000:]}"
+    )
 
 
 def start_meta(

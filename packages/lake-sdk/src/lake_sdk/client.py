@@ -8,7 +8,6 @@ event loop never waits on the network.
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
@@ -64,12 +63,19 @@ class QueryResult:
     async def _batches(self) -> AsyncIterator[pa.RecordBatch]:
         while True:
             try:
-                chunk = await asyncio.to_thread(self._reader.read_chunk)
-            except StopIteration:
-                return
+                batch = await asyncio.to_thread(self._next_batch)
             except (flight.FlightError, pa.ArrowException) as exc:
                 raise lake_error(exc) from None
-            yield chunk.data
+            if batch is None:
+                return
+            yield batch
+
+    def _next_batch(self) -> pa.RecordBatch | None:
+        # StopIteration cannot cross a thread future, so end-of-stream becomes None.
+        try:
+            return self._reader.read_chunk().data
+        except StopIteration:
+            return None
 
     async def to_table(self) -> pa.Table:
         batches = [batch async for batch in self]
@@ -158,8 +164,8 @@ class LakeClient:
         )
         if not results:
             raise LakeError(f"Query sent no schema for {ref}")
-        reply = json.loads(results[0].body.to_pybytes())
-        schema = schema_from_base64(reply["schema_ipc"])
+        reply = protocol.decode(protocol.DescribeTableResult, results[0].body.to_pybytes())
+        schema = schema_from_base64(reply.entry.schema_ipc)
         self._schemas[ref] = (time.monotonic(), schema)
         return schema
 

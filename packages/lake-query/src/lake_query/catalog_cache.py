@@ -1,0 +1,193 @@
+"""The Query replica's view of the native catalog, fed by Metasrv snapshots.
+
+The only source is Metasrv's conditional ``catalog_snapshot`` action: the
+cache sends the generation it holds and gets ``not_modified`` or the whole
+directory. It refreshes in the background at a fixed interval, after this
+replica forwards an append, and (coalesced) when planning misses a table.
+Lookups and listings read an immutable in-memory snapshot and make no RPCs;
+a failed refresh keeps the last good snapshot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+import pyarrow as pa
+import structlog
+from lake_core import protocol
+from lake_core.errors import FailedPrecondition, LakeError
+from lake_core.models import CatalogEntry
+from lake_core.names import TableRef
+from lake_core.schemas import schema_from_base64, schema_to_ipc
+
+__all__ = ["CachedTable", "CatalogCache", "CatalogSource"]
+
+log = structlog.get_logger("lake_query.catalog_cache")
+
+
+class CatalogSource(Protocol):
+    """Where snapshots come from (``lake_core.metaclient.MetaClient`` in production)."""
+
+    async def catalog_snapshot(self, generation: str | None) -> protocol.CatalogSnapshotResult: ...
+
+
+@dataclass(frozen=True)
+class CachedTable:
+    """One catalog entry with its Arrow schema decoded once, at refresh time."""
+
+    entry: CatalogEntry
+    schema: pa.Schema | None
+    schema_error: str | None = None
+
+    @property
+    def table(self) -> TableRef:
+        return self.entry.table
+
+    def schema_ipc(self) -> bytes:
+        """The table's IPC schema, or FailedPrecondition if its registration has none."""
+        if self.schema is None:
+            raise FailedPrecondition(
+                f"{self.table.qualified} has no readable schema in the catalog "
+                f"({self.schema_error}); recreate or migrate the table"
+            )
+        return schema_to_ipc(self.schema)
+
+
+def _decode(entry: CatalogEntry) -> CachedTable:
+    try:
+        return CachedTable(entry, schema_from_base64(entry.schema_ipc))
+    except LakeError as exc:
+        return CachedTable(entry, None, str(exc))
+
+
+@dataclass(frozen=True)
+class _Snapshot:
+    generation: str | None
+    tables: Mapping[TableRef, CachedTable]
+    ordered: tuple[CachedTable, ...]
+
+
+_EMPTY = _Snapshot(None, {}, ())
+
+
+class CatalogCache:
+    """TableRef -> CatalogEntry (with decoded schema), refreshed from a CatalogSource."""
+
+    def __init__(self, source: CatalogSource, refresh_interval_s: float = 1.0) -> None:
+        self._source = source
+        self._interval = refresh_interval_s
+        self._snapshot = _EMPTY
+        self._lock = asyncio.Lock()
+        self._requested = 0
+        self._completed = 0
+        self._task: asyncio.Task[None] | None = None
+        self._pending: set[asyncio.Task[None]] = set()
+
+    def __repr__(self) -> str:
+        return f"CatalogCache(generation={self.generation!r}, tables={len(self._snapshot.tables)})"
+
+    # Reads: in memory only, safe from any thread (the snapshot is swapped whole).
+
+    @property
+    def generation(self) -> str | None:
+        return self._snapshot.generation
+
+    @property
+    def loaded(self) -> bool:
+        return self._snapshot.generation is not None
+
+    def lookup(self, table: TableRef) -> CachedTable | None:
+        return self._snapshot.tables.get(table)
+
+    def entry(self, table: TableRef) -> CatalogEntry | None:
+        found = self._snapshot.tables.get(table)
+        return None if found is None else found.entry
+
+    def tables(self) -> tuple[CachedTable, ...]:
+        """Every table, ordered by namespace then name."""
+        return self._snapshot.ordered
+
+    def table_refs(self) -> list[TableRef]:
+        return [t.table for t in self._snapshot.ordered]
+
+    def namespaces(self) -> list[str]:
+        return sorted({t.table.namespace for t in self._snapshot.ordered})
+
+    # Refreshes.
+
+    async def refresh(self) -> bool:
+        """Bring the cache up to date with a snapshot requested after this call.
+
+        Concurrent callers share one RPC: a refresh that starts after a call
+        was made satisfies it. Returns True if the catalog changed.
+        """
+        self._requested += 1
+        ticket = self._requested
+        async with self._lock:
+            if self._completed >= ticket:
+                return False
+            covers = self._requested
+            changed = await self._fetch()
+            self._completed = covers
+            return changed
+
+    async def _fetch(self) -> bool:
+        current = self._snapshot
+        result = await self._source.catalog_snapshot(current.generation)
+        if result.not_modified:
+            return False
+        decoded = [_decode(e) for e in result.tables]
+        decoded.sort(key=lambda t: (t.table.namespace, t.table.name))
+        self._snapshot = _Snapshot(result.generation, {t.table: t for t in decoded}, tuple(decoded))
+        for broken in (t for t in decoded if t.schema is None):
+            log.warning("catalog entry without a readable schema", table=str(broken.table))
+        log.debug("catalog refreshed", generation=result.generation, tables=len(decoded))
+        return True
+
+    async def start(self) -> None:
+        """Load the first snapshot (errors propagate), then refresh in the background."""
+        await self.refresh()
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="lake-query-catalog-refresh")
+
+    async def _run(self) -> None:
+        failing = False
+        while True:
+            await asyncio.sleep(self._interval)
+            try:
+                await self.refresh()
+                if failing:
+                    log.info("catalog refresh recovered", generation=self.generation)
+                failing = False
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                if not failing:
+                    log.warning("catalog refresh failed; serving the last snapshot", error=str(exc))
+                failing = True
+
+    def refresh_soon(self) -> None:
+        """Schedule a refresh without waiting for it (errors are logged)."""
+
+        async def run() -> None:
+            try:
+                await self.refresh()
+            except Exception as exc:
+                log.warning("catalog refresh failed", error=str(exc))
+
+        task = asyncio.get_running_loop().create_task(run())
+        self._pending.add(task)
+        task.add_done_callback(self._pending.discard)
+
+    async def close(self) -> None:
+        tasks = [t for t in (self._task, *self._pending) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        self._task = None

@@ -1,0 +1,140 @@
+"""``lake query``: run one Query replica.
+
+Startup order: parse and validate the whole configuration, connect the
+catalog source (the first ``catalog_snapshot`` must succeed), then bind.
+Logs are structlog JSON lines on stderr; once serving, the process prints
+``lake query listening on ADDR`` to stderr.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+import click
+import structlog
+from lake_core.errors import LakeError
+from lake_core.flight.server import FlightServer, UncleanShutdown, serve
+from lake_core.metaclient import MetaClient
+from lake_core.principal import DEV_PRINCIPAL, Principal
+from lake_core.tickets import TicketSealer
+
+from lake_query.catalog_cache import CatalogCache
+from lake_query.config import DEFAULT_ADDR, DEFAULT_METADATA_ADDR, QueryConfig
+from lake_query.flightsql import QueryHandler
+
+__all__ = ["configure_logging", "main", "query", "run"]
+
+log = structlog.get_logger("lake_query")
+
+#: Prepared-statement handles live longer than result tickets: ADBC keeps
+#: them for the life of a cursor.
+HANDLE_TTL_SECS = 3600
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """structlog and stdlib logging as JSON lines on stderr."""
+    shared: list[structlog.types.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=shared,
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                structlog.processors.format_exc_info,
+                structlog.processors.JSONRenderer(),
+            ],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+
+
+def _loopback_principal(_metadata: object, _peer: str, _method: str) -> Principal:
+    # Anonymous plaintext is allowed only on loopback (QueryConfig enforces it).
+    return DEV_PRINCIPAL
+
+
+async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
+    """Connect the catalog, then serve until SIGINT/SIGTERM (or ``stop``)."""
+    meta = MetaClient(config.metadata_addr)
+    cache = CatalogCache(meta, config.catalog_refresh_s)
+    handler: QueryHandler | None = None
+    try:
+        await cache.start()
+        log.info(
+            "catalog connected",
+            metadata_addr=config.metadata_addr,
+            generation=cache.generation,
+            tables=len(cache.tables()),
+        )
+        handler = QueryHandler(
+            cache=cache,
+            sealer=TicketSealer(config.ticket_ring, config.audience, config.ticket_ttl_secs),
+            handle_sealer=TicketSealer(
+                config.ticket_ring, f"{config.audience}/prepared", HANDLE_TTL_SECS
+            ),
+            appends=meta,
+        )
+
+        def started(server: FlightServer) -> None:
+            log.info("serving", addr=config.addr, port=server.port)
+            print(f"lake query listening on {config.addr}", file=sys.stderr, flush=True)
+
+        await serve(
+            handler,
+            config.addr,
+            authenticate=_loopback_principal,
+            on_started=started,
+            stop=stop,
+        )
+    finally:
+        await cache.close()
+        await meta.close()
+        if handler is not None:
+            handler.close()
+
+
+@click.command("query")
+@click.option("--addr", default=DEFAULT_ADDR, show_default=True, help="Listen address host:port.")
+@click.option(
+    "--metadata-addr",
+    default=DEFAULT_METADATA_ADDR,
+    show_default=True,
+    help="Metasrv URL (http:// or https://).",
+)
+@click.option("--log-level", default="info", show_default=True, help="debug, info, warning, error.")
+def query(addr: str, metadata_addr: str, log_level: str) -> None:
+    """Run a Lake Query replica (Flight SQL over DataFusion)."""
+    configure_logging(getattr(logging, log_level.upper(), logging.INFO))
+    try:
+        config = QueryConfig.load(addr, metadata_addr)
+        asyncio.run(run(config))
+    except UncleanShutdown as exc:
+        log.error("unclean shutdown", error=str(exc))
+        sys.exit(1)
+    except LakeError as exc:
+        log.error("lake query failed", error=str(exc), error_type=type(exc).__name__)
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except OSError as exc:
+        log.error("lake query failed", error=str(exc))
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+
+
+def main() -> None:
+    query.main(prog_name="lake query")

@@ -1,0 +1,148 @@
+"""What kind of SQL a request carries, and how DataFusion's errors reach clients.
+
+Lake SQL is read-only. DataFusion's ``SQLOptions`` already refuse DDL, DML and
+statements at planning, before anything runs; the keyword check here runs
+first so that a write is refused with the one stable :class:`ReadOnlySql`
+error before any table is even looked up (``INSERT INTO missing.table``
+must not answer "table not found", nor open anything).
+
+Error mapping (DataFusion raises plain ``ValueError``/``Exception``):
+
+    DDL/DML/statement refusals, unsupported statements  -> ReadOnlySql
+    "table '<name>' not found" (other catalogs)          -> TableNotFound
+    anything else at planning or execution               -> SqlError (DataFusion's message)
+"""
+
+from __future__ import annotations
+
+import re
+
+from lake_core.errors import LakeError, ReadOnlySql, SqlError, TableNotFound
+
+__all__ = ["WRITE_KEYWORDS", "leading_keyword", "reject_writes", "sql_error"]
+
+#: Statements that are never queries. Checked on the first keyword (after
+#: comments, parentheses and an EXPLAIN prefix), so string literals and
+#: column names cannot trigger it.
+WRITE_KEYWORDS = frozenset(
+    {
+        "ALTER",
+        "ANALYZE",
+        "ATTACH",
+        "BEGIN",
+        "CACHE",
+        "CALL",
+        "COMMENT",
+        "COMMIT",
+        "COPY",
+        "CREATE",
+        "DEALLOCATE",
+        "DECLARE",
+        "DELETE",
+        "DETACH",
+        "DISCARD",
+        "DROP",
+        "EXECUTE",
+        "GRANT",
+        "INSERT",
+        "INSTALL",
+        "LOAD",
+        "LOCK",
+        "MERGE",
+        "MSCK",
+        "OPTIMIZE",
+        "PRAGMA",
+        "PREPARE",
+        "RELEASE",
+        "RENAME",
+        "REPLACE",
+        "RESET",
+        "REVOKE",
+        "ROLLBACK",
+        "SAVEPOINT",
+        "SET",
+        "START",
+        "TRUNCATE",
+        "UNCACHE",
+        "UNLOAD",
+        "UPDATE",
+        "UPSERT",
+        "USE",
+        "VACUUM",
+    }
+)
+
+_EXPLAIN_MODIFIERS = frozenset({"ANALYZE", "VERBOSE"})
+_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+# DataFusion's own refusals (SQLOptions verification and unsupported statements).
+_REFUSAL = re.compile(
+    r"(DDL|DML|Statement) not supported"
+    r"|Unsupported SQL statement"
+    r"|not implemented: Query (INSERT|UPDATE|DELETE|MERGE|REPLACE)\b",
+    re.IGNORECASE,
+)
+_TABLE_NOT_FOUND = re.compile(r"table '([^']{1,512})' not found")
+_PREFIX = re.compile(r"^(DataFusion error: )+")
+
+
+def _skip_trivia(sql: str, pos: int) -> int:
+    """Skip whitespace, comments and opening parentheses from ``pos``."""
+    n = len(sql)
+    while pos < n:
+        ch = sql[pos]
+        if ch.isspace() or ch == "(":
+            pos += 1
+        elif sql.startswith("--", pos):
+            end = sql.find("\n", pos)
+            pos = n if end < 0 else end + 1
+        elif sql.startswith("/*", pos):
+            end = sql.find("*/", pos + 2)
+            pos = n if end < 0 else end + 2
+        else:
+            break
+    return pos
+
+
+def _words(sql: str) -> list[str]:
+    """The first few keywords of a statement, upper-cased."""
+    words: list[str] = []
+    pos = 0
+    while len(words) < 4:
+        pos = _skip_trivia(sql, pos)
+        match = _WORD.match(sql, pos)
+        if match is None:
+            break
+        words.append(match.group(0).upper())
+        pos = match.end()
+    return words
+
+
+def leading_keyword(sql: str) -> str:
+    """The statement's verb: its first keyword, looking through ``EXPLAIN [ANALYZE] [VERBOSE]``."""
+    words = _words(sql)
+    if words and words[0] == "EXPLAIN":
+        rest = words[1:]
+        while rest and rest[0] in _EXPLAIN_MODIFIERS:
+            rest = rest[1:]
+        return rest[0] if rest else "EXPLAIN"
+    return words[0] if words else ""
+
+
+def reject_writes(sql: str) -> None:
+    """Raise :class:`ReadOnlySql` if ``sql`` is not a query. No I/O, no parsing."""
+    if leading_keyword(sql) in WRITE_KEYWORDS:
+        raise ReadOnlySql()
+
+
+def sql_error(exc: BaseException) -> LakeError:
+    """The Lake error for an exception raised while planning or running SQL."""
+    if isinstance(exc, LakeError):
+        return exc
+    message = _PREFIX.sub("", str(exc)).strip() or type(exc).__name__
+    if _REFUSAL.search(message):
+        return ReadOnlySql()
+    found = _TABLE_NOT_FOUND.search(message)
+    if found:
+        return TableNotFound(found.group(1))
+    return SqlError(message)

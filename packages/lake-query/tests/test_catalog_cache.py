@@ -1,0 +1,120 @@
+"""The catalog cache: conditional snapshots, zero RPCs when warm."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pyarrow as pa
+import pytest
+from lake_core.errors import FailedPrecondition
+from lake_core.names import TableRef
+from lake_core.schemas import schema_from_ipc
+from lake_query.catalog_cache import CatalogCache
+
+from .conftest import LocalCatalog, rewards
+
+
+@pytest.mark.asyncio
+async def test_warm_lookups_and_listings_make_no_rpcs(catalog: LocalCatalog) -> None:
+    cache = CatalogCache(catalog, refresh_interval_s=3600)
+    await cache.start()
+    try:
+        assert catalog.calls == 1
+        for _ in range(100):
+            found = cache.lookup(TableRef("robots", "episodes"))
+            assert found is not None
+            assert found.schema is not None
+            assert cache.lookup(TableRef("robots", "nope")) is None
+            assert cache.namespaces() == ["robots", "secret"]
+            assert [str(t.table) for t in cache.tables()] == [
+                "robots.episodes",
+                "robots.rewards",
+                "secret.plans",
+            ]
+        assert catalog.calls == 1
+    finally:
+        await cache.close()
+
+
+@pytest.mark.asyncio
+async def test_schemas_are_decoded_once_and_exact(catalog: LocalCatalog) -> None:
+    cache = CatalogCache(catalog)
+    await cache.refresh()
+    cached = cache.lookup(TableRef("robots", "rewards"))
+    assert cached is not None
+    assert cached.schema == pa.schema([("episode_id", pa.int64()), ("reward", pa.float32())])
+    assert schema_from_ipc(cached.schema_ipc()) == cached.schema
+
+
+@pytest.mark.asyncio
+async def test_unchanged_generation_is_not_modified(catalog: LocalCatalog) -> None:
+    cache = CatalogCache(catalog)
+    assert await cache.refresh() is True
+    assert await cache.refresh() is False
+    catalog.append("robots.rewards", rewards(10**6, 1))
+    assert await cache.refresh() is True
+    entry = cache.entry(TableRef("robots", "rewards"))
+    assert entry is not None
+    assert entry.descriptor.version == 2
+
+
+@pytest.mark.asyncio
+async def test_concurrent_refreshes_share_one_rpc(catalog: LocalCatalog) -> None:
+    cache = CatalogCache(catalog)
+    await cache.refresh()
+    before = catalog.calls
+    await asyncio.gather(*(cache.refresh() for _ in range(20)))
+    # The first waits for nothing; the rest share at most one more snapshot.
+    assert catalog.calls - before <= 2
+
+
+@pytest.mark.asyncio
+async def test_background_refresh_sees_new_tables(catalog: LocalCatalog) -> None:
+    cache = CatalogCache(catalog, refresh_interval_s=0.02)
+    await cache.start()
+    try:
+        catalog.create("robots.new_one", rewards(0, 1))
+        for _ in range(200):
+            if cache.lookup(TableRef("robots", "new_one")) is not None:
+                break
+            await asyncio.sleep(0.01)
+        assert cache.lookup(TableRef("robots", "new_one")) is not None
+    finally:
+        await cache.close()
+
+
+@pytest.mark.asyncio
+async def test_failed_refresh_keeps_the_last_snapshot(catalog: LocalCatalog) -> None:
+    cache = CatalogCache(catalog, refresh_interval_s=0.01)
+    await cache.start()
+    try:
+        catalog.fail = True
+        await asyncio.sleep(0.1)
+        assert cache.lookup(TableRef("robots", "episodes")) is not None
+        with pytest.raises(ConnectionError):
+            await cache.refresh()
+    finally:
+        await cache.close()
+
+
+@pytest.mark.asyncio
+async def test_first_snapshot_failure_propagates(catalog: LocalCatalog) -> None:
+    catalog.fail = True
+    cache = CatalogCache(catalog)
+    with pytest.raises(ConnectionError):
+        await cache.start()
+    assert not cache.loaded
+
+
+@pytest.mark.asyncio
+async def test_entry_without_schema_fails_explicitly(catalog: LocalCatalog) -> None:
+    ref = TableRef("robots", "rewards")
+    catalog.entries[ref] = catalog.entries[ref].model_copy(update={"schema_ipc": ""})
+    catalog.generation += 1
+    cache = CatalogCache(catalog)
+    await cache.refresh()
+    cached = cache.lookup(ref)
+    assert cached is not None
+    assert cached.schema is None
+    with pytest.raises(FailedPrecondition, match=r"lake\.robots\.rewards"):
+        cached.schema_ipc()
