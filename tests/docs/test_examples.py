@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from lake_core.names import TableRef
 
+from lake_core.names import TableRef
 from tools.lake_testing.data import create_table
 from tools.lake_testing.plugin import LakeCluster
 

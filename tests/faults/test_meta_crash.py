@@ -9,12 +9,12 @@ from __future__ import annotations
 import threading
 import time
 
-import lake_sdk
 import pyarrow.compute as pc
 import pytest
+
+import lake_sdk
 from lake_core.errors import LakeError
 from lake_core.ids import new_operation_id
-
 from tools.lake_testing.data import (
     EPISODES,
     EPISODES_SCHEMA,

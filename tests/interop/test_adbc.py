@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import adbc_driver_flightsql.dbapi as flightsql
 import adbc_driver_manager
-import lake_sdk
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+import lake_sdk
 from tools.lake_testing.data import (
     EPISODES,
     EPISODES_SCHEMA,

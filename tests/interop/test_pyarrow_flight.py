@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import lake_sdk
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 from google.protobuf import any_pb2
-from lake_core.proto import flight_sql_pb2
 
+import lake_sdk
+from lake_core.proto import flight_sql_pb2
 from tools.lake_testing.data import EPISODES, EPISODES_SCHEMA, create_table, episodes
 from tools.lake_testing.plugin import LakeCluster
 

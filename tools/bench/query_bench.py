@@ -17,17 +17,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import lake_sdk
 import lance
 import numpy as np
 import pyarrow as pa
 import pyarrow.flight as flight
 from datafusion import SessionContext
 from google.protobuf import any_pb2
+
+import lake_sdk
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2
-
 from tools.bench.harness import Figure, measure, timed
 from tools.lake_testing.servers import LakeProcess, start_meta, start_query
 

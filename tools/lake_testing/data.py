@@ -6,6 +6,7 @@ import asyncio
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
+
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 
@@ -47,7 +48,9 @@ def episodes(start: int, count: int) -> pa.RecordBatch:
             "success": [i % 3 == 0 for i in ids],
             # Operator notes make rows realistically wide (~200 bytes), so 20,000
             # rows span several 2 MB Flight batches.
-            "notes": [f"episode {i}: pick-and-place, bin {i % 17}, " + "nominal; " * 18 for i in ids],
+            "notes": [
+                f"episode {i}: pick-and-place, bin {i % 17}, " + "nominal; " * 18 for i in ids
+            ],
         },
         schema=EPISODES_SCHEMA,
     )

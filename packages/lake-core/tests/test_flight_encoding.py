@@ -10,6 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
+
 from lake_core.flight.encoding import (
     FlightDataDecoder,
     InvalidFlightData,

@@ -21,8 +21,8 @@ import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from lake_core.errors import ConfigError
-from lake_core.errors import InvalidArgument, Unauthenticated
+
+from lake_core.errors import ConfigError, InvalidArgument, Unauthenticated
 from lake_core.flight.encoding import FlightDataDecoder, encode_batch, encode_stream
 from lake_core.flight.server import (
     FLIGHT_SERVICE,

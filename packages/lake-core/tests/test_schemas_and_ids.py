@@ -20,7 +20,8 @@ from lake_core.schemas import (
 def test_column_specs_cover_every_cli_type() -> None:
     names = ["utf8", "int32", "int64", "float32", "float64", "bool", "timestamp", "binary", "file"]
     fields = [parse_column_spec(f"c{i}:{t}") for i, t in enumerate(names)]
-    assert fields[-1].type == FILE_STRUCT and is_file_field(fields[-1])
+    assert fields[-1].type == FILE_STRUCT
+    assert is_file_field(fields[-1])
     schema = validate_table_schema(pa.schema(fields))
     assert schema_from_base64(schema_to_base64(schema)).equals(schema, check_metadata=True)
     with pytest.raises(InvalidSchema, match="unknown type"):

@@ -16,9 +16,13 @@ BOB = Principal(principal_id="bob", tenant_id="acme", role="user")
 MALLORY = Principal(principal_id="alice", tenant_id="other", role="user")
 
 
-def ring_file(path: Path, active: str, ids: list[str], keys: dict[str, bytes] | None = None) -> Path:
+def ring_file(
+    path: Path, active: str, ids: list[str], keys: dict[str, bytes] | None = None
+) -> Path:
     keys = keys or {}
-    entries = [{"id": i, "key": base64.b64encode(keys.get(i, os.urandom(32))).decode()} for i in ids]
+    entries = [
+        {"id": i, "key": base64.b64encode(keys.get(i, os.urandom(32))).decode()} for i in ids
+    ]
     path.write_text(json.dumps({"active": active, "keys": entries}))
     path.chmod(0o600)
     return path
@@ -80,7 +84,9 @@ def test_key_file_rules(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="active key"):
         TicketKeyRing.from_file(ring_file(tmp_path / "inactive.json", "z", ["a"]))
     short = tmp_path / "short.json"
-    short.write_text(json.dumps({"active": "a", "keys": [{"id": "a", "key": base64.b64encode(b"x").decode()}]}))
+    short.write_text(
+        json.dumps({"active": "a", "keys": [{"id": "a", "key": base64.b64encode(b"x").decode()}]})
+    )
     short.chmod(0o600)
     with pytest.raises(ConfigError, match="32 bytes"):
         TicketKeyRing.from_file(short)

@@ -19,6 +19,7 @@ from pathlib import Path
 import lance
 import pyarrow as pa
 import pytest
+
 from lake_core import protocol
 from lake_core.flight.server import FlightServer, serve
 from lake_core.models import CatalogEntry, TableDescriptor

@@ -6,6 +6,7 @@ import asyncio
 
 import pyarrow as pa
 import pytest
+
 from lake_core.errors import FailedPrecondition
 from lake_core.names import TableRef
 from lake_core.schemas import schema_from_ipc

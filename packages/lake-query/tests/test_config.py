@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from lake_core.errors import ConfigError
 from lake_query.config import QueryConfig
 

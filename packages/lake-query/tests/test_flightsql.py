@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 from google.protobuf import any_pb2
+
 from lake_core import protocol
 from lake_core.errors import READ_ONLY_MESSAGE
 from lake_core.models import TableDescriptor

@@ -9,6 +9,7 @@ import lance
 import pyarrow as pa
 import pytest
 from datafusion import SessionContext
+
 from lake_core.errors import (
     READ_ONLY_MESSAGE,
     InvalidName,

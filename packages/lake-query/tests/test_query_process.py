@@ -21,13 +21,13 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 from google.protobuf import any_pb2
+
 from lake_core import protocol
 from lake_core.errors import READ_ONLY_MESSAGE
 from lake_core.ids import new_operation_id
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2 as sql_pb
-
 from tools.lake_testing.plugin import LakeCluster
 from tools.lake_testing.servers import free_port, start_meta, start_query
 

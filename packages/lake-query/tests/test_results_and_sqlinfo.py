@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pytest
+
 from lake_core.proto import flight_sql_pb2 as sql_pb
 from lake_query.metadata import like_matcher
 from lake_query.results import MAX_BATCH_BYTES, coalesce_batches, prefetch

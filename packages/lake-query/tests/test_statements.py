@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import grpc
 import pytest
+
 from lake_core.errors import READ_ONLY_MESSAGE, ReadOnlySql, SqlError, TableNotFound
 from lake_query.statements import leading_keyword, reject_writes, sql_error
 

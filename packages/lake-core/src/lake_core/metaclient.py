@@ -27,7 +27,12 @@ MAX_MESSAGE_BYTES = 80 * 1024 * 1024
 
 
 def _target(addr: str) -> tuple[str, bool]:
-    for scheme, tls in (("grpc+tls://", True), ("https://", True), ("grpc://", False), ("http://", False)):
+    for scheme, tls in (
+        ("grpc+tls://", True),
+        ("https://", True),
+        ("grpc://", False),
+        ("http://", False),
+    ):
         if addr.startswith(scheme):
             return addr[len(scheme) :], tls
     return addr, False
@@ -61,7 +66,7 @@ class MetaClient:
             self._channel = grpc.aio.secure_channel(target, creds, options=options)
         else:
             self._channel = grpc.aio.insecure_channel(target, options=options)
-        self._stub = flight_grpc.FlightServiceStub(self._channel)
+        self._stub = flight_grpc.FlightServiceStub(self._channel)  # type: ignore[no-untyped-call]
         self._metadata: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {token}"),) if token else ()
         )
@@ -92,7 +97,9 @@ class MetaClient:
             raise _lake_error(exc) from None
         return protocol.decode(result, payload)
 
-    async def create_table(self, table: TableRef, schema: pa.Schema) -> protocol.DescribeTableResult:
+    async def create_table(
+        self, table: TableRef, schema: pa.Schema
+    ) -> protocol.DescribeTableResult:
         request = protocol.CreateTableRequest(table=table, schema_ipc=schema_to_base64(schema))
         return await self.action(protocol.CREATE_TABLE, request, protocol.DescribeTableResult)
 
@@ -106,9 +113,7 @@ class MetaClient:
 
     async def catalog_snapshot(self, generation: str | None) -> protocol.CatalogSnapshotResult:
         request = protocol.CatalogSnapshotRequest(generation=generation)
-        return await self.action(
-            protocol.CATALOG_SNAPSHOT, request, protocol.CatalogSnapshotResult
-        )
+        return await self.action(protocol.CATALOG_SNAPSHOT, request, protocol.CatalogSnapshotResult)
 
     async def append_messages(
         self, messages: AsyncIterator[flight_pb2.FlightData]

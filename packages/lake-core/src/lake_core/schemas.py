@@ -38,7 +38,8 @@ COLUMN_TYPES: dict[str, pa.DataType] = {
 
 
 def schema_to_ipc(schema: pa.Schema) -> bytes:
-    return schema.serialize().to_pybytes()
+    data: bytes = schema.serialize().to_pybytes()
+    return data
 
 
 def schema_from_ipc(data: bytes) -> pa.Schema:

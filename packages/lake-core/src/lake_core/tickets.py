@@ -107,7 +107,9 @@ class TicketSealer:
     def __repr__(self) -> str:
         return f"TicketSealer({self._ring!r}, ttl_secs={self._ttl})"
 
-    def seal(self, principal: Principal, body: dict[str, Any], *, now: float | None = None) -> bytes:
+    def seal(
+        self, principal: Principal, body: dict[str, Any], *, now: float | None = None
+    ) -> bytes:
         issued = int(now if now is not None else time.time())
         claims = {
             "prn": principal.principal_id,
@@ -124,7 +126,9 @@ class TicketSealer:
         sealed = self._ciphers[self._ring.active_id].encrypt(nonce, plain, header + self._audience)
         return header + nonce + sealed
 
-    def open(self, ticket: bytes, principal: Principal, *, now: float | None = None) -> dict[str, Any]:
+    def open(
+        self, ticket: bytes, principal: Principal, *, now: float | None = None
+    ) -> dict[str, Any]:
         """Return the ticket's body, or raise if it is not this caller's valid ticket."""
         if len(ticket) < len(MAGIC) + 2 + NONCE_BYTES + 16 or not ticket.startswith(MAGIC):
             raise Unauthenticated("invalid ticket")
@@ -136,7 +140,9 @@ class TicketSealer:
             raise Unauthenticated("invalid ticket")
         nonce = ticket[header_end : header_end + NONCE_BYTES]
         try:
-            plain = cipher.decrypt(nonce, ticket[header_end + NONCE_BYTES :], header + self._audience)
+            plain = cipher.decrypt(
+                nonce, ticket[header_end + NONCE_BYTES :], header + self._audience
+            )
             decompressor = zlib.decompressobj()
             raw = decompressor.decompress(plain, _MAX_CLAIMS_BYTES)
             if decompressor.unconsumed_tail:

@@ -18,6 +18,7 @@ from typing import Protocol
 
 import pyarrow as pa
 import structlog
+
 from lake_core import protocol
 from lake_core.errors import FailedPrecondition, LakeError
 from lake_core.models import CatalogEntry

@@ -14,12 +14,12 @@ import sys
 
 import click
 import structlog
+
 from lake_core.errors import LakeError
 from lake_core.flight.server import FlightServer, UncleanShutdown, serve
 from lake_core.metaclient import MetaClient
 from lake_core.principal import DEV_PRINCIPAL, Principal
 from lake_core.tickets import TicketSealer
-
 from lake_query.catalog_cache import CatalogCache
 from lake_query.config import DEFAULT_ADDR, DEFAULT_METADATA_ADDR, QueryConfig
 from lake_query.flightsql import QueryHandler

@@ -37,6 +37,8 @@ from google.protobuf.message import (  # type: ignore[import-untyped, unused-ign
     DecodeError,
     Message,
 )
+from pydantic import ValidationError
+
 from lake_core import protocol
 from lake_core.errors import (
     InvalidArgument,
@@ -56,8 +58,6 @@ from lake_core.proto import flight_pb2 as pb
 from lake_core.proto import flight_sql_pb2 as sql_pb
 from lake_core.schemas import schema_to_ipc
 from lake_core.tickets import TicketSealer
-from pydantic import ValidationError
-
 from lake_query import metadata
 from lake_query.catalog_cache import CatalogCache
 from lake_query.planning import PlannedQuery, Planner, QuerySpec

@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 import pyarrow as pa
+
 from lake_core.names import DEFAULT_CATALOG
 from lake_core.principal import Principal
-
 from lake_query.catalog_cache import CatalogCache
 
 __all__ = [

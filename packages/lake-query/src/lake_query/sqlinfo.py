@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from importlib.metadata import PackageNotFoundError, version
 
 import pyarrow as pa
+
 from lake_core.proto import flight_sql_pb2 as sql_pb
 
 __all__ = ["SQL_INFO", "SQL_INFO_SCHEMA", "SqlInfoValue", "sql_info_batch"]

@@ -10,7 +10,9 @@ import pyarrow.flight as flight
 from lake_core import errors
 
 # Arrow's client formats server errors as "Flight returned <code> error, with message: <msg>".
-_MESSAGE = re.compile(r"with message: (?P<msg>.*?)(?:\. Detail: .*|\. gRPC client debug context: .*)?$", re.S)
+_MESSAGE = re.compile(
+    r"with message: (?P<msg>.*?)(?:\. Detail: .*|\. gRPC client debug context: .*)?$", re.S
+)
 
 
 def _server_message(exc: BaseException) -> str:

@@ -40,11 +40,12 @@ def _any(message: Any) -> bytes:
 
 def _location(url: str) -> str:
     if not isinstance(url, str) or not url.startswith(_SCHEMES):
-        raise InvalidArgument(
-            f"Lake endpoint {url!r} must start with one of {', '.join(_SCHEMES)}"
-        )
-    for plain, flight_scheme in (("http://", "grpc+tcp://"), ("grpc://", "grpc+tcp://"),
-                                 ("https://", "grpc+tls://")):
+        raise InvalidArgument(f"Lake endpoint {url!r} must start with one of {', '.join(_SCHEMES)}")
+    for plain, flight_scheme in (
+        ("http://", "grpc+tcp://"),
+        ("grpc://", "grpc+tcp://"),
+        ("https://", "grpc+tls://"),
+    ):
         if url.startswith(plain):
             return flight_scheme + url[len(plain) :]
     return url
@@ -197,9 +198,7 @@ class LakeClient:
         last: LakeError | None = None
         for attempt in range(self._append_attempts):
             try:
-                result = await asyncio.to_thread(
-                    self._put, descriptor, schema, items
-                )
+                result = await asyncio.to_thread(self._put, descriptor, schema, items)
                 return result.version
             except (flight.FlightError, pa.ArrowException) as exc:
                 error = lake_error(exc)

@@ -29,7 +29,13 @@ from lake_core.schemas import parse_column_spec
 from lake_sdk.client import LakeClient
 
 TABLE = TableRef("robots", "episodes")
-COLUMNS = ("episode_id:utf8", "robot_id:utf8", "reward:float64", "steps:int64", "recorded_at:timestamp")
+COLUMNS = (
+    "episode_id:utf8",
+    "robot_id:utf8",
+    "reward:float64",
+    "steps:int64",
+    "recorded_at:timestamp",
+)
 
 
 def _free_port() -> int:
@@ -44,19 +50,22 @@ def _spawn(module: str, args: list[str], log: Path) -> subprocess.Popen[bytes]:
         raise click.ClickException(f"lake demo needs {package}: pip install {package}")
     with log.open("ab") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", module, *args], stdout=out, stderr=subprocess.STDOUT,
+            [sys.executable, "-m", module, *args],
+            stdout=out,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
 
 
-async def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
+def _wait_ready(proc: subprocess.Popen[bytes], log: Path) -> None:
+    """Block until the process logs that it is listening (or fails)."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise click.ClickException(f"process exited early; its log:\n{log.read_text()[-3000:]}")
         if b"listening" in log.read_bytes():
             return
-        await asyncio.sleep(0.1)
+        time.sleep(0.1)
     raise click.ClickException(f"not ready after 60 s; its log:\n{log.read_text()[-3000:]}")
 
 
@@ -86,14 +95,16 @@ async def _run(data_dir: Path) -> None:
         meta_log = logs / "meta.log"
         meta = _spawn("lake_metasrv", ["--addr", meta_addr, "--data-dir", str(data_dir)], meta_log)
         procs.append(meta)
-        await _wait_ready(meta_addr, meta, meta_log)
+        await asyncio.to_thread(_wait_ready, meta, meta_log)
         say(f"started Metasrv on {meta_addr} (pid {meta.pid}), data in {data_dir}")
         query_log = logs / "query.log"
         query = _spawn(
-            "lake_query", ["--addr", query_addr, "--metadata-addr", f"http://{meta_addr}"], query_log
+            "lake_query",
+            ["--addr", query_addr, "--metadata-addr", f"http://{meta_addr}"],
+            query_log,
         )
         procs.append(query)
-        await _wait_ready(query_addr, query, query_log)
+        await asyncio.to_thread(_wait_ready, query, query_log)
         say(f"started Query on {query_addr} (pid {query.pid})")
 
         schema = pa.schema([parse_column_spec(c) for c in COLUMNS])
@@ -116,14 +127,16 @@ async def _run(data_dir: Path) -> None:
             pinned = await client.query("SELECT count(*) AS n FROM robots.episodes")
             await client.append_batches(TABLE, [_episodes(12, 4)])
             say("\nplanned a count, then appended 4 more episodes before fetching it:")
-            say(f"  pinned result: {(await pinned.to_table()).column('n')[0].as_py()} rows "
-                "(the version seen at planning)")
+            say(
+                f"  pinned result: {(await pinned.to_table()).column('n')[0].as_py()} rows "
+                "(the version seen at planning)"
+            )
             latest = await client.query_table("SELECT count(*) AS n FROM robots.episodes")
             say(f"  a new query:   {latest.column('n')[0].as_py()} rows")
 
             try:
                 await client.query_table("DELETE FROM robots.episodes")
-            except Exception as exc:  # noqa: BLE001 - shown to the user as-is
+            except Exception as exc:
                 say(f"\nSQL> DELETE FROM robots.episodes\n  refused: {exc}")
     finally:
         for proc in reversed(procs):
@@ -150,8 +163,12 @@ def _format(table: pa.Table) -> str:
 
 
 @click.command()
-@click.option("--data-dir", type=click.Path(path_type=Path), default=None,
-              help="Keep the demo's data here (default: a temporary directory).")
+@click.option(
+    "--data-dir",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Keep the demo's data here (default: a temporary directory).",
+)
 def demo(data_dir: Path | None) -> None:
     """Run a local Lake on loopback: create, append, commit, query."""
     if data_dir is not None:

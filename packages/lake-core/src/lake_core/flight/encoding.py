@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Iterator
 
 import grpc
 import pyarrow as pa
+
 from lake_core.proto import flight_pb2
 
 __all__ = [

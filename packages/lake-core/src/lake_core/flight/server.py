@@ -23,6 +23,7 @@ from typing import Any, NoReturn, TypeAlias, TypeVar
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
 from lake_core.errors import ConfigError, Unimplemented
 from lake_core.proto import flight_pb2 as pb
 
