@@ -22,14 +22,13 @@ import pytest
 
 from lake_core import protocol
 from lake_core.flight.server import FlightServer, serve
-from lake_core.models import CatalogEntry, TableDescriptor
+from lake_core.models import CatalogEntry, TableDescriptor, incarnation_metadata
 from lake_core.names import TableRef
 from lake_core.principal import DEV_PRINCIPAL, Principal
 from lake_core.schemas import schema_to_base64
 from lake_core.tickets import TicketKeyRing, TicketSealer
 from lake_query.catalog_cache import CatalogCache
 from lake_query.flightsql import QueryHandler
-from lake_query.planning import INCARNATION_METADATA_KEY
 
 EPISODES_ROWS = 20_000
 
@@ -56,13 +55,9 @@ class LocalCatalog:
             not_modified=False, generation=current, tables=list(self.entries.values())
         )
 
-    #: Stamp datasets as ``lake.incarnation.<id>`` (True) or ``lake.incarnation``.
-    per_incarnation_key: bool = True
-
-    def incarnation_key(self, incarnation: str) -> bytes:
-        if self.per_incarnation_key:
-            return INCARNATION_METADATA_KEY + b"." + incarnation.encode()
-        return INCARNATION_METADATA_KEY
+    #: Also stamp a user metadata key whose value differs per table, the shape
+    #: that makes DataFusion 54 fail reordered joins.
+    conflicting_metadata: bool = False
 
     def location(self, ref: TableRef) -> str:
         return str(self.root / ref.namespace / f"{ref.name}.lance")
@@ -74,9 +69,10 @@ class LocalCatalog:
         # versions restart at 1) stamped with a new incarnation.
         shutil.rmtree(self.location(ref), ignore_errors=True)
         incarnation = uuid.uuid4().hex
-        schema = data.schema.with_metadata(
-            {self.incarnation_key(incarnation): incarnation.encode()}
-        )
+        metadata = incarnation_metadata(incarnation)
+        if self.conflicting_metadata:
+            metadata[b"owner"] = incarnation.encode()
+        schema = data.schema.with_metadata(metadata)
         dataset = lance.write_dataset(
             data.replace_schema_metadata(schema.metadata), self.location(ref), schema=schema
         )

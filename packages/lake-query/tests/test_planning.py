@@ -275,9 +275,10 @@ def test_joins_across_tables_run(planner: Planner) -> None:
         assert rows(planner, planned.spec).num_rows == expected
 
 
-def test_joins_run_with_single_key_incarnation_stamps(tmp_path: Path) -> None:
-    # Metasrv's current stamp: one key, a different value per table.
-    legacy = LocalCatalog(tmp_path / "legacy", per_incarnation_key=False)
+def test_joins_run_when_schema_metadata_conflicts(tmp_path: Path) -> None:
+    # One metadata key with a different value per table breaks DataFusion 54's
+    # reordered joins; Query keeps the written join order for such tables.
+    legacy = LocalCatalog(tmp_path / "legacy", conflicting_metadata=True)
     legacy.create("robots.episodes", episodes(0, 1000))
     legacy.create("robots.rewards", rewards(0, 1000))
     planner = Planner(legacy.resolve, legacy.refs)
@@ -292,14 +293,3 @@ def test_joins_run_with_single_key_incarnation_stamps(tmp_path: Path) -> None:
     for sql, expected in cases.items():
         planned = planner.plan(sql, DEV_PRINCIPAL)
         assert rows(planner, planned.spec).num_rows == expected
-
-
-def test_single_key_incarnation_stamp_is_accepted(tmp_path: Path) -> None:
-    legacy = LocalCatalog(tmp_path / "legacy", per_incarnation_key=False)
-    legacy.create("robots.rewards", rewards(0, 10))
-    planner = Planner(legacy.resolve, legacy.refs)
-    planned = planner.plan("SELECT * FROM robots.rewards", DEV_PRINCIPAL)
-    assert rows(planner, planned.spec).num_rows == 10
-    legacy.create("robots.rewards", rewards(0, 10))
-    with pytest.raises(VersionReclaimed):
-        rows(planner, planned.spec)

@@ -59,3 +59,24 @@ class CatalogEntry(BaseModel):
     table: TableRef
     descriptor: TableDescriptor
     schema_ipc: str = Field(description="base64 of the table's Arrow IPC schema")
+
+
+INCARNATION_PREFIX = b"lake.incarnation."
+
+
+def incarnation_metadata(incarnation: str) -> dict[bytes, bytes]:
+    """Schema metadata that stamps a dataset with the table incarnation owning it.
+
+    The key carries the id (``lake.incarnation.<id>``) rather than the value:
+    DataFusion merges schema metadata across join inputs and fails the plan
+    when one key has different values on the two sides.
+    """
+    return {INCARNATION_PREFIX + incarnation.encode(): b"1"}
+
+
+def incarnation_of(metadata: dict[bytes, bytes] | None) -> str | None:
+    """The incarnation a dataset's schema metadata names, if exactly one."""
+    found = [
+        k[len(INCARNATION_PREFIX) :] for k in (metadata or {}) if k.startswith(INCARNATION_PREFIX)
+    ]
+    return found[0].decode() if len(found) == 1 else None

@@ -45,7 +45,7 @@ from lake_core.errors import (
     Unimplemented,
     VersionReclaimed,
 )
-from lake_core.models import CatalogEntry, TableDescriptor
+from lake_core.models import CatalogEntry, TableDescriptor, incarnation_of
 from lake_core.names import DEFAULT_CATALOG, TableRef
 from lake_core.principal import Principal
 from lake_query.results import TARGET_BATCH_BYTES, coalesce_batches
@@ -53,7 +53,6 @@ from lake_query.statements import reject_writes, sql_error
 
 __all__ = [
     "DEFAULT_SCHEMA",
-    "INCARNATION_METADATA_KEY",
     "MAX_PARAMETER_BYTES",
     "PinnedTable",
     "PlannedQuery",
@@ -65,7 +64,6 @@ __all__ = [
 ]
 
 #: Lance schema metadata key holding the table incarnation (set by Metasrv).
-INCARNATION_METADATA_KEY = b"lake.incarnation"
 #: Schema that unqualified table names resolve in (``SELECT * FROM t`` -> ``lake.public.t``).
 DEFAULT_SCHEMA = "public"
 MAX_PARAMETER_BYTES = 64 * 1024
@@ -188,14 +186,9 @@ def _owned_by(metadata: dict[bytes, bytes], incarnation: str) -> bool:
     """Whether a dataset's schema metadata names ``incarnation`` as its owner.
 
     Metasrv stamps every dataset with its incarnation, because a table dropped
-    and recreated at the same location restarts Lance's version numbers. Two
-    spellings are accepted: ``lake.incarnation = <id>``, and the per-incarnation
-    key ``lake.incarnation.<id>`` (DataFusion 54 fails joins between tables
-    whose schema metadata has one key with different values).
+    and recreated at the same location restarts Lance's version numbers.
     """
-    if metadata.get(INCARNATION_METADATA_KEY) == incarnation.encode():
-        return True
-    return INCARNATION_METADATA_KEY + b"." + incarnation.encode() in metadata
+    return incarnation_of(metadata) == incarnation
 
 
 def _execution_error(exc: BaseException) -> Exception:

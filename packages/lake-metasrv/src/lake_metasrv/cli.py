@@ -1,0 +1,267 @@
+"""``lake meta`` (the server) and ``lake table`` (local administration).
+
+Both parse their whole configuration before touching the data directory.
+``lake table`` works directly on a data directory with the same registry and
+engine code as the server; it refuses a directory a running server holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import click
+import pyarrow as pa
+import structlog
+
+from lake_core.errors import LakeError
+from lake_core.filetype import is_file_field
+from lake_core.flight.server import FlightServer, UncleanShutdown, serve
+from lake_core.names import TableRef
+from lake_core.principal import DEV_PRINCIPAL, Principal
+from lake_core.schemas import parse_column_spec, validate_table_schema
+from lake_metasrv.commits import CommitCoordinator
+from lake_metasrv.config import DEFAULT_ADDR, DEFAULT_DATA_DIR, MetaConfig
+from lake_metasrv.datadir import DataDir
+from lake_metasrv.registry.base import TableRecord
+from lake_metasrv.service import MetaHandler
+
+__all__ = ["configure_logging", "meta", "run_server", "table"]
+
+T = TypeVar("T")
+log = structlog.get_logger("lake_metasrv")
+
+
+class LakeCommandError(click.ClickException):
+    exit_code = 2
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """JSON log lines on stderr, for structlog and stdlib loggers alike."""
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[
+            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+            structlog.processors.format_exc_info,
+            structlog.processors.JSONRenderer(),
+        ],
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+
+
+def _load_config(**kwargs: Any) -> MetaConfig:
+    try:
+        return MetaConfig.load(**kwargs)
+    except LakeError as exc:
+        raise LakeCommandError(str(exc)) from None
+
+
+def loopback_principal(metadata: object, peer: str, method: str) -> Principal:
+    """Anonymous callers on the (loopback-only) plaintext listener."""
+    return DEV_PRINCIPAL
+
+
+# -- lake meta ---------------------------------------------------------------------
+
+
+async def run_server(
+    config: MetaConfig,
+    *,
+    stop: asyncio.Event | None = None,
+    on_started: Callable[[FlightServer], object] | None = None,
+) -> int:
+    """Serve Metasrv until SIGINT/SIGTERM or ``stop``; return the process exit code."""
+    data_dir = DataDir(config.data_dir)
+    data_dir.lock()
+    coordinator = CommitCoordinator.local(config)
+    try:
+        await coordinator.open()
+
+        def started(server: FlightServer) -> None:
+            bound = f"{config.addr.rpartition(':')[0]}:{server.port}"
+            log.info(
+                "metasrv serving",
+                addr=bound,
+                data_dir=str(config.data_dir),
+                retain_versions=config.retain_versions,
+            )
+            print(f"lake meta listening on {bound}", file=sys.stderr, flush=True)
+            if on_started is not None:
+                on_started(server)
+
+        clean = True
+        try:
+            await serve(
+                MetaHandler(coordinator),
+                config.addr,
+                authenticate=loopback_principal,
+                grace_ms=config.shutdown_grace_ms,
+                on_started=started,
+                stop=stop,
+            )
+        except UncleanShutdown as exc:
+            log.error("shutdown grace exceeded", error=str(exc))
+            clean = False
+        # Commits whose callers hung up still run to completion, within the grace.
+        if not await coordinator.drain(config.shutdown_grace_ms / 1000):
+            log.error("commits still running after the shutdown grace")
+            clean = False
+        return 0 if clean else 1
+    finally:
+        # Already drained above (bounded by the grace); do not wait again.
+        await coordinator.close(drain_timeout_s=0.1)
+        data_dir.unlock()
+
+
+@click.command()
+@click.option("--addr", default=DEFAULT_ADDR, show_default=True, help="Loopback host:port.")
+@click.option(
+    "--data-dir",
+    default=DEFAULT_DATA_DIR,
+    show_default=True,
+    help="Registry, tables and sidecars live here.",
+)
+def meta(addr: str, data_dir: str) -> None:
+    """Run Metasrv: the registry and the commit authority for native tables."""
+    configure_logging()
+    config = _load_config(data_dir=data_dir, addr=addr)
+    try:
+        code = asyncio.run(run_server(config))
+    except LakeError as exc:
+        raise LakeCommandError(str(exc)) from None
+    sys.exit(code)
+
+
+# -- lake table ----------------------------------------------------------------------
+
+
+def _local(data_dir: str, work: Callable[[CommitCoordinator], Awaitable[T]]) -> T:
+    configure_logging(logging.WARNING)
+    config = _load_config(data_dir=data_dir)
+
+    async def go() -> T:
+        coordinator = CommitCoordinator.local(config)
+        with DataDir(config.data_dir):
+            await coordinator.open()
+            try:
+                return await work(coordinator)
+            finally:
+                await coordinator.close()
+
+    try:
+        return asyncio.run(go())
+    except LakeError as exc:
+        raise LakeCommandError(str(exc)) from None
+
+
+def _parse_table(name: str) -> TableRef:
+    try:
+        return TableRef.parse(name)
+    except LakeError as exc:
+        raise LakeCommandError(str(exc)) from None
+
+
+def _column(field: pa.Field) -> str:
+    return f"{field.name}: {'file' if is_file_field(field) else field.type}"
+
+
+def _describe(record: TableRecord) -> dict[str, Any]:
+    return {
+        "table": str(record.table),
+        "version": record.version,
+        "engine_version": record.engine_version,
+        "location": record.location,
+        "incarnation": record.incarnation,
+        "columns": [_column(f) for f in record.schema],
+    }
+
+
+def _echo(value: object) -> None:
+    click.echo(json.dumps(value, indent=2))
+
+
+@click.group()
+def table() -> None:
+    """Manage tables in a local data directory (no server needed)."""
+
+
+_data_dir_option = click.option(
+    "--data-dir", default=DEFAULT_DATA_DIR, show_default=True, help="Local Lake data directory."
+)
+
+
+@table.command("create")
+@click.argument("name")
+@click.option("--column", "columns", multiple=True, required=True, help="name:type, repeatable.")
+@_data_dir_option
+def create_table(name: str, columns: tuple[str, ...], data_dir: str) -> None:
+    """Create NAME (namespace.table) with the given columns."""
+    ref = _parse_table(name)
+    try:
+        schema = validate_table_schema(pa.schema([parse_column_spec(c) for c in columns]))
+    except LakeError as exc:
+        raise LakeCommandError(str(exc)) from None
+    record = _local(data_dir, lambda c: c.create_table(ref, schema))
+    _echo(_describe(record))
+
+
+@table.command("list")
+@_data_dir_option
+def list_tables(data_dir: str) -> None:
+    """List every table with its current version."""
+
+    async def work(c: CommitCoordinator) -> list[TableRecord]:
+        _, records = await c.registry.snapshot()
+        return records
+
+    _echo([_describe(r) for r in _local(data_dir, work)])
+
+
+@table.command("describe")
+@click.argument("name")
+@_data_dir_option
+def describe_table(name: str, data_dir: str) -> None:
+    """Show NAME's schema, current version and version history."""
+    ref = _parse_table(name)
+
+    async def work(c: CommitCoordinator) -> dict[str, Any]:
+        record = await c.describe_table(ref)
+        history = await c.registry.versions(record.incarnation)
+        return {
+            **_describe(record),
+            "versions": [
+                {"version": v.version, "engine_version": v.engine_version} for v in history
+            ],
+        }
+
+    _echo(_local(data_dir, work))
+
+
+@table.command("drop")
+@click.argument("name")
+@_data_dir_option
+def drop_table(name: str, data_dir: str) -> None:
+    """Drop NAME and delete its dataset."""
+    ref = _parse_table(name)
+    result = _local(data_dir, lambda c: c.drop_table(ref))
+    click.echo(f"dropped {result.table} at version {result.dropped_version}")

@@ -1,0 +1,190 @@
+"""The registry seam: what Metasrv needs from its durable catalog.
+
+The registry is Lake's visibility boundary. A table version exists for
+readers when, and only when, the registry points at it; the storage engine
+may hold versions the registry never saw (a crash between the two commits),
+and those stay invisible forever.
+
+Implementations: :class:`~lake_metasrv.registry.sqlite.SqliteRegistry`
+(local mode). A DynamoDB store will sit beside it and pass the same tests.
+"""
+
+from __future__ import annotations
+
+import abc
+import base64
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from lake_core.models import CatalogEntry, Engine, TableDescriptor
+from lake_core.names import TableRef
+from lake_core.protocol import AppendResult
+from lake_core.schemas import schema_from_ipc
+
+__all__ = [
+    "AppendCommit",
+    "DroppedTable",
+    "OperationRecord",
+    "RegistryStore",
+    "TableRecord",
+    "VersionRecord",
+]
+
+
+@dataclass(frozen=True)
+class TableRecord:
+    """One live table: its incarnation and the version readers may see."""
+
+    table: TableRef
+    incarnation: str
+    location: str
+    engine: Engine
+    schema_ipc: bytes
+    version: int
+    engine_version: int
+    created_at_ms: int
+
+    @property
+    def schema(self) -> pa.Schema:
+        return schema_from_ipc(self.schema_ipc)
+
+    def descriptor(self) -> TableDescriptor:
+        return TableDescriptor(
+            location=self.location,
+            engine=self.engine,
+            incarnation=self.incarnation,
+            version=self.version,
+            engine_version=self.engine_version,
+        )
+
+    def catalog_entry(self) -> CatalogEntry:
+        return CatalogEntry(
+            table=self.table,
+            descriptor=self.descriptor(),
+            schema_ipc=base64.b64encode(self.schema_ipc).decode("ascii"),
+        )
+
+
+@dataclass(frozen=True)
+class VersionRecord:
+    """One committed Lake version of one incarnation."""
+
+    incarnation: str
+    version: int
+    engine_version: int
+    committed_at_ms: int
+    operation_id: str | None
+
+
+@dataclass(frozen=True)
+class OperationRecord:
+    """A committed append, remembered so a retry can be answered, not re-applied."""
+
+    operation_id: str
+    table: TableRef
+    incarnation: str
+    location: str
+    engine: Engine
+    version: int
+    engine_version: int
+    operation_time_ms: int
+    committed_at_ms: int
+
+    def result(self, *, replayed: bool) -> AppendResult:
+        descriptor = TableDescriptor(
+            location=self.location,
+            engine=self.engine,
+            incarnation=self.incarnation,
+            version=self.version,
+            engine_version=self.engine_version,
+        )
+        return AppendResult(
+            table=self.table,
+            operation_id=self.operation_id,
+            version=self.version,
+            descriptor=descriptor,
+            replayed=replayed,
+        )
+
+
+@dataclass(frozen=True)
+class DroppedTable:
+    """A dropped incarnation, kept so GC can tell dead sidecars from live ones."""
+
+    table: TableRef
+    incarnation: str
+    location: str
+    dropped_version: int
+    dropped_at_ms: int
+
+
+@dataclass(frozen=True)
+class AppendCommit:
+    """The compare-and-swap an append asks the registry to apply."""
+
+    table: TableRef
+    incarnation: str
+    expected_version: int
+    engine_version: int
+    operation_id: str
+    operation_time_ms: int
+    committed_at_ms: int
+
+
+class RegistryStore(abc.ABC):
+    """Durable catalog of tables, versions and append operations.
+
+    Every mutation bumps the directory generation, an opaque string that
+    changes whenever the set of tables or any table's version changes; it is
+    never reused, even by a registry recreated at the same path.
+    """
+
+    @abc.abstractmethod
+    async def open(self) -> None:
+        """Create or open the store (idempotent)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None: ...
+
+    @abc.abstractmethod
+    async def generation(self) -> str: ...
+
+    @abc.abstractmethod
+    async def get_table(self, table: TableRef) -> TableRecord | None: ...
+
+    @abc.abstractmethod
+    async def snapshot(self) -> tuple[str, list[TableRecord]]:
+        """The generation and every live table, read consistently together."""
+
+    @abc.abstractmethod
+    async def create_table(self, record: TableRecord) -> str:
+        """Insert a table at its version 0; raise TableExists. Returns the generation."""
+
+    @abc.abstractmethod
+    async def drop_table(self, table: TableRef, incarnation: str, dropped_at_ms: int) -> str:
+        """Remove the live table if it is still ``incarnation``; raise TableNotFound."""
+
+    @abc.abstractmethod
+    async def commit_append(self, commit: AppendCommit) -> TableRecord:
+        """Atomically move a table from ``expected_version`` to the next version.
+
+        Records the version history and the operation id and bumps the
+        generation in one transaction. Raises TableNotFound if the table or
+        incarnation is gone, StaleReadVersion if the version moved, and
+        InvalidAppend if the operation id is already committed.
+        """
+
+    @abc.abstractmethod
+    async def get_operation(self, operation_id: str) -> OperationRecord | None: ...
+
+    @abc.abstractmethod
+    async def prune_operations(self, older_than_ms: int) -> int:
+        """Forget operation ids whose UUIDv7 time is before ``older_than_ms``."""
+
+    @abc.abstractmethod
+    async def versions(self, incarnation: str) -> list[VersionRecord]:
+        """Every committed version of one incarnation, oldest first."""
+
+    @abc.abstractmethod
+    async def dropped_tables(self) -> list[DroppedTable]: ...

@@ -1,0 +1,145 @@
+"""Metasrv's Flight surface: Lake actions by DoAction, appends by DoPut.
+
+Every call is authorized against :func:`current_principal` before the
+registry or storage is touched. A table in a namespace the caller may not see
+gets the same PermissionDenied whether or not it exists, so existence never
+leaks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pyarrow as pa
+
+from lake_core import protocol
+from lake_core.errors import (
+    InvalidAppend,
+    InvalidArgument,
+    PermissionDenied,
+    Unauthenticated,
+    Unimplemented,
+)
+from lake_core.flight.encoding import FlightDataDecoder
+from lake_core.flight.server import FlightHandler, current_principal
+from lake_core.names import TableRef
+from lake_core.principal import Principal
+from lake_core.proto import flight_pb2 as pb
+from lake_core.schemas import schema_from_base64
+from lake_metasrv.commits import CommitCoordinator
+
+__all__ = ["ACTIONS", "MetaHandler"]
+
+Context = Any  # grpc.aio.ServicerContext; grpc ships no type information
+
+ACTIONS: dict[str, str] = {
+    protocol.CREATE_TABLE: "Create a table: {table, schema_ipc} -> DescribeTableResult",
+    protocol.DROP_TABLE: "Drop a table: {table} -> DropTableResult",
+    protocol.DESCRIBE_TABLE: "Describe a table: {table} -> DescribeTableResult",
+    protocol.CATALOG_SNAPSHOT: (
+        "Every visible table, or not_modified: {generation} -> CatalogSnapshotResult"
+    ),
+}
+
+
+def _caller() -> Principal:
+    principal = current_principal()
+    if not isinstance(principal, Principal):
+        # Fail closed: a server wired without an authenticator serves nobody.
+        raise Unauthenticated("authentication required")
+    return principal
+
+
+def _authorize(principal: Principal, table: TableRef) -> None:
+    if not principal.may_see(table.namespace):
+        raise PermissionDenied(f"permission denied for table {table}")
+
+
+class MetaHandler(FlightHandler):
+    """The Flight handler of one Metasrv, over its commit coordinator."""
+
+    def __init__(self, coordinator: CommitCoordinator) -> None:
+        self.coordinator = coordinator
+
+    # -- DoAction ---------------------------------------------------------------
+
+    async def list_actions(self, context: Context) -> AsyncIterator[pb.ActionType]:
+        _caller()
+        for name, description in ACTIONS.items():
+            yield pb.ActionType(type=name, description=description)
+
+    async def do_action(self, action: pb.Action, context: Context) -> AsyncIterator[pb.Result]:
+        principal = _caller()
+        body = bytes(action.body)
+        result: protocol.WireModel
+        if action.type == protocol.CREATE_TABLE:
+            result = await self._create_table(principal, body)
+        elif action.type == protocol.DROP_TABLE:
+            request = protocol.decode(protocol.TableRequest, body)
+            _authorize(principal, request.table)
+            result = await self.coordinator.drop_table(request.table)
+        elif action.type == protocol.DESCRIBE_TABLE:
+            request = protocol.decode(protocol.TableRequest, body)
+            _authorize(principal, request.table)
+            record = await self.coordinator.describe_table(request.table)
+            result = protocol.DescribeTableResult(entry=record.catalog_entry())
+        elif action.type == protocol.CATALOG_SNAPSHOT:
+            result = await self._catalog_snapshot(principal, body)
+        else:
+            raise Unimplemented(f"unknown action {action.type[:100]!r}")
+        yield pb.Result(body=protocol.encode(result))
+
+    async def _create_table(
+        self, principal: Principal, body: bytes
+    ) -> protocol.DescribeTableResult:
+        request = protocol.decode(protocol.CreateTableRequest, body)
+        _authorize(principal, request.table)
+        schema = schema_from_base64(request.schema_ipc)
+        record = await self.coordinator.create_table(request.table, schema)
+        return protocol.DescribeTableResult(entry=record.catalog_entry())
+
+    async def _catalog_snapshot(
+        self, principal: Principal, body: bytes
+    ) -> protocol.CatalogSnapshotResult:
+        request = protocol.decode(protocol.CatalogSnapshotRequest, body)
+        generation, records = await self.coordinator.registry.snapshot()
+        if request.generation == generation:
+            return protocol.CatalogSnapshotResult(not_modified=True, generation=generation)
+        entries = [r.catalog_entry() for r in records if principal.may_see(r.table.namespace)]
+        return protocol.CatalogSnapshotResult(
+            not_modified=False, generation=generation, tables=entries
+        )
+
+    # -- DoPut ------------------------------------------------------------------
+
+    async def do_put(
+        self, messages: AsyncIterator[pb.FlightData], context: Context
+    ) -> AsyncIterator[pb.PutResult]:
+        principal = _caller()
+        decoder = FlightDataDecoder(max_bytes=protocol.MAX_APPEND_BYTES, too_large=_too_large)
+        command: protocol.AppendCommand | None = None
+        batches: list[pa.RecordBatch] = []
+        async for message in messages:
+            produced = decoder.feed(message)
+            if command is None:
+                # Authorize on the first message, before reading any data.
+                command = _append_command(decoder.descriptor)
+                _authorize(principal, command.table)
+            batches.extend(produced)
+        if command is None or decoder.schema is None:
+            raise InvalidAppend("an append stream needs a descriptor and an Arrow schema")
+        result = await self.coordinator.append(command, decoder.schema, batches)
+        yield pb.PutResult(app_metadata=protocol.encode(result))
+
+
+def _too_large(message: str) -> InvalidAppend:
+    return InvalidAppend(
+        f"append payload exceeds {protocol.MAX_APPEND_BYTES} encoded bytes ({message})"
+    )
+
+
+def _append_command(descriptor: pb.FlightDescriptor | None) -> protocol.AppendCommand:
+    if descriptor is None or descriptor.type != pb.FlightDescriptor.CMD:
+        raise InvalidArgument("an append's first message needs a CMD descriptor (AppendCommand)")
+    return protocol.decode(protocol.AppendCommand, bytes(descriptor.cmd))

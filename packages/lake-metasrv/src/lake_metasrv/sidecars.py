@@ -1,0 +1,128 @@
+"""Reference-delta sidecars: which managed objects each table version adds.
+
+``lake gc`` computes the live object set from sidecars, never from table
+rows. A sidecar is written and fsync'd before the registry can point at its
+version; once that version is registered the file never changes. A sidecar
+for a version that was never registered (a crash mid-commit) is replaced by
+the next attempt at that version number; until then it only makes GC keep
+more objects, never fewer.
+
+    <data-dir>/sidecars/<incarnation>/<version>.json
+    <data-dir>/sidecars/<incarnation>/dropped.json   written after a drop
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pydantic import BaseModel, ConfigDict, Field
+
+from lake_core.errors import InvalidAppend
+from lake_core.filetype import is_file_field
+from lake_core.names import TableRef
+from lake_metasrv.datadir import fsync_dir
+
+__all__ = ["DropMarker", "ReferenceDelta", "SidecarStore", "file_uris"]
+
+_SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
+
+
+class ReferenceDelta(BaseModel):
+    """The managed-object URIs one table version adds and drops."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = 1
+    table: TableRef
+    incarnation: str
+    version: int
+    operation_id: str | None = None
+    adds: list[str]
+    drops: list[str] = Field(default_factory=list)
+
+
+class DropMarker(BaseModel):
+    """Written after the registry dropped an incarnation: its references are dead."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = 1
+    table: TableRef
+    incarnation: str
+    dropped_version: int
+    dropped_at_ms: int
+
+
+def file_uris(table: pa.Table, schema: pa.Schema) -> list[str]:
+    """Distinct URIs of every non-null FILE cell, validating each cell's shape.
+
+    Raises InvalidAppend for an empty URI or media type or a malformed SHA-256,
+    so a bad DataLocation is refused before anything is written.
+    """
+    uris: set[str] = set()
+    for field in schema:
+        if not is_file_field(field):
+            continue
+        column = table.column(field.name)
+        present = column.filter(pc.is_valid(column))
+        if len(present) == 0:
+            continue
+        uri = pc.struct_field(present, "uri")
+        media_type = pc.struct_field(present, "media_type")
+        sha256 = pc.struct_field(present, "sha256")
+        if pc.any(pc.equal(pc.utf8_length(uri), 0)).as_py() or uri.null_count:
+            raise InvalidAppend(f"FILE column {field.name!r} has an empty uri")
+        if pc.any(pc.equal(pc.utf8_length(media_type), 0)).as_py() or media_type.null_count:
+            raise InvalidAppend(f"FILE column {field.name!r} has an empty media_type")
+        well_formed = pc.match_substring_regex(sha256, _SHA256_HEX.pattern)
+        if sha256.null_count or not pc.all(well_formed).as_py():
+            raise InvalidAppend(
+                f"FILE column {field.name!r} has a sha256 that is not 64 lowercase hex digits"
+            )
+        uris.update(pc.unique(uri).to_pylist())
+    return sorted(uris)
+
+
+class SidecarStore:
+    """Sidecar files under ``<data-dir>/sidecars``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def path(self, incarnation: str, version: int) -> Path:
+        return self.root / incarnation / f"{version}.json"
+
+    def write_delta(self, delta: ReferenceDelta) -> Path:
+        return self._write(self.path(delta.incarnation, delta.version), delta)
+
+    def write_drop(self, marker: DropMarker) -> Path:
+        return self._write(self.root / marker.incarnation / "dropped.json", marker)
+
+    def read_delta(self, incarnation: str, version: int) -> ReferenceDelta:
+        return ReferenceDelta.model_validate_json(self.path(incarnation, version).read_bytes())
+
+    def _write(self, target: Path, model: BaseModel) -> Path:
+        directory = target.parent
+        fresh_dir = not directory.exists()
+        directory.mkdir(parents=True, exist_ok=True)
+        if fresh_dir:
+            fsync_dir(directory.parent)
+        data = json.dumps(model.model_dump(mode="json"), sort_keys=True).encode()
+        tmp = directory / f".{target.name}.{os.getpid()}.tmp"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, target)
+        fsync_dir(directory)
+        return target

@@ -1,0 +1,140 @@
+"""The Lance side: restore-before-append, retention, incarnations, crashed creates."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import lance
+import pyarrow as pa
+import pytest
+
+from lake_core.errors import VersionReclaimed
+from lake_core.ids import new_operation_id
+from lake_core.models import incarnation_metadata, incarnation_of
+from lake_core.protocol import AppendCommand
+from lake_metasrv.commits import CommitCoordinator
+
+
+def command(kit: Any, **fields: Any) -> AppendCommand:
+    return AppendCommand(table=kit.episodes, operation_id=new_operation_id(), **fields)
+
+
+async def append(coord: CommitCoordinator, kit: Any, n: int, start: int) -> int:
+    result = await coord.append(command(kit), kit.schema, [kit.make_batch(n, start)])
+    return result.version
+
+
+@pytest.mark.asyncio
+async def test_create_records_incarnation_in_lance_schema(
+    coordinator: CommitCoordinator, kit: Any
+) -> None:
+    record = await coordinator.create_table(kit.episodes, kit.schema)
+    dataset = lance.dataset(record.location)
+    assert incarnation_of(dataset.schema.metadata) == record.incarnation
+    assert dataset.version == record.engine_version
+    assert dataset.count_rows() == 0
+    assert record.version == 0
+    assert record.schema.equals(kit.schema)
+
+
+@pytest.mark.asyncio
+async def test_unregistered_lance_version_never_becomes_visible(
+    coordinator: CommitCoordinator, kit: Any
+) -> None:
+    record = await coordinator.create_table(kit.episodes, kit.schema)
+    assert await append(coordinator, kit, 3, start=0) == 1
+
+    # A crash between the Lance commit and the registry commit leaves orphans.
+    orphan = pa.Table.from_batches([kit.make_batch(5, start=1000)])
+    lance.write_dataset(orphan, record.location, mode="append")
+    lance.write_dataset(orphan, record.location, mode="append")
+    orphan_latest = lance.dataset(record.location).latest_version
+
+    assert await append(coordinator, kit, 2, start=10) == 2
+    current = await coordinator.describe_table(kit.episodes)
+    assert current.version == 2
+    assert current.engine_version > orphan_latest
+    rows = await coordinator.engine.read(current.location, current.engine_version)
+    ids = sorted(rows.column("episode_id").to_pylist())
+    assert ids == sorted(["ep-0", "ep-1", "ep-2", "ep-10", "ep-11"])
+    # Lance's own latest is the registered version again: no orphan rows anywhere.
+    assert lance.dataset(current.location).to_table().num_rows == 5
+
+    history = await coordinator.registry.versions(current.incarnation)
+    assert [v.version for v in history] == [0, 1, 2]
+    engine_versions = [v.engine_version for v in history]
+    assert engine_versions == sorted(engine_versions)
+    for v in history:
+        table = await coordinator.engine.read(current.location, v.engine_version)
+        assert "ep-1000" not in table.column("episode_id").to_pylist()
+
+
+@pytest.mark.asyncio
+async def test_retention_keeps_newest_and_tagged(make_coordinator: Any, kit: Any) -> None:
+    coord = make_coordinator(retain_versions=2)
+    await coord.open()
+    try:
+        record = await coord.create_table(kit.episodes, kit.schema)
+        await append(coord, kit, 1, start=0)
+        tagged = (await coord.describe_table(kit.episodes)).engine_version
+        lance.dataset(record.location).tags.create("keep", tagged)
+        for i in range(1, 6):
+            await append(coord, kit, 1, start=i)
+        current = await coord.describe_table(kit.episodes)
+        assert current.version == 6
+        kept = sorted(v["version"] for v in lance.dataset(record.location).versions())
+        assert kept == sorted({tagged, current.engine_version - 1, current.engine_version})
+        with pytest.raises(VersionReclaimed):
+            await coord.engine.read(record.location, record.engine_version)
+        old = await coord.engine.read(record.location, tagged)
+        assert old.column("episode_id").to_pylist() == ["ep-0"]
+        latest = await coord.engine.read(record.location, current.engine_version)
+        assert latest.num_rows == 6
+    finally:
+        await coord.close()
+
+
+@pytest.mark.asyncio
+async def test_retention_failure_does_not_fail_the_commit(
+    coordinator: CommitCoordinator, kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await coordinator.create_table(kit.episodes, kit.schema)
+
+    async def broken(*_: object) -> int:
+        raise OSError("disk says no")
+
+    monkeypatch.setattr(coordinator.engine, "cleanup", broken)
+    assert await append(coordinator, kit, 1, start=0) == 1
+
+
+@pytest.mark.asyncio
+async def test_half_created_table_can_be_created_again(
+    coordinator: CommitCoordinator, kit: Any
+) -> None:
+    location = coordinator.location_for(kit.episodes)
+    # A create that crashed after writing the dataset but before the registry row.
+    stray = kit.schema.with_metadata(incarnation_metadata("crashed"))
+    lance.write_dataset(
+        pa.Table.from_batches([kit.make_batch(4)], schema=stray), location, mode="create"
+    )
+    record = await coordinator.create_table(kit.episodes, kit.schema)
+    dataset = lance.dataset(location)
+    assert dataset.count_rows() == 0
+    assert incarnation_of(dataset.schema.metadata) == record.incarnation
+    assert await append(coordinator, kit, 2, start=0) == 1
+
+
+@pytest.mark.asyncio
+async def test_drop_and_recreate_gets_a_new_incarnation(
+    coordinator: CommitCoordinator, kit: Any
+) -> None:
+    first = await coordinator.create_table(kit.episodes, kit.schema)
+    await append(coordinator, kit, 2, start=0)
+    dropped = await coordinator.drop_table(kit.episodes)
+    assert dropped.dropped_version == 1
+    second = await coordinator.create_table(kit.episodes, kit.schema)
+    assert second.incarnation != first.incarnation
+    assert second.location == first.location
+    assert lance.dataset(second.location).count_rows() == 0
+    marker = coordinator.sidecars.root / first.incarnation / "dropped.json"
+    assert marker.exists()

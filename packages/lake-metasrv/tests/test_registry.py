@@ -1,0 +1,212 @@
+"""RegistryStore semantics, run against the SQLite store.
+
+A DynamoDB store must pass the same tests: they only use the ABC.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import pytest_asyncio
+
+from lake_core.errors import InvalidAppend, StaleReadVersion, TableExists, TableNotFound
+from lake_core.ids import new_operation_id, operation_time_ms
+from lake_core.names import TableRef
+from lake_core.schemas import schema_to_ipc
+from lake_metasrv.registry import AppendCommit, RegistryStore, SqliteRegistry, TableRecord
+
+T = TableRef("robots", "episodes")
+SCHEMA = pa.schema([("a", pa.int64())])
+
+
+def record(table: TableRef = T, incarnation: str = "inc-1") -> TableRecord:
+    return TableRecord(
+        table=table,
+        incarnation=incarnation,
+        location=f"/data/tables/{table.namespace}/{table.name}.lance",
+        engine="lance",
+        schema_ipc=schema_to_ipc(SCHEMA),
+        version=0,
+        engine_version=1,
+        created_at_ms=1,
+    )
+
+
+def commit(
+    expected: int, engine_version: int, op: str | None = None, incarnation: str = "inc-1"
+) -> AppendCommit:
+    op = op or new_operation_id()
+    return AppendCommit(
+        table=T,
+        incarnation=incarnation,
+        expected_version=expected,
+        engine_version=engine_version,
+        operation_id=op,
+        operation_time_ms=operation_time_ms(op),
+        committed_at_ms=2,
+    )
+
+
+@pytest_asyncio.fixture
+async def registry(tmp_path: Path) -> AsyncIterator[RegistryStore]:
+    store = SqliteRegistry(tmp_path / "registry.sqlite3")
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+@pytest.mark.asyncio
+async def test_sqlite_is_wal_with_full_sync(tmp_path: Path) -> None:
+    store = SqliteRegistry(tmp_path / "r.sqlite3")
+    await store.open()
+    await store.close()
+    conn = sqlite3.connect(tmp_path / "r.sqlite3")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    conn.close()
+    # synchronous is per connection: check the store's own connection.
+    store = SqliteRegistry(tmp_path / "r.sqlite3")
+    await store.open()
+    assert store._conn is not None
+    assert store._conn.execute("PRAGMA synchronous").fetchone()[0] == 2  # FULL
+    await store.close()
+
+
+@pytest.mark.asyncio
+async def test_create_get_and_exists(registry: RegistryStore) -> None:
+    assert await registry.get_table(T) is None
+    await registry.create_table(record())
+    got = await registry.get_table(T)
+    assert got == record()
+    assert got.schema.equals(SCHEMA)
+    with pytest.raises(TableExists):
+        await registry.create_table(record(incarnation="inc-2"))
+    versions = await registry.versions("inc-1")
+    assert [(v.version, v.engine_version) for v in versions] == [(0, 1)]
+
+
+@pytest.mark.asyncio
+async def test_cas_moves_one_version_at_a_time(registry: RegistryStore) -> None:
+    await registry.create_table(record())
+    first = await registry.commit_append(commit(expected=0, engine_version=2))
+    assert (first.version, first.engine_version) == (1, 2)
+    # Engine versions may skip (a restored orphan); Lake versions may not.
+    second = await registry.commit_append(commit(expected=1, engine_version=5))
+    assert (second.version, second.engine_version) == (2, 5)
+    with pytest.raises(StaleReadVersion):
+        await registry.commit_append(commit(expected=1, engine_version=6))
+    current = await registry.get_table(T)
+    assert current is not None
+    assert (current.version, current.engine_version) == (2, 5)
+    history = await registry.versions("inc-1")
+    assert [(v.version, v.engine_version) for v in history] == [(0, 1), (1, 2), (2, 5)]
+
+
+@pytest.mark.asyncio
+async def test_failed_cas_changes_nothing(registry: RegistryStore) -> None:
+    await registry.create_table(record())
+    gen = await registry.generation()
+    op = new_operation_id()
+    with pytest.raises(StaleReadVersion):
+        await registry.commit_append(commit(expected=3, engine_version=2, op=op))
+    assert await registry.generation() == gen
+    assert await registry.get_operation(op) is None
+    assert len(await registry.versions("inc-1")) == 1
+
+
+@pytest.mark.asyncio
+async def test_operation_id_commits_once_and_replays(registry: RegistryStore) -> None:
+    await registry.create_table(record())
+    op = new_operation_id()
+    await registry.commit_append(commit(expected=0, engine_version=2, op=op))
+    with pytest.raises(InvalidAppend, match="already committed"):
+        await registry.commit_append(commit(expected=1, engine_version=3, op=op))
+    remembered = await registry.get_operation(op)
+    assert remembered is not None
+    assert (remembered.table, remembered.version, remembered.engine_version) == (T, 1, 2)
+    result = remembered.result(replayed=True)
+    assert result.replayed
+    assert result.version == 1
+    assert result.descriptor.incarnation == "inc-1"
+    assert result.descriptor.engine_version == 2
+    table = await registry.get_table(T)
+    assert table is not None
+    assert table.version == 1
+
+
+@pytest.mark.asyncio
+async def test_commit_against_dropped_or_recreated_table(registry: RegistryStore) -> None:
+    await registry.create_table(record())
+    await registry.drop_table(T, "inc-1", dropped_at_ms=5)
+    with pytest.raises(TableNotFound):
+        await registry.commit_append(commit(expected=0, engine_version=2))
+    await registry.create_table(record(incarnation="inc-2"))
+    with pytest.raises(TableNotFound):
+        await registry.commit_append(commit(expected=0, engine_version=2, incarnation="inc-1"))
+    with pytest.raises(TableNotFound):
+        await registry.drop_table(T, "inc-1", dropped_at_ms=6)
+    dropped = await registry.dropped_tables()
+    assert [(d.incarnation, d.dropped_version) for d in dropped] == [("inc-1", 0)]
+
+
+@pytest.mark.asyncio
+async def test_generation_moves_on_every_change(registry: RegistryStore) -> None:
+    seen = [await registry.generation()]
+    seen.append(await registry.create_table(record()))
+    await registry.commit_append(commit(expected=0, engine_version=2))
+    seen.append(await registry.generation())
+    seen.append(await registry.drop_table(T, "inc-1", dropped_at_ms=3))
+    assert len(set(seen)) == len(seen)
+    counters = [int(g.rsplit(":", 1)[1]) for g in seen]
+    assert counters == sorted(counters)
+    generation, tables = await registry.snapshot()
+    assert generation == seen[-1]
+    assert tables == []
+
+
+@pytest.mark.asyncio
+async def test_generation_of_a_new_registry_never_matches(tmp_path: Path) -> None:
+    a, b = SqliteRegistry(tmp_path / "a.sqlite3"), SqliteRegistry(tmp_path / "b.sqlite3")
+    await a.open()
+    await b.open()
+    assert await a.generation() != await b.generation()
+    await a.close()
+    await b.close()
+
+
+@pytest.mark.asyncio
+async def test_state_survives_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite3"
+    store = SqliteRegistry(path)
+    await store.open()
+    await store.create_table(record())
+    await store.commit_append(commit(expected=0, engine_version=2))
+    generation = await store.generation()
+    await store.close()
+    again = SqliteRegistry(path)
+    await again.open()
+    assert await again.generation() == generation
+    table = await again.get_table(T)
+    assert table is not None
+    assert table.version == 1
+    await again.close()
+
+
+@pytest.mark.asyncio
+async def test_prune_forgets_only_old_operation_ids(registry: RegistryStore) -> None:
+    await registry.create_table(record())
+    old, new = new_operation_id(), new_operation_id()
+    await registry.commit_append(commit(expected=0, engine_version=2, op=old))
+    await registry.commit_append(commit(expected=1, engine_version=3, op=new))
+    assert await registry.prune_operations(operation_time_ms(new)) in (0, 1)
+    assert await registry.get_operation(new) is not None
+    assert await registry.prune_operations(operation_time_ms(new) + 1) >= 1
+    assert await registry.get_operation(old) is None
+    assert await registry.get_operation(new) is None
+    # Pruning ids never touches versions.
+    assert len(await registry.versions("inc-1")) == 3
