@@ -5,12 +5,15 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from tools.lake_testing.dynalite import Dynalite
+from tools.lake_testing.seaweed import SeaweedS3
 from tools.lake_testing.servers import LakeProcess, start_meta, start_query
 
 
@@ -57,3 +60,36 @@ def lake_cluster(tmp_path: Path) -> Iterator[LakeCluster]:
         yield cluster
     finally:
         cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SeaweedS3]:
+    """One SeaweedFS S3 server for the whole session (tests use their own buckets)."""
+    server = SeaweedS3(tmp_path_factory.mktemp("seaweed")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def s3_bucket(s3_server: SeaweedS3, request: pytest.FixtureRequest) -> str:
+    """A fresh bucket for this test."""
+    name = (
+        "t-"
+        + re.sub(r"[^a-z0-9-]", "-", request.node.name.lower())[:40].strip("-")
+        + "-"
+        + os.urandom(3).hex()
+    )
+    s3_server.create_bucket(name)
+    return name
+
+
+@pytest.fixture
+def dynamodb_server(tmp_path: Path) -> Iterator[Dynalite]:
+    """A dynalite process for this test, free to be restarted."""
+    server = Dynalite(tmp_path).start()
+    try:
+        yield server
+    finally:
+        server.stop()
