@@ -7,7 +7,7 @@ import importlib
 import sys
 import traceback
 
-BENCHMARKS = ["tools.bench.query_bench"]
+BENCHMARKS = ["tools.bench.query_bench", "tools.bench.commit_bench"]
 
 
 def main() -> int:

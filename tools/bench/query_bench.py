@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import multiprocessing
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -183,5 +183,68 @@ def run(quick: bool) -> list[Figure]:
                     met=lambda lake, ref, ratio: ratio <= 1.3,
                 )
             )
+            figures.append(_random_access(client, dataset, doget_rows))
+            figures.append(_point_query_latency(client, df_ctx, doget_rows))
             client.close()
     return figures
+
+
+def _random_access(client: flight.FlightClient, dataset: object, rows: int) -> Figure:
+    """30 random rows by a key filter through Lake, against ``dataset.take``."""
+    rng = np.random.default_rng(7)
+
+    def keys() -> list[int]:
+        return sorted(int(k) for k in rng.choice(rows, size=30, replace=False))
+
+    def lake() -> float:
+        wanted = keys()
+        sql = f"SELECT * FROM bench.wide WHERE id IN ({', '.join(map(str, wanted))})"
+
+        def go() -> None:
+            info = client.get_flight_info(_command(sql))
+            got = client.do_get(info.endpoints[0].ticket).read_all()
+            assert got.num_rows == 30
+
+        return timed(go) * 1000
+
+    def reference() -> float:
+        wanted = keys()
+        return timed(lambda: dataset.take(wanted)) * 1000  # type: ignore[attr-defined]
+
+    return measure(
+        "random_access_30_rows",
+        lake,
+        reference,
+        unit="ms",
+        goal="<= 2x dataset.take, or <= +5 ms",
+        ratio_of=lambda lake, ref: lake / ref,
+        met=lambda lake, ref, ratio: ratio <= 2 or lake - ref <= 5,
+        runs=9,
+    )
+
+
+def _point_query_latency(client: flight.FlightClient, ctx: SessionContext, rows: int) -> Figure:
+    """p50 of ``SELECT ... WHERE id = k`` through Lake, against in-process DataFusion."""
+    rng = np.random.default_rng(11)
+    samples = 15
+
+    def p50(run_one: Callable[[int], None]) -> float:
+        times = sorted(timed(lambda: run_one(int(rng.integers(rows)))) for _ in range(samples))
+        return times[len(times) // 2] * 1000
+
+    def lake_one(key: int) -> None:
+        info = client.get_flight_info(_command(f"SELECT id, a, c FROM bench.wide WHERE id = {key}"))
+        assert client.do_get(info.endpoints[0].ticket).read_all().num_rows == 1
+
+    def ref_one(key: int) -> None:
+        assert ctx.sql(f"SELECT id, a, c FROM wide WHERE id = {key}").to_arrow_table().num_rows == 1
+
+    return measure(
+        "point_query_p50",
+        lambda: p50(lake_one),
+        lambda: p50(ref_one),
+        unit="ms",
+        goal="<= in-process DataFusion + 15 ms",
+        ratio_of=lambda lake, ref: lake / ref,
+        met=lambda lake, ref, ratio: lake - ref <= 15,
+    )
