@@ -84,4 +84,24 @@ def test_lake_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert "pinned result: 12 rows" in out
     assert "a new query:   16 rows" in out
     assert "Lake SQL is read-only" in out
+    assert "sha256 verified" in out
     assert "stopped Query and Metasrv" in out
+
+
+def test_managed_files_example(lake_cluster: LakeCluster) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "examples" / "managed_files.py"),
+            "--query",
+            lake_cluster.query.url,
+            "--meta",
+            lake_cluster.meta.addr,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr + done.stdout
+    assert "inserted 2 clips at version 1" in done.stdout
+    assert done.stdout.count("verified=True") == 2

@@ -7,7 +7,12 @@ import importlib
 import sys
 import traceback
 
-BENCHMARKS = ["tools.bench.query_bench", "tools.bench.commit_bench"]
+BENCHMARKS = [
+    "tools.bench.query_bench",
+    "tools.bench.commit_bench",
+    "tools.bench.admission_bench",
+    "tools.bench.objects_bench",
+]
 
 
 def main() -> int:

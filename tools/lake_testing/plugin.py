@@ -52,7 +52,11 @@ def write_ticket_keys(path: Path) -> Path:
 @pytest.fixture
 def lake_cluster(tmp_path: Path) -> Iterator[LakeCluster]:
     """A fresh Metasrv plus one Query replica sharing a ticket key ring."""
-    env = {"LAKE_QUERY_TICKET_KEYS_FILE": str(write_ticket_keys(tmp_path / "ticket-keys.json"))}
+    env = {
+        "LAKE_QUERY_TICKET_KEYS_FILE": str(write_ticket_keys(tmp_path / "ticket-keys.json")),
+        # Query hands SDKs Metasrv's local managed stage (FILE uploads).
+        "LAKE_MANAGED_OBJECT_ROOT": str(tmp_path / "data" / "objects"),
+    }
     meta = start_meta(tmp_path / "data", tmp_path, env=env)
     cluster = LakeCluster(root=tmp_path, meta=meta, env=env)
     try:

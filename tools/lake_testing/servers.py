@@ -37,10 +37,25 @@ class LakeProcess:
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
+    #: Bearer token for the readiness probe (gRPC Health is authenticated).
+    probe_token: str | None = None
+    #: CA bundle the server's TLS certificate chains to (None: plaintext).
+    ca_pem: bytes | None = None
+    #: Name the certificate carries, if not the dialled host.
+    server_name: str | None = None
+
+    @property
+    def tls(self) -> bool:
+        return self.ca_pem is not None
 
     @property
     def url(self) -> str:
-        return f"grpc://{self.addr}"
+        return f"grpc+tls://{self.addr}" if self.tls else f"grpc://{self.addr}"
+
+    @property
+    def http_url(self) -> str:
+        """The URL form ``lake query --metadata-addr`` takes."""
+        return f"https://{self.addr}" if self.tls else f"http://{self.addr}"
 
     @property
     def pid(self) -> int:
@@ -91,10 +106,21 @@ class LakeProcess:
         return self.start(timeout_s)
 
 
+def _channel(process: LakeProcess) -> grpc.Channel:
+    if not process.tls:
+        return grpc.insecure_channel(process.addr)
+    options = []
+    if process.server_name:
+        options.append(("grpc.ssl_target_name_override", process.server_name))
+    creds = grpc.ssl_channel_credentials(root_certificates=process.ca_pem)
+    return grpc.secure_channel(process.addr, creds, options=options)
+
+
 def wait_healthy(process: LakeProcess, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     last: Exception | None = None
-    with grpc.insecure_channel(process.addr) as channel:
+    metadata = (("authorization", f"Bearer {process.probe_token}"),) if process.probe_token else ()
+    with _channel(process) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         while time.monotonic() < deadline:
             assert process.proc is not None
@@ -103,7 +129,7 @@ def wait_healthy(process: LakeProcess, timeout_s: float) -> None:
                     f"{process.name} exited with {process.proc.returncode}:\n{process.log()[-4000:]}"
                 )
             try:
-                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                reply = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0, metadata=metadata)
                 if reply.status == health_pb2.HealthCheckResponse.SERVING:
                     return
             except grpc.RpcError as exc:
@@ -116,18 +142,40 @@ def wait_healthy(process: LakeProcess, timeout_s: float) -> None:
 
 
 def start_meta(
-    data_dir: Path, log_dir: Path, *, port: int | None = None, env: dict[str, str] | None = None
+    data_dir: Path,
+    log_dir: Path,
+    *,
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    probe_token: str | None = None,
+    ca_pem: bytes | None = None,
+    server_name: str | None = None,
 ) -> LakeProcess:
     addr = f"127.0.0.1:{port or free_port()}"
     args = ["-m", "lake_metasrv", "--addr", addr, "--data-dir", str(data_dir)]
     name = f"meta-{addr.rsplit(':', 1)[1]}"
-    return LakeProcess(name, args, addr, log_dir / f"{name}.log", dict(env or {})).start()
+    process = LakeProcess(name, args, addr, log_dir / f"{name}.log", dict(env or {}))
+    process.probe_token, process.ca_pem, process.server_name = probe_token, ca_pem, server_name
+    return process.start()
 
 
 def start_query(
-    meta_addr: str, log_dir: Path, *, port: int | None = None, env: dict[str, str] | None = None
+    meta_addr: str,
+    log_dir: Path,
+    *,
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    metadata_url: str | None = None,
+    probe_token: str | None = None,
+    ca_pem: bytes | None = None,
+    server_name: str | None = None,
+    extra_args: tuple[str, ...] = (),
 ) -> LakeProcess:
+    """A Query replica; ``metadata_url`` (e.g. ``https://...``) overrides ``http://meta_addr``."""
     addr = f"127.0.0.1:{port or free_port()}"
-    args = ["-m", "lake_query", "--addr", addr, "--metadata-addr", f"http://{meta_addr}"]
+    metadata = metadata_url or f"http://{meta_addr}"
+    args = ["-m", "lake_query", "--addr", addr, "--metadata-addr", metadata, *extra_args]
     name = f"query-{addr.rsplit(':', 1)[1]}"
-    return LakeProcess(name, args, addr, log_dir / f"{name}.log", dict(env or {})).start()
+    process = LakeProcess(name, args, addr, log_dir / f"{name}.log", dict(env or {}))
+    process.probe_token, process.ca_pem, process.server_name = probe_token, ca_pem, server_name
+    return process.start()

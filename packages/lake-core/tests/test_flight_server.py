@@ -292,20 +292,28 @@ async def test_unexpected_error_is_internal_and_not_leaked(
 
 @pytest.mark.asyncio
 async def test_health_serving_on_same_port() -> None:
-    # Health is public even when Flight calls need credentials.
-    def deny(metadata: dict[str, str | bytes], peer: str, method: str) -> object:
-        raise Unauthenticated("no")
+    # Health is authenticated like every other service.
+    def bearer(metadata: dict[str, str | bytes], peer: str, method: str) -> object:
+        if metadata.get("authorization") != "Bearer good":
+            raise Unauthenticated("no")
+        return "prober"
 
+    good = (("authorization", "Bearer good"),)
     async with (
-        running(ToyHandler({}), authenticate=deny) as (server, _),
+        running(ToyHandler({}), authenticate=bearer) as (server, _),
         grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel,
     ):
         stub = health_pb2_grpc.HealthStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as denied:
+            await stub.Check(health_pb2.HealthCheckRequest(service=""))
+        assert denied.value.code() == grpc.StatusCode.UNAUTHENTICATED
         for service in ("", FLIGHT_SERVICE):
-            reply = await stub.Check(health_pb2.HealthCheckRequest(service=service))
+            reply = await stub.Check(health_pb2.HealthCheckRequest(service=service), metadata=good)
             assert reply.status == health_pb2.HealthCheckResponse.SERVING
+        # Authenticated health calls are not counted as in-flight work.
+        assert server.guard.in_flight == 0
         await server.set_serving(False)
-        reply = await stub.Check(health_pb2.HealthCheckRequest(service=""))
+        reply = await stub.Check(health_pb2.HealthCheckRequest(service=""), metadata=good)
         assert reply.status == health_pb2.HealthCheckResponse.NOT_SERVING
 
 

@@ -45,7 +45,8 @@ def make_batch(n: int, start: int = 0, schema: pa.Schema = SCHEMA) -> pa.RecordB
 
 @pytest.fixture
 def config(tmp_path: Path) -> MetaConfig:
-    return MetaConfig.load(data_dir=tmp_path / "data", env={})
+    # FILE cells in these tests name objects under /stage/tenants/local.
+    return MetaConfig.load(data_dir=tmp_path / "data", env={"LAKE_MANAGED_OBJECT_ROOT": "/stage"})
 
 
 @pytest.fixture

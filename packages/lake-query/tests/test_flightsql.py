@@ -23,6 +23,7 @@ from lake_core import protocol
 from lake_core.errors import READ_ONLY_MESSAGE
 from lake_core.models import TableDescriptor
 from lake_core.names import TableRef
+from lake_core.principal import Principal
 from lake_core.proto import flight_grpc
 from lake_core.proto import flight_pb2 as pb
 from lake_core.proto import flight_sql_pb2 as sql_pb
@@ -413,10 +414,12 @@ class RecordingAppends:
     def __init__(self, catalog: LocalCatalog) -> None:
         self.catalog = catalog
         self.messages: list[pb.FlightData] = []
+        self.on_behalf_of: list[Principal | None] = []
 
     async def append_messages(
-        self, messages: AsyncIterator[pb.FlightData]
+        self, messages: AsyncIterator[pb.FlightData], *, on_behalf_of: Principal | None = None
     ) -> protocol.AppendResult:
+        self.on_behalf_of.append(on_behalf_of)
         async for message in messages:
             self.messages.append(message)
         command = protocol.decode(protocol.AppendCommand, self.messages[0].flight_descriptor.cmd)
@@ -444,6 +447,8 @@ def test_append_doput_is_authorized_forwarded_and_refreshes(catalog: LocalCatalo
             result = protocol.decode(protocol.AppendResult, replies[0].app_metadata)
             assert result.version == 2
             assert len(sink.messages) == 2  # schema + one batch, forwarded unchanged
+            # Forwarded on behalf of the caller, so Metasrv authorizes it again.
+            assert sink.on_behalf_of == [ROBOTS_ONLY]
             # Refreshed before the reply: this replica reads its own write.
             assert running.cache.entry(TableRef("robots", "episodes")).descriptor.version == 2
 

@@ -1,25 +1,45 @@
-"""``lake client``: administrative commands against a running Metasrv."""
+"""``lake client``: administrative commands against a running Metasrv.
+
+Credentials and TLS come from the environment, never flags:
+``LAKE_METADATA_AUTH_TOKEN_FILE`` (an admin token on Metasrv's map),
+``LAKE_METADATA_CA_FILE`` and ``LAKE_METADATA_SERVER_NAME`` (with an
+``https://`` ``--addr``).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 import click
 import pyarrow as pa
 
+from lake_core.auth import METADATA_AUTH_TOKEN_FILE
+from lake_core.errors import LakeError
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.schemas import parse_column_spec, schema_from_base64, validate_table_schema
+from lake_core.security import optional_token
+from lake_core.tls import METADATA_CA_FILE, METADATA_SERVER_NAME, load_client_tls
 
 T = TypeVar("T")
 
 
+def _client(addr: str) -> MetaClient:
+    try:
+        token = optional_token(os.environ, METADATA_AUTH_TOKEN_FILE)
+        tls = load_client_tls(os.environ, METADATA_CA_FILE, METADATA_SERVER_NAME)
+    except LakeError as exc:
+        raise click.ClickException(str(exc)) from None
+    return MetaClient(addr, token=token, ca_pem=tls.ca_pem, server_name=tls.server_name)
+
+
 def _run(addr: str, call: Any) -> Any:
     async def go() -> Any:
-        async with MetaClient(addr) as client:
+        async with _client(addr) as client:
             result: Awaitable[Any] = call(client)
             return await result
 

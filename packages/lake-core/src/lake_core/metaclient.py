@@ -14,9 +14,11 @@ import pyarrow as pa
 from pydantic import BaseModel
 
 from lake_core import protocol
+from lake_core.auth import ON_BEHALF_OF_HEADER, Secret, encode_on_behalf_of
 from lake_core.errors import LakeError, Unavailable, error_for_status
 from lake_core.flight.encoding import encode_stream
 from lake_core.names import TableRef
+from lake_core.principal import Principal
 from lake_core.proto import flight_grpc, flight_pb2
 from lake_core.schemas import schema_to_base64
 
@@ -45,7 +47,7 @@ class MetaClient:
         self,
         addr: str,
         *,
-        token: str | None = None,
+        token: str | Secret | None = None,
         ca_pem: bytes | None = None,
         server_name: str | None = None,
         timeout_s: float = 30.0,
@@ -67,8 +69,9 @@ class MetaClient:
         else:
             self._channel = grpc.aio.insecure_channel(target, options=options)
         self._stub = flight_grpc.FlightServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        secret = token if isinstance(token, Secret) or token is None else Secret(token)
         self._metadata: tuple[tuple[str, str], ...] = (
-            (("authorization", f"Bearer {token}"),) if token else ()
+            (("authorization", f"Bearer {secret.reveal()}"),) if secret is not None else ()
         )
         self._timeout = timeout_s
         self.addr = addr
@@ -85,10 +88,24 @@ class MetaClient:
     async def __aexit__(self, *_: object) -> None:
         await self.close()
 
-    async def action(self, action_type: str, body: BaseModel, result: type[M]) -> M:
+    def _call_metadata(self, on_behalf_of: Principal | None) -> tuple[tuple[str, str], ...]:
+        """Credentials, plus the end user this call is made for (Metasrv authorizes them)."""
+        if on_behalf_of is None:
+            return self._metadata
+        return (*self._metadata, (ON_BEHALF_OF_HEADER, encode_on_behalf_of(on_behalf_of)))
+
+    async def action(
+        self,
+        action_type: str,
+        body: BaseModel,
+        result: type[M],
+        *,
+        on_behalf_of: Principal | None = None,
+    ) -> M:
         request = flight_pb2.Action(type=action_type, body=protocol.encode(body))
+        metadata = self._call_metadata(on_behalf_of)
         try:
-            call = self._stub.DoAction(request, metadata=self._metadata, timeout=self._timeout)
+            call = self._stub.DoAction(request, metadata=metadata, timeout=self._timeout)
             payload = b""
             async for item in call:
                 payload = item.body
@@ -107,20 +124,31 @@ class MetaClient:
         request = protocol.TableRequest(table=table)
         return await self.action(protocol.DROP_TABLE, request, protocol.DropTableResult)
 
-    async def describe_table(self, table: TableRef) -> protocol.DescribeTableResult:
+    async def describe_table(
+        self, table: TableRef, *, on_behalf_of: Principal | None = None
+    ) -> protocol.DescribeTableResult:
         request = protocol.TableRequest(table=table)
-        return await self.action(protocol.DESCRIBE_TABLE, request, protocol.DescribeTableResult)
+        return await self.action(
+            protocol.DESCRIBE_TABLE,
+            request,
+            protocol.DescribeTableResult,
+            on_behalf_of=on_behalf_of,
+        )
 
     async def catalog_snapshot(self, generation: str | None) -> protocol.CatalogSnapshotResult:
         request = protocol.CatalogSnapshotRequest(generation=generation)
         return await self.action(protocol.CATALOG_SNAPSHOT, request, protocol.CatalogSnapshotResult)
 
     async def append_messages(
-        self, messages: AsyncIterator[flight_pb2.FlightData]
+        self,
+        messages: AsyncIterator[flight_pb2.FlightData],
+        *,
+        on_behalf_of: Principal | None = None,
     ) -> protocol.AppendResult:
         """Forward an already-encoded DoPut stream (its first message carries the command)."""
+        metadata = self._call_metadata(on_behalf_of)
         try:
-            call = self._stub.DoPut(messages, metadata=self._metadata, timeout=self._timeout)
+            call = self._stub.DoPut(messages, metadata=metadata, timeout=self._timeout)
             payload = b""
             async for item in call:
                 payload = item.app_metadata
@@ -133,6 +161,8 @@ class MetaClient:
         command: protocol.AppendCommand,
         schema: pa.Schema,
         batches: Sequence[pa.RecordBatch],
+        *,
+        on_behalf_of: Principal | None = None,
     ) -> protocol.AppendResult:
         descriptor = flight_pb2.FlightDescriptor(
             type=flight_pb2.FlightDescriptor.CMD, cmd=protocol.encode(command)
@@ -145,7 +175,7 @@ class MetaClient:
                     message.flight_descriptor.ParseFromString(descriptor)
                 yield message
 
-        return await self.append_messages(messages())
+        return await self.append_messages(messages(), on_behalf_of=on_behalf_of)
 
 
 def _lake_error(exc: grpc.aio.AioRpcError) -> LakeError:

@@ -91,6 +91,10 @@ async def run_server(
     on_started: Callable[[FlightServer], object] | None = None,
 ) -> int:
     """Serve Metasrv until SIGINT/SIGTERM or ``stop``; return the process exit code."""
+    if config.cloud is not None:
+        from lake_metasrv.cloud import run_cloud_server
+
+        return await run_cloud_server(config, stop=stop, on_started=on_started)
     data_dir = DataDir(config.data_dir)
     data_dir.lock()
     coordinator = CommitCoordinator.local(config)
@@ -102,6 +106,8 @@ async def run_server(
             log.info(
                 "metasrv serving",
                 addr=bound,
+                tls=config.security.tls is not None,
+                authenticator=repr(config.security.authenticator),
                 data_dir=str(config.data_dir),
                 retain_versions=config.retain_versions,
             )
@@ -114,7 +120,8 @@ async def run_server(
             await serve(
                 MetaHandler(coordinator),
                 config.addr,
-                authenticate=loopback_principal,
+                authenticate=config.security.authenticator,
+                tls=config.security.tls_pair,
                 grace_ms=config.shutdown_grace_ms,
                 on_started=started,
                 stop=stop,
@@ -158,6 +165,12 @@ def meta(addr: str, data_dir: str) -> None:
 def _local(data_dir: str, work: Callable[[CommitCoordinator], Awaitable[T]]) -> T:
     configure_logging(logging.WARNING)
     config = _load_config(data_dir=data_dir)
+    if config.cloud is not None:
+        # Only the elected Metasrv leader commits in cloud mode.
+        raise LakeCommandError(
+            "lake table works on a local data directory; in cloud mode (LAKE_CLOUD_MODE=true) "
+            "use `lake client --addr <metasrv>` so the Metasrv leader makes the change"
+        )
 
     async def go() -> T:
         coordinator = CommitCoordinator.local(config)

@@ -11,6 +11,7 @@ An append, in order::
     lock table
       replay: id already committed -> the original result, replayed=True
       table exists, exact schema, read_version is current, FILE cells valid
+        and inside the appending tenant's managed-stage prefix (no storage I/O)
       write the reference-delta sidecar (fsync'd)
       Lance append on top of the registered version       [orphan restored first]
       registry compare-and-swap: version -> version + 1    <- visibility point
@@ -35,9 +36,11 @@ from lake_core.errors import (
     StaleReadVersion,
     TableExists,
     TableNotFound,
+    Unavailable,
 )
 from lake_core.ids import new_operation_id, operation_time_ms, parse_operation_id
 from lake_core.names import TableRef
+from lake_core.principal import DEV_PRINCIPAL
 from lake_core.protocol import MAX_APPEND_ROWS, AppendCommand, AppendResult, DropTableResult
 from lake_core.schemas import check_exact_schema, schema_to_ipc, validate_table_schema
 from lake_metasrv.config import MetaConfig
@@ -45,6 +48,8 @@ from lake_metasrv.datadir import DataDir
 from lake_metasrv.engine import LanceEngine
 from lake_metasrv.registry.base import AppendCommit, RegistryStore, TableRecord
 from lake_metasrv.sidecars import DropMarker, ReferenceDelta, SidecarStore, file_uris
+from lake_objects.scope import TenantScope
+from lake_objects.settings import StageSettings
 
 __all__ = ["MAX_FUTURE_SKEW_MS", "CommitCoordinator"]
 
@@ -81,6 +86,7 @@ class CommitCoordinator:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._last_prune = float("-inf")
         self._crash_point = config.crash_point
+        self.stage = config.stage or StageSettings.local(config.data_dir / "objects")
 
     @classmethod
     def local(cls, config: MetaConfig, registry: RegistryStore | None = None) -> CommitCoordinator:
@@ -189,16 +195,21 @@ class CommitCoordinator:
         command: AppendCommand,
         schema: pa.Schema,
         batches: Sequence[pa.RecordBatch],
+        *,
+        tenant_id: str = DEV_PRINCIPAL.tenant_id,
     ) -> AppendResult:
         """Commit ``batches`` as the table's next version, at most once per operation id.
 
         The caller enforces the 64 MiB encoded-payload cap (the Flight decoder
-        does); everything else about the append is checked here.
+        does); everything else about the append is checked here. ``tenant_id``
+        is the appending principal's tenant: FILE cells must name objects in
+        its managed-stage prefix.
         """
         op_time = self._check_operation_id(command.operation_id)
         rows = _check_shape(batches)
+        scope = self.stage.scope(tenant_id)
         return await self._exclusive(
-            command.table, self._append_locked(command, schema, batches, rows, op_time)
+            command.table, self._append_locked(command, schema, batches, rows, op_time, scope)
         )
 
     def _check_operation_id(self, operation_id: str) -> int:
@@ -221,6 +232,7 @@ class CommitCoordinator:
         batches: Sequence[pa.RecordBatch],
         rows: int,
         op_time: int,
+        scope: TenantScope,
     ) -> AppendResult:
         table, operation_id = command.table, command.operation_id
         prior = await self.registry.get_operation(operation_id)
@@ -242,12 +254,15 @@ class CommitCoordinator:
             )
         data = _conform(batches, schema, table_schema)
         version = record.version + 1
+        adds = file_uris(data, table_schema)
+        for uri in adds:
+            scope.check(uri)
         delta = ReferenceDelta(
             table=table,
             incarnation=record.incarnation,
             version=version,
             operation_id=operation_id,
-            adds=file_uris(data, table_schema),
+            adds=adds,
         )
         await asyncio.to_thread(self.sidecars.write_delta, delta)
 
@@ -267,8 +282,11 @@ class CommitCoordinator:
         )
         try:
             updated = await self.registry.commit_append(commit)
-        except (InvalidAppend, StaleReadVersion, TableNotFound):
-            raise  # a definite "no": the Lance version stays an invisible orphan
+        except (InvalidAppend, StaleReadVersion, TableNotFound, Unavailable):
+            # A definite "no" (a registry raises Unavailable only when the
+            # visibility point was not reached): the Lance version stays an
+            # invisible orphan.
+            raise
         except Exception as exc:
             log.error("registry commit failed", table=str(table), error=repr(exc))
             raise CommitStateUnknown(

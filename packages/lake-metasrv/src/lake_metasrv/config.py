@@ -3,23 +3,39 @@
 A bad value raises :class:`~lake_core.errors.ConfigError` naming the flag or
 variable, so ``lake meta`` fails at startup without creating a data directory,
 a registry file or a listener.
+
+Security (see ``docs/security.md``): ``LAKE_AUTH_PRINCIPALS_FILE`` or
+``LAKE_AUTH_TOKEN_FILE``, ``LAKE_TLS_CERT_FILE``/``LAKE_TLS_KEY_FILE`` and
+``LAKE_ALLOW_INSECURE`` under :class:`lake_core.security.ServerSecurity`'s
+policy (a non-loopback listener needs credentials and TLS); the follower
+client settings ``LAKE_PEER_AUTH_TOKEN_FILE``, ``LAKE_PEER_CA_FILE`` and
+``LAKE_PEER_SERVER_NAME``.
+
+Cloud mode (see ``docs/cloud.md``): ``LAKE_CLOUD_MODE=true`` with the
+settings of :class:`lake_core.cloud.CloudSettings`, plus
+``LAKE_PEER_ADVERTISE_URL``, the URL other Metasrv nodes forward writes to
+(default: ``http(s)://`` + ``--addr``; required when ``--addr`` is a wildcard).
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from lake_core.auth import PEER_AUTH_TOKEN_FILE, Authenticator, Secret
+from lake_core.cloud import CloudSettings
 from lake_core.config import (
     APPEND_OPERATION_RETENTION_SECS,
     LANCE_RETAIN_VERSIONS,
     env_int,
-    is_loopback_address,
 )
 from lake_core.errors import ConfigError
 from lake_core.flight.server import shutdown_grace_ms as parse_grace_ms
+from lake_core.security import ServerSecurity, check_internal_client, optional_token
+from lake_core.tls import PEER_CA_FILE, PEER_SERVER_NAME, ClientTLS, load_client_tls
+from lake_objects.settings import StageSettings
 
 __all__ = [
     "CRASH_POINTS",
@@ -43,6 +59,14 @@ TEST_HOOKS = "LAKE_TEST_HOOKS"
 #: With hooks enabled, the commit step at which Metasrv calls ``os._exit(137)``.
 TEST_CRASH_POINT = "LAKE_TEST_CRASH_POINT"
 CRASH_POINTS = frozenset({"before_lance_commit", "after_lance_commit", "after_registry_commit"})
+#: With hooks enabled, the cloud registry step at which Metasrv stops itself (SIGSTOP) once.
+TEST_PAUSE_POINT = "LAKE_TEST_PAUSE_POINT"
+PAUSE_POINTS = frozenset({"before_head_update"})
+#: With hooks enabled, a shorter leader lease (ms) so fencing tests need not wait 10 s.
+TEST_LEASE_TTL_MS = "LAKE_TEST_LEASE_TTL_MS"
+#: The URL other Metasrv nodes reach this one at (cloud mode).
+PEER_ADVERTISE_URL = "LAKE_PEER_ADVERTISE_URL"
+DEFAULT_LEASE_TTL_S = 10.0
 
 
 @dataclass(frozen=True)
@@ -55,6 +79,22 @@ class MetaConfig:
     operation_retention_secs: int = DEFAULT_OPERATION_RETENTION_SECS
     shutdown_grace_ms: int = 30_000
     crash_point: str | None = None
+    #: The managed object stage whose tenant prefixes FILE cells must stay in
+    #: (None: the local stage ``<data_dir>/objects``); see lake_objects.settings.
+    stage: StageSettings | None = None
+    #: Listener policy: authenticator (honouring delegation) and TLS.
+    security: ServerSecurity = field(
+        default_factory=lambda: ServerSecurity(Authenticator(None, delegation=True))
+    )
+    #: Follower-to-leader client settings (parsed and validated; used by forwarding).
+    peer_token: Secret | None = None
+    peer_tls: ClientTLS = field(default_factory=ClientTLS)
+    #: Cloud mode (S3 tables, DynamoDB registry, leader lease); None: local data directory.
+    cloud: CloudSettings | None = None
+    #: Where followers forward writes when this node leads (None: derived from ``addr``).
+    advertise_url: str | None = None
+    lease_ttl_s: float = DEFAULT_LEASE_TTL_S
+    pause_point: str | None = None
 
     @classmethod
     def load(
@@ -66,9 +106,10 @@ class MetaConfig:
     ) -> MetaConfig:
         """Parse flags and ``LAKE_*`` variables; touch nothing on disk."""
         source: Mapping[str, str] = os.environ if env is None else env
+        addr = _listen_addr(addr)
         return cls(
             data_dir=_data_dir(data_dir),
-            addr=_listen_addr(addr),
+            addr=addr,
             retain_versions=env_int(
                 LANCE_RETAIN_VERSIONS, DEFAULT_RETAIN_VERSIONS, 1, MAX_RETAIN_VERSIONS, source
             ),
@@ -81,6 +122,13 @@ class MetaConfig:
             ),
             shutdown_grace_ms=_grace_ms(source),
             crash_point=_crash_point(source),
+            stage=StageSettings.from_env(
+                source, default_local_root=_data_dir(data_dir) / "objects"
+            ),
+            security=ServerSecurity.load(addr, source, delegation=True),
+            peer_token=optional_token(source, PEER_AUTH_TOKEN_FILE),
+            peer_tls=load_client_tls(source, PEER_CA_FILE, PEER_SERVER_NAME),
+            **_cloud(addr, source),
         )
 
 
@@ -98,13 +146,6 @@ def _listen_addr(addr: str) -> str:
     host, sep, port = addr.rpartition(":")
     if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
         raise ConfigError(f"--addr must be host:port, got {addr[:80]!r}")
-    if not is_loopback_address(addr):
-        # Anonymous plaintext is only acceptable on loopback, and this build has
-        # no authentication or TLS configuration for Metasrv yet.
-        raise ConfigError(
-            f"--addr {addr!r} is not a loopback address; a non-loopback Metasrv "
-            "listener requires authentication and TLS, which are not configured"
-        )
     return addr
 
 
@@ -126,3 +167,44 @@ def _crash_point(env: Mapping[str, str]) -> str | None:
         known = ", ".join(sorted(CRASH_POINTS))
         raise ConfigError(f"{TEST_CRASH_POINT} must be one of {known}, got {point[:80]!r}")
     return point
+
+
+def _cloud(addr: str, env: Mapping[str, str]) -> dict[str, object]:
+    """The cloud-mode fields of MetaConfig (empty in local mode)."""
+    cloud = CloudSettings.from_env(env)
+    if cloud is None:
+        return {}
+    host = addr.rpartition(":")[0].strip("[]")
+    advertise = (env.get(PEER_ADVERTISE_URL) or "").strip().rstrip("/") or None
+    if advertise is None and host in ("0.0.0.0", "::", ""):
+        raise ConfigError(
+            f"--addr {addr} listens on every interface: set {PEER_ADVERTISE_URL} to the URL "
+            "other Metasrv nodes reach this one at (for example https://lake-meta-0.lake-meta:50052)"
+        )
+    if advertise is not None:
+        if not advertise.startswith(("http://", "https://")) or " " in advertise:
+            raise ConfigError(f"{PEER_ADVERTISE_URL} must be an http(s):// URL, got {advertise!r}")
+        tls = load_client_tls(env, PEER_CA_FILE, PEER_SERVER_NAME)
+        allow_insecure = (env.get("LAKE_ALLOW_INSECURE") or "").strip().lower() in ("true", "1", "yes")
+        check_internal_client(
+            advertise,
+            tls,
+            allow_insecure=allow_insecure,
+            url_flag=PEER_ADVERTISE_URL,
+            ca_variable=PEER_CA_FILE,
+            name_variable=PEER_SERVER_NAME,
+        )
+    ttl_s = DEFAULT_LEASE_TTL_S
+    pause_point = None
+    if env.get(TEST_HOOKS, "").strip() == "1":
+        ttl_s = env_int(TEST_LEASE_TTL_MS, int(DEFAULT_LEASE_TTL_S * 1000), 500, 600_000, env) / 1000
+        pause_point = (env.get(TEST_PAUSE_POINT) or "").strip() or None
+        if pause_point is not None and pause_point not in PAUSE_POINTS:
+            known = ", ".join(sorted(PAUSE_POINTS))
+            raise ConfigError(f"{TEST_PAUSE_POINT} must be one of {known}, got {pause_point[:80]!r}")
+    return {
+        "cloud": cloud,
+        "advertise_url": advertise,
+        "lease_ttl_s": ttl_s,
+        "pause_point": pause_point,
+    }

@@ -4,6 +4,12 @@ Every call is authorized against :func:`current_principal` before the
 registry or storage is touched. A table in a namespace the caller may not see
 gets the same PermissionDenied whether or not it exists, so existence never
 leaks.
+
+Roles (``docs/security.md``): creating and dropping tables needs ``admin``;
+appends need a data-plane principal (``user`` or ``admin``), which is what a
+Query replica's delegated calls act as (``lake_core.auth``); any
+authenticated role may describe tables and take catalog snapshots within its
+namespaces.
 """
 
 from __future__ import annotations
@@ -56,6 +62,14 @@ def _authorize(principal: Principal, table: TableRef) -> None:
         raise PermissionDenied(f"permission denied for table {table}")
 
 
+def _require_role(principal: Principal, table: TableRef, *roles: str) -> None:
+    # Same message as a hidden table, after the namespace check: the role
+    # check must not reveal anything the namespace check would hide.
+    _authorize(principal, table)
+    if principal.role not in roles:
+        raise PermissionDenied(f"permission denied for table {table}")
+
+
 class MetaHandler(FlightHandler):
     """The Flight handler of one Metasrv, over its commit coordinator."""
 
@@ -77,7 +91,7 @@ class MetaHandler(FlightHandler):
             result = await self._create_table(principal, body)
         elif action.type == protocol.DROP_TABLE:
             request = protocol.decode(protocol.TableRequest, body)
-            _authorize(principal, request.table)
+            _require_role(principal, request.table, "admin")
             result = await self.coordinator.drop_table(request.table)
         elif action.type == protocol.DESCRIBE_TABLE:
             request = protocol.decode(protocol.TableRequest, body)
@@ -94,7 +108,7 @@ class MetaHandler(FlightHandler):
         self, principal: Principal, body: bytes
     ) -> protocol.DescribeTableResult:
         request = protocol.decode(protocol.CreateTableRequest, body)
-        _authorize(principal, request.table)
+        _require_role(principal, request.table, "admin")
         schema = schema_from_base64(request.schema_ipc)
         record = await self.coordinator.create_table(request.table, schema)
         return protocol.DescribeTableResult(entry=record.catalog_entry())
@@ -103,8 +117,11 @@ class MetaHandler(FlightHandler):
         self, principal: Principal, body: bytes
     ) -> protocol.CatalogSnapshotResult:
         request = protocol.decode(protocol.CatalogSnapshotRequest, body)
-        generation, records = await self.coordinator.registry.snapshot()
-        if request.generation == generation:
+        # An unchanged catalog is answered from the generation alone (no directory read).
+        generation, records = await self.coordinator.registry.snapshot_if_changed(
+            request.generation
+        )
+        if records is None:
             return protocol.CatalogSnapshotResult(not_modified=True, generation=generation)
         entries = [r.catalog_entry() for r in records if principal.may_see(r.table.namespace)]
         return protocol.CatalogSnapshotResult(
@@ -125,11 +142,13 @@ class MetaHandler(FlightHandler):
             if command is None:
                 # Authorize on the first message, before reading any data.
                 command = _append_command(decoder.descriptor)
-                _authorize(principal, command.table)
+                _require_role(principal, command.table, "user", "admin")
             batches.extend(produced)
         if command is None or decoder.schema is None:
             raise InvalidAppend("an append stream needs a descriptor and an Arrow schema")
-        result = await self.coordinator.append(command, decoder.schema, batches)
+        result = await self.coordinator.append(
+            command, decoder.schema, batches, tenant_id=principal.tenant_id
+        )
         yield pb.PutResult(app_metadata=protocol.encode(result))
 
 

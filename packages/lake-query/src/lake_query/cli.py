@@ -18,11 +18,13 @@ import structlog
 from lake_core.errors import LakeError
 from lake_core.flight.server import FlightServer, UncleanShutdown, serve
 from lake_core.metaclient import MetaClient
-from lake_core.principal import DEV_PRINCIPAL, Principal
 from lake_core.tickets import TicketSealer
+from lake_query.admission import Admission
 from lake_query.catalog_cache import CatalogCache
 from lake_query.config import DEFAULT_ADDR, DEFAULT_METADATA_ADDR, QueryConfig
 from lake_query.flightsql import QueryHandler
+from lake_query.planning import configure_storage
+from lake_query.stage import QueryStage
 
 __all__ = ["configure_logging", "main", "query", "run"]
 
@@ -63,15 +65,17 @@ def configure_logging(level: int = logging.INFO) -> None:
     )
 
 
-def _loopback_principal(_metadata: object, _peer: str, _method: str) -> Principal:
-    # Anonymous plaintext is allowed only on loopback (QueryConfig enforces it).
-    return DEV_PRINCIPAL
-
-
 async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
     """Connect the catalog, then serve until SIGINT/SIGTERM (or ``stop``)."""
-    meta = MetaClient(config.metadata_addr)
+    configure_storage(config.storage)
+    meta = MetaClient(
+        config.metadata_addr,
+        token=config.metadata_token,
+        ca_pem=config.metadata_tls.ca_pem,
+        server_name=config.metadata_tls.server_name,
+    )
     cache = CatalogCache(meta, config.catalog_refresh_s)
+    stage = QueryStage(config.stage)
     handler: QueryHandler | None = None
     try:
         await cache.start()
@@ -88,22 +92,34 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
                 config.ticket_ring, f"{config.audience}/prepared", HANDLE_TTL_SECS
             ),
             appends=meta,
+            admission=Admission(config.admission),
+            max_sql_bytes=config.admission.max_sql_bytes,
+            stage=stage,
         )
 
         def started(server: FlightServer) -> None:
-            log.info("serving", addr=config.addr, port=server.port)
+            log.info(
+                "serving",
+                addr=config.addr,
+                port=server.port,
+                tls=config.security.tls is not None,
+                authenticator=repr(config.security.authenticator),
+                admission=repr(config.admission),
+            )
             print(f"lake query listening on {config.addr}", file=sys.stderr, flush=True)
 
         await serve(
             handler,
             config.addr,
-            authenticate=_loopback_principal,
+            authenticate=config.security.authenticator,
+            tls=config.security.tls_pair,
             on_started=started,
             stop=stop,
         )
     finally:
         await cache.close()
         await meta.close()
+        await stage.close()
         if handler is not None:
             handler.close()
 
@@ -117,11 +133,16 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
     help="Metasrv URL (http:// or https://).",
 )
 @click.option("--log-level", default="info", show_default=True, help="debug, info, warning, error.")
-def query(addr: str, metadata_addr: str, log_level: str) -> None:
+@click.option(
+    "--data-dir",
+    default=None,
+    help="Metasrv's local data directory: SDKs get the managed stage <data-dir>/objects.",
+)
+def query(addr: str, metadata_addr: str, log_level: str, data_dir: str | None) -> None:
     """Run a Lake Query replica (Flight SQL over DataFusion)."""
     configure_logging(getattr(logging, log_level.upper(), logging.INFO))
     try:
-        config = QueryConfig.load(addr, metadata_addr)
+        config = QueryConfig.load(addr, metadata_addr, data_dir=data_dir)
         asyncio.run(run(config))
     except UncleanShutdown as exc:
         log.error("unclean shutdown", error=str(exc))

@@ -10,6 +10,20 @@ Environment (constants in :mod:`lake_core.config`):
 - ``LAKE_QUERY_TICKET_AUDIENCE``: the audience tickets are bound to, default
   ``lake-query``; replicas of one fleet share it.
 - ``LAKE_QUERY_CATALOG_REFRESH_MS``: catalog refresh interval, default 1000.
+- Table storage (:class:`lake_core.cloud.DatasetStorage`): ``s3://`` tables open
+  through ``LAKE_MANIFEST_DYNAMODB_TABLE`` (default ``lake_manifests``) with
+  ``AWS_REGION``, ``AWS_ENDPOINT_URL_S3``/``AWS_ENDPOINT_URL_DYNAMODB`` and
+  ``LAKE_STORAGE_TIMEOUT_MS``; Query never reads the registry table.
+- The managed object stage (:mod:`lake_objects.settings`): ``LAKE_S3_BUCKET``
+  with ``LAKE_MANAGED_OBJECT_PREFIX``, or ``LAKE_MANAGED_OBJECT_ROOT``, or
+  ``--data-dir`` (``<data-dir>/objects``, Metasrv's default local stage).
+
+Security (``docs/security.md``): the listener policy of
+:class:`lake_core.security.ServerSecurity` (``LAKE_AUTH_PRINCIPALS_FILE`` or
+``LAKE_AUTH_TOKEN_FILE``, ``LAKE_TLS_CERT_FILE``/``LAKE_TLS_KEY_FILE``,
+``LAKE_ALLOW_INSECURE``); the Metasrv client's ``LAKE_METADATA_AUTH_TOKEN_FILE``,
+``LAKE_METADATA_CA_FILE`` and ``LAKE_METADATA_SERVER_NAME``; admission limits
+from :class:`lake_query.admission.AdmissionLimits`.
 """
 
 from __future__ import annotations
@@ -17,9 +31,11 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from lake_core.auth import METADATA_AUTH_TOKEN_FILE, Authenticator, Secret
+from lake_core.cloud import DatasetStorage
 from lake_core.config import (
     QUERY_CATALOG_REFRESH_MS,
     QUERY_TICKET_AUDIENCE,
@@ -29,7 +45,11 @@ from lake_core.config import (
     is_loopback_address,
 )
 from lake_core.errors import ConfigError
+from lake_core.security import ServerSecurity, check_internal_client, optional_token
 from lake_core.tickets import TicketKeyRing
+from lake_core.tls import METADATA_CA_FILE, METADATA_SERVER_NAME, ClientTLS, load_client_tls
+from lake_objects.settings import StageSettings
+from lake_query.admission import AdmissionLimits
 
 __all__ = [
     "DEFAULT_ADDR",
@@ -78,6 +98,16 @@ class QueryConfig:
     ticket_ttl_secs: int = DEFAULT_TICKET_TTL_SECS
     catalog_refresh_ms: int = DEFAULT_CATALOG_REFRESH_MS
     audience: str = DEFAULT_AUDIENCE
+    #: The managed object stage SDKs upload to (None: this replica serves no FILE uploads).
+    stage: StageSettings | None = None
+    #: Listener policy: authenticator and TLS.
+    security: ServerSecurity = field(default_factory=lambda: ServerSecurity(Authenticator(None)))
+    #: Query's own credential and TLS settings for Metasrv.
+    metadata_token: Secret | None = None
+    metadata_tls: ClientTLS = field(default_factory=ClientTLS)
+    admission: AdmissionLimits = field(default_factory=AdmissionLimits)
+    #: How ``s3://`` tables are opened (manifest table, endpoints, timeouts).
+    storage: DatasetStorage = field(default_factory=DatasetStorage)
 
     @property
     def loopback(self) -> bool:
@@ -93,19 +123,25 @@ class QueryConfig:
         addr: str = DEFAULT_ADDR,
         metadata_addr: str = DEFAULT_METADATA_ADDR,
         env: Mapping[str, str] | None = None,
+        data_dir: str | os.PathLike[str] | None = None,
     ) -> QueryConfig:
         """Parse flags plus ``LAKE_QUERY_*`` variables; raise ConfigError naming the bad one."""
         source = os.environ if env is None else env
         addr = _check_listen_addr(addr.strip())
         metadata_addr = _check_metadata_addr(metadata_addr.strip())
         loopback = is_loopback_address(addr)
-        if not loopback:
-            # Authentication and TLS configuration are not wired into Query yet;
-            # refuse rather than serve anonymous plaintext off loopback.
-            raise ConfigError(
-                f"--addr {addr} is not a loopback address: non-loopback Query listeners need "
-                "authentication and TLS, which this build does not configure yet"
-            )
+        security = ServerSecurity.load(addr, source)
+        metadata_tls = load_client_tls(source, METADATA_CA_FILE, METADATA_SERVER_NAME)
+        check_internal_client(
+            metadata_addr,
+            metadata_tls,
+            allow_insecure=security.allow_insecure,
+            url_flag="--metadata-addr",
+            ca_variable=METADATA_CA_FILE,
+            name_variable=METADATA_SERVER_NAME,
+        )
+        metadata_token = optional_token(source, METADATA_AUTH_TOKEN_FILE)
+        admission = AdmissionLimits.from_env(source)
         ttl = env_int(QUERY_TICKET_TTL_SECS, DEFAULT_TICKET_TTL_SECS, 1, 3600, source)
         refresh = env_int(
             QUERY_CATALOG_REFRESH_MS, DEFAULT_CATALOG_REFRESH_MS, 1, MAX_CATALOG_REFRESH_MS, source
@@ -132,4 +168,12 @@ class QueryConfig:
             ticket_ttl_secs=ttl,
             catalog_refresh_ms=refresh,
             audience=audience,
+            stage=StageSettings.from_env(
+                source, default_local_root=Path(data_dir) / "objects" if data_dir else None
+            ),
+            security=security,
+            metadata_token=metadata_token,
+            metadata_tls=metadata_tls,
+            admission=admission,
+            storage=DatasetStorage.from_env(source),
         )

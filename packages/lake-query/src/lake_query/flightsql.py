@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import os
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -49,6 +50,7 @@ from lake_core.errors import (
     Unavailable,
     Unimplemented,
 )
+from lake_core.filetype import is_file_field
 from lake_core.flight.encoding import FlightDataDecoder, InvalidFlightData, encode_stream
 from lake_core.flight.server import Context, FlightHandler, current_principal
 from lake_core.models import CatalogEntry
@@ -58,11 +60,14 @@ from lake_core.proto import flight_pb2 as pb
 from lake_core.proto import flight_sql_pb2 as sql_pb
 from lake_core.schemas import schema_to_ipc
 from lake_core.tickets import TicketSealer
+from lake_objects import descriptor as stage_wire
 from lake_query import metadata
+from lake_query.admission import Admission
 from lake_query.catalog_cache import CatalogCache
 from lake_query.planning import PlannedQuery, Planner, QuerySpec
 from lake_query.results import prefetch
 from lake_query.sqlinfo import SQL_INFO_SCHEMA, sql_info_batch
+from lake_query.stage import QueryStage
 
 __all__ = ["MAX_SQL_BYTES", "AppendSink", "QueryHandler"]
 
@@ -119,6 +124,8 @@ _ACTIONS = {
     CLOSE_SESSION: "End a Flight SQL session (no server state)",
     CANCEL_FLIGHT_INFO: "Cancel a statement (nothing runs before DoGet)",
     protocol.TABLE_SCHEMA: "Lake: a table's current schema and version from the catalog cache",
+    stage_wire.MANAGED_STAGE: "Lake: the caller's credential-free managed stage descriptor",
+    stage_wire.READ_CAPABILITY: "Lake: a bounded read capability for one DataLocation (S3 only)",
 }
 
 # Ticket and handle body kinds.
@@ -134,7 +141,7 @@ class AppendSink(Protocol):
     """Where appends go (``lake_core.metaclient.MetaClient`` in production)."""
 
     async def append_messages(
-        self, messages: AsyncIterator[pb.FlightData]
+        self, messages: AsyncIterator[pb.FlightData], *, on_behalf_of: Principal | None = None
     ) -> protocol.AppendResult: ...
 
 
@@ -182,9 +189,9 @@ def _parse_raw(data: bytes, cls: type[M], what: str) -> M:
     return cast(M, message)
 
 
-def _check_sql(sql: str) -> str:
-    if len(sql.encode()) > MAX_SQL_BYTES:
-        raise InvalidArgument(f"SQL text exceeds {MAX_SQL_BYTES} bytes")
+def _check_sql(sql: str, limit: int = MAX_SQL_BYTES) -> str:
+    if len(sql.encode()) > limit:
+        raise InvalidArgument(f"SQL text exceeds {limit} bytes")
     if not sql.strip():
         raise InvalidArgument("SQL text is empty")
     return sql
@@ -213,7 +220,13 @@ class QueryHandler(FlightHandler):
         handle_sealer: TicketSealer,
         appends: AppendSink | None = None,
         executor: ThreadPoolExecutor | None = None,
+        admission: Admission | None = None,
+        max_sql_bytes: int = MAX_SQL_BYTES,
+        stage: QueryStage | None = None,
     ) -> None:
+        self._stage = stage or QueryStage(None)
+        self._admission = admission
+        self._max_sql_bytes = max_sql_bytes
         self._cache = cache
         self._sealer = sealer
         self._handles = handle_sealer
@@ -260,8 +273,14 @@ class QueryHandler(FlightHandler):
 
     # Planning.
 
+    def _check_ticket(self, data: bytes, what: str) -> bytes:
+        # Tickets and handles carry SQL: the SQL size limit bounds them too.
+        if len(data) > self._max_sql_bytes:
+            raise InvalidArgument(f"{what} exceeds {self._max_sql_bytes} bytes")
+        return data
+
     async def _plan(self, spec: QuerySpec, principal: Principal) -> PlannedQuery:
-        _check_sql(spec.sql)
+        _check_sql(spec.sql, self._max_sql_bytes)
         planned = await self._blocking(self.planner.plan_spec, spec, principal)
         log.info(
             "query planned",
@@ -271,7 +290,7 @@ class QueryHandler(FlightHandler):
         return planned
 
     def _open_handle(self, handle: bytes, principal: Principal) -> QuerySpec:
-        body = self._handles.open(handle, principal)
+        body = self._handles.open(self._check_ticket(handle, "the statement handle"), principal)
         if body.get("k") != _PREPARED or not isinstance(body.get("sql"), str):
             raise InvalidArgument("not a Lake prepared statement handle")
         params = body.get("params")
@@ -291,7 +310,7 @@ class QueryHandler(FlightHandler):
         command = _unpack_any(descriptor.cmd, "the descriptor")
         if isinstance(command, sql_pb.CommandStatementQuery):
             _no_transaction(command)
-            planned = await self._plan(QuerySpec(sql=_check_sql(command.query)), principal)
+            planned = await self._plan(QuerySpec(sql=command.query), principal)
         elif isinstance(command, sql_pb.CommandPreparedStatementQuery):
             spec = self._open_handle(command.prepared_statement_handle, principal)
             planned = await self._plan(spec, principal)
@@ -336,26 +355,36 @@ class QueryHandler(FlightHandler):
 
     async def do_get(self, ticket: pb.Ticket, context: Context) -> AsyncIterator[bytes]:
         principal = _principal()
-        body = self._sealer.open(ticket.ticket, principal)
+        body = self._sealer.open(self._check_ticket(ticket.ticket, "the ticket"), principal)
         kind = body.get("k")
+        messages: AsyncIterator[bytes]
         if kind == _QUERY:
             try:
                 spec = QuerySpec.model_validate(body.get("q"))
             except ValidationError:
                 # Authentic, so sealed by a replica of another Lake version.
                 raise InvalidArgument("ticket from an incompatible Lake Query version") from None
-            stream = await self._blocking(self.planner.execute, spec, principal)
-            messages = encode_stream(stream.schema, stream)
+
+            async def start() -> AsyncIterator[bytes]:
+                stream = await self._blocking(self.planner.execute, spec, principal)
+                return prefetch(encode_stream(stream.schema, stream), self._streams)
+
+            if self._admission is None:
+                messages = await start()
+            else:
+                # The permit is held for the whole stream (lake_query.admission).
+                messages = self._admission.run(principal.tenant_id, context, start)
         elif kind == _METADATA:
             command = _unpack_any(base64.b64decode(body.get("c", "")), "the ticket")
             batch = self._metadata_batch(command, principal)
-            messages = encode_stream(batch.schema, [batch])
+            messages = prefetch(encode_stream(batch.schema, [batch]), self._streams)
         else:
             raise Unauthenticated("invalid ticket")
         sent = 0
-        async for message in prefetch(messages, self._streams):
-            sent += 1
-            yield message
+        async with contextlib.aclosing(messages):
+            async for message in messages:
+                sent += 1
+                yield message
         log.debug("stream finished", messages=sent)
 
     def _metadata_batch(self, command: Message, principal: Principal) -> pa.RecordBatch:
@@ -454,12 +483,19 @@ class QueryHandler(FlightHandler):
             if self._cache.entry(command.table) is None:
                 raise TableNotFound(command.table.qualified)
 
+        checked = await self._check_file_cells(command.table, first, messages, principal)
+
         async def forward() -> AsyncIterator[pb.FlightData]:
+            if checked is not None:
+                for message in checked:
+                    yield message
+                return
             yield first
             async for message in messages:
                 yield message
 
-        result = await self._appends.append_messages(forward())
+        # Metasrv authorizes the append again, as this principal (lake_core.auth).
+        result = await self._appends.append_messages(forward(), on_behalf_of=principal)
         log.info(
             "append forwarded",
             table=str(result.table),
@@ -469,6 +505,38 @@ class QueryHandler(FlightHandler):
         # Refresh before replying so this replica reads its own writes.
         await self._refresh_quietly()
         return pb.PutResult(app_metadata=protocol.encode(result))
+
+    async def _check_file_cells(
+        self,
+        table: TableRef,
+        first: pb.FlightData,
+        messages: AsyncIterator[pb.FlightData],
+        principal: Principal,
+    ) -> list[pb.FlightData] | None:
+        """For a table with FILE columns: the whole append, after its FILE cells passed the
+        tenant-prefix check (None for other tables, which stream straight through)."""
+        cached = self._cache.lookup(table)
+        schema = cached.schema if cached is not None else None
+        if schema is None or not any(is_file_field(f) for f in schema):
+            return None
+        decoder = FlightDataDecoder(max_bytes=protocol.MAX_APPEND_BYTES, too_large=InvalidArgument)
+        kept = [first]
+        try:
+            batches = decoder.feed(first)
+            async for message in messages:
+                kept.append(message)
+                batches += decoder.feed(message)
+        except InvalidFlightData as exc:
+            raise InvalidArgument(f"invalid append data: {exc}") from None
+        self._stage.check_append(principal, schema, batches)
+        return kept
+
+    async def _stage_action(self, kind: str, body: bytes, principal: Principal) -> bytes:
+        if kind == stage_wire.MANAGED_STAGE:
+            protocol.decode(stage_wire.StageRequest, body)
+            return protocol.encode(self._stage.descriptor(principal))
+        request = protocol.decode(stage_wire.ReadCapabilityRequest, body)
+        return protocol.encode(await self._stage.read_capability(principal, request))
 
     async def _refresh_quietly(self) -> None:
         try:
@@ -485,7 +553,7 @@ class QueryHandler(FlightHandler):
                 action.body, sql_pb.ActionCreatePreparedStatementRequest, "the action body"
             )
             _no_transaction(request)
-            planned = await self._plan(QuerySpec(sql=_check_sql(request.query)), principal)
+            planned = await self._plan(QuerySpec(sql=request.query), principal)
             result = sql_pb.ActionCreatePreparedStatementResult(
                 prepared_statement_handle=self._seal_handle(planned.spec, principal),
                 dataset_schema=schema_to_ipc(planned.schema),
@@ -503,6 +571,8 @@ class QueryHandler(FlightHandler):
             yield pb.Result(body=cancelled.SerializeToString())
         elif kind == protocol.TABLE_SCHEMA:
             yield pb.Result(body=await self._table_schema(action.body, principal))
+        elif kind in (stage_wire.MANAGED_STAGE, stage_wire.READ_CAPABILITY):
+            yield pb.Result(body=await self._stage_action(kind, bytes(action.body), principal))
         else:
             raise Unimplemented(f"action {kind[:100]!r} is not supported by Lake Query")
 

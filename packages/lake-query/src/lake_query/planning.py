@@ -37,11 +37,13 @@ from datafusion import SessionConfig, SessionContext, SQLOptions
 from datafusion.catalog import CatalogProvider, SchemaProvider, Table
 from pydantic import BaseModel, ConfigDict
 
+from lake_core.cloud import DatasetStorage
 from lake_core.errors import (
     Internal,
     InvalidArgument,
     PermissionDenied,
     TableNotFound,
+    Unavailable,
     Unimplemented,
     VersionReclaimed,
 )
@@ -59,6 +61,7 @@ __all__ = [
     "Planner",
     "QuerySpec",
     "ResultStream",
+    "configure_storage",
     "open_pinned",
     "read_only_options",
 ]
@@ -157,15 +160,51 @@ def read_only_options() -> SQLOptions:
     return SQLOptions().with_allow_ddl(False).with_allow_dml(False).with_allow_statements(False)
 
 
-def open_pinned(table: TableRef, descriptor: TableDescriptor) -> Any:
-    """The Lance dataset at exactly ``descriptor``'s version, or VersionReclaimed."""
+_storage = DatasetStorage()
+
+
+def configure_storage(storage: DatasetStorage) -> None:
+    """How this process opens datasets: ``s3://`` ones through the DynamoDB manifest table.
+
+    Set once at startup from validated configuration (``lake query``);
+    Query needs no access to the registry table, only to the manifests.
+    """
+    global _storage
+    _storage = storage
+
+
+def _is_outage(exc: BaseException) -> bool:
+    text = str(exc)
+    return "not found" not in text.lower() and any(marker in text for marker in _OUTAGE_MARKERS)
+
+
+_OUTAGE_MARKERS = ("LanceError(IO)", "error sending request", "timed out", "dispatch failure")
+
+
+def open_pinned(
+    table: TableRef, descriptor: TableDescriptor, storage: DatasetStorage | None = None
+) -> Any:
+    """The Lance dataset at exactly ``descriptor``'s version, or VersionReclaimed.
+
+    Opened read-only at the pinned version; an ``s3://`` location goes through
+    Lance's DynamoDB manifest store. Unreachable storage is UNAVAILABLE.
+    """
     if descriptor.engine != "lance":
         raise Unimplemented(
             f"{table.qualified}: table engine {descriptor.engine!r} is not supported"
         )
+    storage = storage or _storage
     try:
-        dataset = lance.dataset(descriptor.location, version=descriptor.engine_version)
+        dataset = lance.dataset(
+            storage.lance_uri(descriptor.location),
+            version=descriptor.engine_version,
+            storage_options=storage.storage_options(descriptor.location),
+        )
     except (ValueError, OSError) as exc:
+        if _is_outage(exc):
+            raise Unavailable(
+                f"{table.qualified}: table storage is unreachable right now; retry"
+            ) from None
         if "not found" in str(exc).lower():
             raise VersionReclaimed(
                 f"{table.qualified} version {descriptor.version} is no longer available "
@@ -193,6 +232,8 @@ def _owned_by(metadata: dict[bytes, bytes], incarnation: str) -> bool:
 
 def _execution_error(exc: BaseException) -> Exception:
     text = str(exc)
+    if _is_outage(exc):
+        return Unavailable("table storage became unreachable while the query ran; retry")
     # A data file deleted under a running scan: retention reclaimed the version.
     if "Not found" in text and ".lance" in text:
         return VersionReclaimed(

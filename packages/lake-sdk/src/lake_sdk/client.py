@@ -1,14 +1,15 @@
-"""The async Lake client: SQL over Flight SQL, appends through Query.
+"""The async Lake client: SQL over Flight SQL, appends through Query, FILE values.
 
 The client talks to one Query endpoint only; Query forwards appends to the
-commit authority. Blocking pyarrow Flight calls run on worker threads so the
+commit authority. FILE bytes go directly between this process and the managed
+object stage (:mod:`lake_sdk.objects`). Blocking pyarrow Flight calls run on worker threads so the
 event loop never waits on the network.
 """
 
 from __future__ import annotations
 
 import asyncio
-import time
+import os
 from collections.abc import AsyncIterator, Iterable, Sequence
 from typing import Any
 
@@ -21,7 +22,14 @@ from lake_core.ids import new_operation_id
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2
 from lake_core.schemas import check_exact_schema, schema_from_base64
+from lake_objects.progress import ProgressCallback
+from lake_objects.s3 import DEFAULT_UPLOAD_CONCURRENCY
+from lake_objects.store import ManagedObjectStore
 from lake_sdk._errors import lake_error
+from lake_sdk.builder import ConnectOptions, LakeClientBuilder
+from lake_sdk.files import FileOptions, validate_file_options
+from lake_sdk.objects import ClientState, ObjectMethods, new_state
+from lake_sdk.schema_cache import DEFAULT_SCHEMA_CACHE_CAPACITY, DEFAULT_SCHEMA_CACHE_TTL_S
 
 __all__ = ["LakeClient", "QueryResult"]
 
@@ -86,18 +94,49 @@ class QueryResult:
         self._reader.cancel()
 
 
-class LakeClient:
-    """An async connection to a Lake Query endpoint."""
+class LakeClient(ObjectMethods):
+    """An async connection to a Lake Query endpoint.
 
-    def __init__(self, url: str, client: flight.FlightClient, *, append_attempts: int) -> None:
+    FILE options (see :mod:`lake_sdk.objects`): ``upload_checkpoint_dir`` makes
+    path uploads restart-resumable and appends durable; ``upload_concurrency``
+    (1..=16 parts in flight, default 4); the schema cache's capacity and TTL.
+    :meth:`clone` shares the connection, schema cache and stage.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        client: flight.FlightClient,
+        *,
+        append_attempts: int,
+        state: ClientState | None = None,
+        files: FileOptions | None = None,
+        schema_cache_capacity: int = DEFAULT_SCHEMA_CACHE_CAPACITY,
+        schema_cache_ttl_s: float = DEFAULT_SCHEMA_CACHE_TTL_S,
+    ) -> None:
         self.url = url
         self._client = client
         self._append_attempts = append_attempts
-        self._schemas: dict[TableRef, tuple[float, pa.Schema]] = {}
-        self._schema_ttl_s = 60.0
+        self._state = state or new_state(
+            files or FileOptions(),
+            self._action,
+            schema_cache_capacity=schema_cache_capacity,
+            schema_cache_ttl_s=schema_cache_ttl_s,
+        )
+
+    def clone(self) -> LakeClient:
+        """Another handle on this connection, sharing its schema cache and stage."""
+        return LakeClient(
+            self.url, self._client, append_attempts=self._append_attempts, state=self._state
+        )
 
     def __repr__(self) -> str:
         return f"LakeClient({self.url!r})"
+
+    @classmethod
+    def builder(cls, url: str) -> LakeClientBuilder:
+        """Configure a connection (bearer token, CA, server name); see :mod:`lake_sdk.builder`."""
+        return LakeClientBuilder(url)
 
     @classmethod
     async def connect(
@@ -106,21 +145,69 @@ class LakeClient:
         *,
         timeout_s: float = 10.0,
         append_attempts: int = 3,
+        options: ConnectOptions | None = None,
+        upload_checkpoint_dir: str | os.PathLike[str] | None = None,
+        upload_concurrency: int = DEFAULT_UPLOAD_CONCURRENCY,
+        schema_cache_capacity: int = DEFAULT_SCHEMA_CACHE_CAPACITY,
+        schema_cache_ttl_s: float = DEFAULT_SCHEMA_CACHE_TTL_S,
+        progress: ProgressCallback | None = None,
+        query_only: bool = False,
+        store: ManagedObjectStore | None = None,
     ) -> LakeClient:
         """Connect to a Query endpoint (``grpc://host:port`` or ``http://host:port``)."""
         if not 1 <= append_attempts <= 10:
             raise InvalidArgument("append_attempts must be in 1..=10")
+        files = FileOptions.create(
+            upload_checkpoint_dir=upload_checkpoint_dir,
+            upload_concurrency=upload_concurrency,
+            query_only=query_only,
+            store=store,
+            progress=progress,
+        )
+        validate_file_options(files, schema_cache_capacity, schema_cache_ttl_s)
         location = _location(url)
-        client = flight.FlightClient(location)
+        client = (options or ConnectOptions()).flight_client(url, location)
         try:
             await asyncio.to_thread(client.wait_for_available, timeout_s)
         except (flight.FlightError, pa.ArrowException) as exc:
             client.close()
-            raise Unavailable(f"Lake Query at {url} is not reachable: {lake_error(exc)}") from None
-        return cls(url, client, append_attempts=append_attempts)
+            error = lake_error(exc)
+            if isinstance(error, Unavailable):
+                raise Unavailable(f"Lake Query at {url} is not reachable: {error}") from None
+            raise error from None  # e.g. Unauthenticated: a wrong or missing token
+        return cls(
+            url,
+            client,
+            append_attempts=append_attempts,
+            files=files,
+            schema_cache_capacity=schema_cache_capacity,
+            schema_cache_ttl_s=schema_cache_ttl_s,
+        )
+
+    @classmethod
+    async def connect_query_only(cls, url: str, **kwargs: Any) -> LakeClient:
+        """A client with no storage access: FILE reads go through Query-issued capabilities."""
+        return await cls.connect(url, query_only=True, **kwargs)
+
+    @classmethod
+    async def connect_with_store(
+        cls, url: str, store: ManagedObjectStore, **kwargs: Any
+    ) -> LakeClient:
+        """A client using ``store`` instead of discovering the stage (embedders, tests)."""
+        return await cls.connect(url, store=store, **kwargs)
 
     async def close(self) -> None:
+        """Close the connection (shared with clones) and the object store."""
+        await self._state.files.close()
         await asyncio.to_thread(self._client.close)
+
+    async def _action(self, name: str, body: bytes) -> bytes:
+        """One Lake DoAction and its single result body."""
+        results = await self._call(lambda: list(self._client.do_action(flight.Action(name, body))))
+        if not results:
+            raise LakeError(f"Query sent no result for {name}")
+        data: bytes = results[0].body.to_pybytes()
+        return data
 
     async def __aenter__(self) -> LakeClient:
         return self
@@ -154,25 +241,17 @@ class LakeClient:
     # -- schemas -----------------------------------------------------------
 
     async def table_schema(self, table: TableRef | str) -> pa.Schema:
-        """The table's Arrow schema, as Query's catalog knows it (cached for 60 s)."""
+        """The table's Arrow schema, as Query's catalog knows it (from the schema cache)."""
         ref = table if isinstance(table, TableRef) else TableRef.parse(table)
-        cached = self._schemas.get(ref)
-        if cached and time.monotonic() - cached[0] < self._schema_ttl_s:
-            return cached[1]
-        body = protocol.encode(protocol.TableRequest(table=ref))
-        results = await self._call(
-            lambda: list(self._client.do_action(flight.Action(protocol.TABLE_SCHEMA, body)))
-        )
-        if not results:
-            raise LakeError(f"Query sent no schema for {ref}")
-        reply = protocol.decode(protocol.DescribeTableResult, results[0].body.to_pybytes())
-        schema = schema_from_base64(reply.entry.schema_ipc)
-        self._schemas[ref] = (time.monotonic(), schema)
-        return schema
 
-    def invalidate_table_schema(self, table: TableRef | str) -> None:
-        ref = table if isinstance(table, TableRef) else TableRef.parse(table)
-        self._schemas.pop(ref, None)
+        async def load() -> pa.Schema:
+            body = protocol.encode(protocol.TableRequest(table=ref))
+            reply = protocol.decode(
+                protocol.DescribeTableResult, await self._action(protocol.TABLE_SCHEMA, body)
+            )
+            return schema_from_base64(reply.entry.schema_ipc)
+
+        return await self._state.schemas.get(ref, load)
 
     # -- appends -----------------------------------------------------------
 
@@ -192,7 +271,12 @@ class LakeClient:
         items = batches.to_batches() if isinstance(batches, pa.Table) else list(batches)
         schema = await self.table_schema(ref)
         items = _validate_append(ref, schema, items)
-        op_id = operation_id or new_operation_id()
+        # With an upload checkpoint directory the operation is recorded durably first.
+        return await self._durable_append(ref, schema, items, operation_id or new_operation_id())
+
+    async def _append_with_retries(
+        self, ref: TableRef, schema: pa.Schema, items: list[pa.RecordBatch], op_id: str
+    ) -> int:
         command = protocol.AppendCommand(table=ref, operation_id=op_id)
         descriptor = flight.FlightDescriptor.for_command(protocol.encode(command))
         last: LakeError | None = None

@@ -1,9 +1,12 @@
 """``lake demo``: a whole local Lake on loopback, end to end.
 
 Starts Metasrv and one Query replica as separate processes over a local data
-directory, creates a table through the administrative client, appends rows as
-three committed versions, runs SQL through the SDK (including a query pinned to
-an older version's rows by snapshot-stable tickets) and stops both processes.
+directory, creates a table with a FILE column through the administrative
+client, inserts rows with generated media files as three committed versions
+(the files go straight to the managed stage, only their DataLocations into the
+table), runs SQL through the SDK (including a query pinned to an older
+version's rows by snapshot-stable tickets), reads one file back verified and
+stops both processes.
 """
 
 from __future__ import annotations
@@ -26,7 +29,10 @@ import pyarrow as pa
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.schemas import parse_column_spec
+from lake_objects.source import FileUpload
 from lake_sdk.client import LakeClient
+from lake_sdk.locations import data_location
+from lake_sdk.progress import UploadProgressBar
 
 TABLE = TableRef("robots", "episodes")
 COLUMNS = (
@@ -35,7 +41,13 @@ COLUMNS = (
     "reward:float64",
     "steps:int64",
     "recorded_at:timestamp",
+    "video:file",
 )
+INSERT = (
+    "INSERT INTO robots.episodes (episode_id, robot_id, reward, steps, recorded_at, video) "
+    "VALUES (?, ?, ?, ?, ?, ?)"
+)
+MEDIA_BYTES = 256 * 1024
 
 
 def _free_port() -> int:
@@ -69,19 +81,24 @@ def _wait_ready(proc: subprocess.Popen[bytes], log: Path) -> None:
     raise click.ClickException(f"not ready after 60 s; its log:\n{log.read_text()[-3000:]}")
 
 
-def _episodes(start: int, count: int) -> pa.RecordBatch:
+def _episodes(start: int, count: int, media: Path) -> list[list[object]]:
+    """Rows to insert, each with a freshly generated (fake) camera video."""
     base = datetime(2026, 11, 1, tzinfo=UTC)
-    ids = range(start, start + count)
-    return pa.RecordBatch.from_pydict(
-        {
-            "episode_id": [f"ep-{i:04d}" for i in ids],
-            "robot_id": [f"robot-{i % 3}" for i in ids],
-            "reward": [round(0.5 + (i % 7) * 0.25, 2) for i in ids],
-            "steps": [100 + i * 10 for i in ids],
-            "recorded_at": [base + timedelta(minutes=i) for i in ids],
-        },
-        schema=pa.schema([parse_column_spec(c) for c in COLUMNS]),
-    )
+    rows: list[list[object]] = []
+    for i in range(start, start + count):
+        video = media / f"ep-{i:04d}.mp4"
+        video.write_bytes(b"\x00\x00\x00\x18ftypmp42" + os.urandom(MEDIA_BYTES))
+        rows.append(
+            [
+                f"ep-{i:04d}",
+                f"robot-{i % 3}",
+                round(0.5 + (i % 7) * 0.25, 2),
+                100 + i * 10,
+                base + timedelta(minutes=i),
+                FileUpload.from_path(video, "video/mp4"),
+            ]
+        )
+    return rows
 
 
 async def _run(data_dir: Path) -> None:
@@ -100,7 +117,14 @@ async def _run(data_dir: Path) -> None:
         query_log = logs / "query.log"
         query = _spawn(
             "lake_query",
-            ["--addr", query_addr, "--metadata-addr", f"http://{meta_addr}"],
+            [
+                "--addr",
+                query_addr,
+                "--metadata-addr",
+                f"http://{meta_addr}",
+                "--data-dir",
+                str(data_dir),
+            ],
             query_log,
         )
         procs.append(query)
@@ -112,10 +136,15 @@ async def _run(data_dir: Path) -> None:
             created = await admin.create_table(TABLE, schema)
         say(f"created table lake.{TABLE} at version {created.entry.descriptor.version}")
 
+        media = data_dir / "media"
+        media.mkdir(exist_ok=True)
         async with await LakeClient.connect(f"grpc://{query_addr}") as client:
             for start in (0, 4, 8):
-                version = await client.append_batches(TABLE, [_episodes(start, 4)])
-                say(f"appended 4 episodes -> committed version {version}")
+                with UploadProgressBar() as bar:
+                    version = await client.insert_many(
+                        INSERT, _episodes(start, 4, media), progress=bar
+                    )
+                say(f"inserted 4 episodes with videos -> committed version {version}")
 
             sql = (
                 "SELECT robot_id, count(*) AS episodes, round(avg(reward), 3) AS mean_reward, "
@@ -124,8 +153,20 @@ async def _run(data_dir: Path) -> None:
             say(f"\nSQL> {sql}")
             say(_format(await client.query_table(sql)))
 
+            listing = await client.query_table(
+                "SELECT episode_id, video FROM robots.episodes ORDER BY episode_id LIMIT 2"
+            )
+            say("\nSQL> SELECT episode_id, video FROM robots.episodes ORDER BY episode_id LIMIT 2")
+            for row in range(listing.num_rows):
+                location = data_location(listing, "video", row)
+                say(f"  {listing['episode_id'][row]}: {location.uri} ({location.size_bytes} bytes)")
+            location = data_location(listing, "video", 0)
+            reader = await client.open(location)
+            size = len(await reader.read())
+            say(f"read {size} bytes of {listing['episode_id'][0]}'s video back: sha256 verified")
+
             pinned = await client.query("SELECT count(*) AS n FROM robots.episodes")
-            await client.append_batches(TABLE, [_episodes(12, 4)])
+            await client.insert_many(INSERT, _episodes(12, 4, media))
             say("\nplanned a count, then appended 4 more episodes before fetching it:")
             say(
                 f"  pinned result: {(await pinned.to_table()).column('n')[0].as_py()} rows "

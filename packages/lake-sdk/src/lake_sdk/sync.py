@@ -9,7 +9,12 @@ from typing import Any, TypeVar
 
 import pyarrow as pa
 
+from lake_core.models import DataLocation
 from lake_core.names import TableRef
+from lake_objects.capability import ReadCapability
+from lake_objects.progress import ProgressCallback
+from lake_objects.reader import ObjectReader
+from lake_sdk.builder import ClientBuilder
 from lake_sdk.client import LakeClient
 
 __all__ = ["Client", "connect"]
@@ -42,6 +47,11 @@ class Client:
     def __repr__(self) -> str:
         return f"Client({self._inner.url!r})"
 
+    @classmethod
+    def builder(cls, url: str) -> ClientBuilder:
+        """Configure a blocking connection (bearer token, CA, server name)."""
+        return ClientBuilder(url)
+
     def query(self, sql: str) -> Iterator[pa.RecordBatch]:
         result = self._runner.run(self._inner.query(sql))
         stream = result.__aiter__()
@@ -68,6 +78,53 @@ class Client:
             self._inner.append_batches(table, batches, operation_id=operation_id)
         )
 
+    # FILE values (see LakeClient): inserts with uploads, pending appends, reads.
+
+    def insert(
+        self, sql: str, params: list[Any], *, progress: ProgressCallback | None = None
+    ) -> int:
+        return self._runner.run(self._inner.insert(sql, params, progress=progress))
+
+    def insert_many(
+        self, sql: str, rows: list[list[Any]], *, progress: ProgressCallback | None = None
+    ) -> int:
+        return self._runner.run(self._inner.insert_many(sql, rows, progress=progress))
+
+    def pending_append_ids(self) -> list[str]:
+        return self._runner.run(self._inner.pending_append_ids())
+
+    def resume_pending_append(self, operation_id: str) -> int:
+        return self._runner.run(self._inner.resume_pending_append(operation_id))
+
+    def invalidate_table_schema(self, table: TableRef | str) -> None:
+        self._inner.invalidate_table_schema(table)
+
+    def clear_schema_cache(self) -> None:
+        self._inner.clear_schema_cache()
+
+    def open(self, location: DataLocation) -> SyncObjectReader:
+        return SyncObjectReader(self._runner, self._runner.run(self._inner.open(location)))
+
+    def open_range(self, location: DataLocation, start: int, end: int) -> SyncObjectReader:
+        reader = self._runner.run(self._inner.open_range(location, start, end))
+        return SyncObjectReader(self._runner, reader)
+
+    def presign_read(self, location: DataLocation, ttl: float) -> ReadCapability:
+        return self._runner.run(self._inner.presign_read(location, ttl))
+
+    def open_via_query(self, location: DataLocation, ttl: float) -> SyncObjectReader:
+        reader = self._runner.run(self._inner.open_via_query(location, ttl))
+        return SyncObjectReader(self._runner, reader)
+
+    def open_range_via_query(
+        self, location: DataLocation, start: int, end: int, ttl: float
+    ) -> SyncObjectReader:
+        reader = self._runner.run(self._inner.open_range_via_query(location, start, end, ttl))
+        return SyncObjectReader(self._runner, reader)
+
+    def presign_read_via_query(self, location: DataLocation, ttl: float) -> ReadCapability:
+        return self._runner.run(self._inner.presign_read_via_query(location, ttl))
+
     def close(self) -> None:
         try:
             self._runner.run(self._inner.close())
@@ -75,6 +132,40 @@ class Client:
             self._runner.stop()
 
     def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+class SyncObjectReader:
+    """A blocking view of an :class:`~lake_objects.ObjectReader` (verified at EOF)."""
+
+    def __init__(self, runner: _LoopThread, reader: ObjectReader) -> None:
+        self._runner = runner
+        self._reader = reader
+
+    def __repr__(self) -> str:
+        return f"Sync{self._reader!r}"
+
+    @property
+    def verified(self) -> bool:
+        return self._reader.verified
+
+    def read(self, size: int = -1) -> bytes:
+        return self._runner.run(self._reader.read(size))
+
+    def __iter__(self) -> Iterator[bytes]:
+        while chunk := self.read(1024 * 1024):
+            yield chunk
+
+    def copy_to(self, destination: Any) -> int:
+        return self._runner.run(self._reader.copy_to(destination))
+
+    def close(self) -> None:
+        self._runner.run(self._reader.aclose())
+
+    def __enter__(self) -> SyncObjectReader:
         return self
 
     def __exit__(self, *_: object) -> None:

@@ -48,6 +48,10 @@ FLIGHT_SERVICE = "arrow.flight.protocol.FlightService"
 HEALTH_SERVICE = "grpc.health.v1.Health"
 # Room for a 64 MiB DoPut payload cap plus IPC/protobuf framing.
 MAX_MESSAGE_BYTES = 80 * 1024 * 1024
+MAX_METADATA_BYTES = 64 * 1024
+#: Bounds of reading a refused client stream to its end (see ``_drain``).
+DRAIN_MAX_BYTES = 2 * MAX_MESSAGE_BYTES
+DRAIN_MAX_S = 10.0
 GRACE_ENV = "LAKE_SHUTDOWN_GRACE_MS"
 DEFAULT_GRACE_MS = 30_000
 
@@ -110,8 +114,36 @@ def _unary(
     return behavior
 
 
+async def _drain(requests: AsyncIterator[Any]) -> None:
+    """Read what the client is still sending, within bounds, before failing its call.
+
+    A server that ends a client-streaming call while the client is still
+    writing makes the client see INTERNAL instead of the server's status
+    (grpc reports the failed write). Refusals such as PERMISSION_DENIED on a
+    DoPut must reach the caller intact, so the rest of the stream is read and
+    discarded first: at most :data:`DRAIN_MAX_BYTES` for :data:`DRAIN_MAX_S`.
+    Only authenticated callers get here (the interceptor aborts the others).
+    """
+    received = 0
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + DRAIN_MAX_S
+    try:
+        async with asyncio.timeout_at(deadline):
+            async for message in requests:
+                received += message.ByteSize() if hasattr(message, "ByteSize") else 0
+                if received > DRAIN_MAX_BYTES:
+                    return
+    except Exception:
+        # Out of time, the stream already failed, or it is being read elsewhere
+        # (a forwarding handler): give up; the client may then see INTERNAL.
+        return
+
+
 def _streaming(
-    method: str, fn: Callable[[Any, Context], AsyncIterator[_T]]
+    method: str,
+    fn: Callable[[Any, Context], AsyncIterator[_T]],
+    *,
+    drain_requests: bool = False,
 ) -> Callable[[Any, Context], AsyncIterator[_T]]:
     async def behavior(request: Any, context: Context) -> AsyncIterator[_T]:
         try:
@@ -120,6 +152,8 @@ def _streaming(
         except grpc.aio.AbortError:
             raise
         except Exception as exc:
+            if drain_requests:
+                await _drain(request)
             await _abort(context, exc, method)
 
     return behavior
@@ -240,12 +274,12 @@ def flight_generic_handler(handler: FlightHandler) -> grpc.GenericRpcHandler:
             response_serializer=_identity,
         ),
         "DoPut": stream_stream(
-            _streaming("DoPut", handler.do_put),
+            _streaming("DoPut", handler.do_put, drain_requests=True),
             request_deserializer=pb.FlightData.FromString,
             response_serializer=pb.PutResult.SerializeToString,
         ),
         "DoExchange": stream_stream(
-            _streaming("DoExchange", handler.do_exchange),
+            _streaming("DoExchange", handler.do_exchange, drain_requests=True),
             request_deserializer=pb.FlightData.FromString,
             response_serializer=_bytes_or_message,
         ),
@@ -274,19 +308,22 @@ def _metadata(context: Context) -> Metadata:
 class LakeServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc, unused-ignore]
     """Authenticates calls, sets :func:`current_principal`, counts in-flight RPCs.
 
-    Methods of services in ``public_services`` (gRPC Health by default) skip
-    authentication and counting: probes need no credentials, and long-lived
-    health watches must not hold up the drain.
+    Every service is authenticated, gRPC Health included. Methods of
+    ``uncounted_services`` (Health by default) are not counted in flight:
+    long-lived health watches must not hold up the drain. Methods of
+    ``public_services`` (none by default) skip authentication and counting.
     """
 
     def __init__(
         self,
         authenticate: Authenticator | None = None,
         *,
-        public_services: Sequence[str] = (HEALTH_SERVICE,),
+        public_services: Sequence[str] = (),
+        uncounted_services: Sequence[str] = (HEALTH_SERVICE,),
     ) -> None:
         self._authenticate = authenticate
         self._public = tuple(f"/{name}/" for name in public_services)
+        self._uncounted = tuple(f"/{name}/" for name in uncounted_services)
         self._in_flight = 0
         self._idle = asyncio.Event()
         self._idle.set()
@@ -317,21 +354,27 @@ class LakeServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc, u
     ) -> grpc.RpcMethodHandler | None:
         handler = await continuation(handler_call_details)
         method: str = handler_call_details.method
-        if handler is None or method.startswith(self._public):
+        if handler is None or (self._public and method.startswith(self._public)):
             return handler
-        return _wrap_handler(handler, method, self)
+        counted = not (self._uncounted and method.startswith(self._uncounted))
+        return _wrap_handler(handler, method, self, counted=counted)
 
-    async def _enter(self, method: str, context: Context) -> Token[object | None]:
-        self._in_flight += 1
-        self._idle.clear()
+    async def _enter(
+        self, method: str, context: Context, counted: bool = True
+    ) -> Token[object | None]:
+        if counted:
+            self._in_flight += 1
+            self._idle.clear()
         try:
             principal = await self._principal_for(method, context)
         except BaseException:
-            self._exit()
+            self._exit(counted)
             raise
         return _principal.set(principal)
 
-    def _exit(self) -> None:
+    def _exit(self, counted: bool = True) -> None:
+        if not counted:
+            return
         self._in_flight -= 1
         if self._in_flight == 0:
             self._idle.set()
@@ -352,17 +395,23 @@ class LakeServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc, u
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, "authentication required")
         return principal
 
-    def _leave(self, token: Token[object | None], exc: BaseException | None) -> None:
-        if isinstance(exc, asyncio.CancelledError) and self._shutting_down:
+    def _leave(
+        self, token: Token[object | None], exc: BaseException | None, counted: bool = True
+    ) -> None:
+        if counted and isinstance(exc, asyncio.CancelledError) and self._shutting_down:
             self.cancelled_in_shutdown += 1
         # Reset fails if the generator is finalized in another context; harmless.
         with contextlib.suppress(ValueError):
             _principal.reset(token)
-        self._exit()
+        self._exit(counted)
 
 
 def _wrap_handler(
-    handler: grpc.RpcMethodHandler, method: str, guard: LakeServerInterceptor
+    handler: grpc.RpcMethodHandler,
+    method: str,
+    guard: LakeServerInterceptor,
+    *,
+    counted: bool = True,
 ) -> grpc.RpcMethodHandler:
     """Same handler, with every call run inside ``guard``'s enter/leave."""
     if handler.request_streaming and handler.response_streaming:
@@ -377,7 +426,7 @@ def _wrap_handler(
     if inspect.isasyncgenfunction(behavior):
 
         async def wrapped_gen(request: Any, context: Context) -> AsyncIterator[Any]:
-            token = await guard._enter(method, context)
+            token = await guard._enter(method, context, counted)
             exc: BaseException | None = None
             try:
                 async for item in behavior(request, context):
@@ -386,13 +435,13 @@ def _wrap_handler(
                 exc = e
                 raise
             finally:
-                guard._leave(token, exc)
+                guard._leave(token, exc, counted)
 
         wrapped: Callable[..., Any] = wrapped_gen
     else:
         # Coroutine behaviours (including streaming ones using context.write).
         async def wrapped_coro(request: Any, context: Context) -> Any:
-            token = await guard._enter(method, context)
+            token = await guard._enter(method, context, counted)
             exc: BaseException | None = None
             try:
                 return await behavior(request, context)
@@ -400,7 +449,7 @@ def _wrap_handler(
                 exc = e
                 raise
             finally:
-                guard._leave(token, exc)
+                guard._leave(token, exc, counted)
 
         wrapped = wrapped_coro
     return factory(
@@ -430,6 +479,8 @@ class FlightServer:
             options=[
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                # Room for a delegated principal's grants (lake_core.auth).
+                ("grpc.max_metadata_size", MAX_METADATA_BYTES),
                 *options,
             ],
         )

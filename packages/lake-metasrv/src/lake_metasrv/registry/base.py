@@ -6,7 +6,8 @@ may hold versions the registry never saw (a crash between the two commits),
 and those stay invisible forever.
 
 Implementations: :class:`~lake_metasrv.registry.sqlite.SqliteRegistry`
-(local mode). A DynamoDB store will sit beside it and pass the same tests.
+(local mode) and :class:`~lake_metasrv.registry.dynamo.DynamoRegistry`
+(cloud mode); both pass the same tests.
 """
 
 from __future__ import annotations
@@ -156,6 +157,16 @@ class RegistryStore(abc.ABC):
     @abc.abstractmethod
     async def snapshot(self) -> tuple[str, list[TableRecord]]:
         """The generation and every live table, read consistently together."""
+
+    async def snapshot_if_changed(
+        self, generation: str | None
+    ) -> tuple[str, list[TableRecord] | None]:
+        """The current generation, and every live table unless ``generation`` is current.
+
+        Stores override this to answer an unchanged catalog without reading it.
+        """
+        current, records = await self.snapshot()
+        return (current, None) if generation == current else (current, records)
 
     @abc.abstractmethod
     async def create_table(self, record: TableRecord) -> str:

@@ -1,0 +1,231 @@
+"""Metasrv in cloud mode: tables and sidecars on S3, registry and lease in DynamoDB.
+
+Every node serves reads (describe, catalog snapshots) straight from the
+registry table. Exactly one node, the lease holder, commits; the others
+forward writes to it (:mod:`lake_metasrv.forwarding`). Shutdown keeps the
+lease while accepted writes drain, then resigns it at once so a standby takes
+over without waiting out the TTL.
+
+    s3://$LAKE_S3_BUCKET/$LAKE_TABLE_PREFIX/<ns>/<table>.lance        datasets
+    s3://$LAKE_S3_BUCKET/$LAKE_TABLE_PREFIX/_lake-sidecars/<inc>/...   sidecars
+    $LAKE_DYNAMODB_TABLE                                               registry + lease
+    $LAKE_MANIFEST_DYNAMODB_TABLE                                      Lance manifests
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import sys
+from collections.abc import Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import structlog
+from pydantic import BaseModel
+
+from lake_core.cloud import CloudSettings
+from lake_core.errors import Internal
+from lake_core.flight.server import FlightServer, UncleanShutdown, serve
+from lake_core.names import TableRef
+from lake_metasrv.commits import CommitCoordinator
+from lake_metasrv.config import MetaConfig
+from lake_metasrv.datadir import DataDir
+from lake_metasrv.forwarding import ForwardingMetaHandler, PeerClients
+from lake_metasrv.lease import Leadership
+from lake_metasrv.registry.dynamo import DynamoRegistry, dynamo_client_config, ensure_table
+from lake_metasrv.s3engine import MANIFEST_TABLE_SCHEMA, S3LanceEngine
+from lake_metasrv.sidecars import DropMarker, ReferenceDelta, SidecarStore
+
+__all__ = ["CloudCommitCoordinator", "S3SidecarStore", "run_cloud_server"]
+
+log = structlog.get_logger("lake_metasrv.cloud")
+T = TypeVar("T")
+#: Worker threads for Lance and S3 calls (the default pool has cpu+4).
+STORAGE_THREADS = 32
+
+
+class S3SidecarStore(SidecarStore):
+    """Reference-delta sidecars as S3 objects, one per version *and* operation.
+
+    ``<prefix>/<incarnation>/<version:020d>/<operation-id or create>.json``:
+    a retry of a version after a crash, or a fenced old leader writing late,
+    adds another object instead of replacing one, so GC's live set can only
+    grow (a sidecar for a version never registered keeps more, never fewer).
+    """
+
+    def __init__(self, bucket: str, prefix: str, client: Callable[[], Any]) -> None:
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self._client = client
+
+    def key(self, incarnation: str, version: int, operation_id: str | None) -> str:
+        return f"{self.prefix}/{incarnation}/{version:020d}/{operation_id or 'create'}.json"
+
+    def write_delta(self, delta: ReferenceDelta) -> str:  # type: ignore[override]
+        key = self.key(delta.incarnation, delta.version, delta.operation_id)
+        return self._put(key, delta)
+
+    def write_drop(self, marker: DropMarker) -> str:  # type: ignore[override]
+        return self._put(f"{self.prefix}/{marker.incarnation}/dropped.json", marker)
+
+    def read_delta(
+        self, incarnation: str, version: int, operation_id: str | None = None
+    ) -> ReferenceDelta:
+        client = self._client()
+        if operation_id is None:
+            listing = client.list_objects_v2(
+                Bucket=self.bucket, Prefix=f"{self.prefix}/{incarnation}/{version:020d}/"
+            )
+            keys = [o["Key"] for o in listing.get("Contents", [])]
+            if len(keys) != 1:
+                raise Internal(f"{len(keys)} sidecars for {incarnation} version {version}")
+            key = keys[0]
+        else:
+            key = self.key(incarnation, version, operation_id)
+        body = client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        return ReferenceDelta.model_validate_json(body)
+
+    def _put(self, key: str, model: BaseModel) -> str:
+        data = json.dumps(model.model_dump(mode="json"), sort_keys=True).encode()
+        self._client().put_object(
+            Bucket=self.bucket, Key=key, Body=data, ContentType="application/json"
+        )
+        return f"s3://{self.bucket}/{key}"
+
+
+class CloudCommitCoordinator(CommitCoordinator):
+    """The commit coordinator with S3 locations and a leadership gate.
+
+    Nothing changes a table unless this node holds a valid lease: the gate
+    is checked before a change starts, the engine checks it again before
+    Lance commits, and the registry before each write (and fences on the
+    epoch).
+    """
+
+    def __init__(
+        self,
+        config: MetaConfig,
+        cloud: CloudSettings,
+        registry: DynamoRegistry,
+        engine: S3LanceEngine,
+        sidecars: S3SidecarStore,
+        leadership: Leadership | None = None,
+    ) -> None:
+        super().__init__(config, registry, engine, DataDir(config.data_dir), sidecars)
+        self.cloud = cloud
+        self.leadership = leadership
+
+    def location_for(self, table: TableRef) -> str:
+        return self.cloud.table_location(table)
+
+    async def open(self) -> None:
+        # No data directory in cloud mode; pruning is the leader's job.
+        await self.registry.open()
+
+    async def _prune_operations(self, *, force: bool = False) -> None:
+        if self.leadership is None or self.leadership.is_leader:
+            await super()._prune_operations(force=force)
+
+    async def _exclusive(self, table: TableRef, work: Coroutine[Any, Any, T]) -> T:
+        if self.leadership is not None:
+            try:
+                self.leadership.epoch()
+            except BaseException:
+                work.close()  # never started: do not leave a coroutine un-awaited
+                raise
+        return await super()._exclusive(table, work)
+
+
+def _advertised(config: MetaConfig, server: FlightServer) -> str:
+    if config.advertise_url:
+        return config.advertise_url
+    host = config.addr.rpartition(":")[0]
+    scheme = "https" if config.security.tls is not None else "http"
+    return f"{scheme}://{host}:{server.port}"
+
+
+async def run_cloud_server(
+    config: MetaConfig,
+    *,
+    stop: asyncio.Event | None = None,
+    on_started: Callable[[FlightServer], object] | None = None,
+) -> int:
+    """Serve one cloud Metasrv node until SIGINT/SIGTERM or ``stop``; return the exit code."""
+    import aioboto3
+
+    cloud = config.cloud
+    if cloud is None:
+        raise Internal("run_cloud_server needs cloud settings")
+    loop = asyncio.get_running_loop()
+    loop.set_default_executor(ThreadPoolExecutor(STORAGE_THREADS, thread_name_prefix="lake-io"))
+    session = aioboto3.Session()
+    async with session.client(
+        "dynamodb",
+        endpoint_url=cloud.storage.dynamodb_endpoint,
+        region_name=cloud.storage.region,
+        config=dynamo_client_config(),
+    ) as dynamodb:
+        # The URL is known once the listener bound; followers read it from the lease.
+        leadership = Leadership(dynamodb, cloud.registry_table, url="", ttl_s=config.lease_ttl_s)
+        registry = DynamoRegistry(
+            cloud.registry_table,
+            client=dynamodb,
+            fence=leadership.epoch,
+            pause_point=config.pause_point,
+        )
+        engine = S3LanceEngine(config.retain_versions, cloud.storage, fence=leadership.epoch)
+        sidecars = S3SidecarStore(cloud.bucket, cloud.sidecar_prefix, lambda: engine.client("s3"))
+        coordinator = CloudCommitCoordinator(config, cloud, registry, engine, sidecars, leadership)
+        peers = PeerClients(config.peer_token, config.peer_tls)
+        await ensure_table(dynamodb, cloud.storage.manifest_table, **MANIFEST_TABLE_SCHEMA)
+        await coordinator.open()
+        leadership.on_elected = registry.take_authority
+        clean = True
+        try:
+
+            def started(server: FlightServer) -> None:
+                leadership.url = _advertised(config, server)
+                bound = f"{config.addr.rpartition(':')[0]}:{server.port}"
+                log.info(
+                    "metasrv serving (cloud)",
+                    addr=bound,
+                    advertise=leadership.url,
+                    node=leadership.node,
+                    tls=config.security.tls is not None,
+                    bucket=cloud.bucket,
+                    table_prefix=cloud.table_prefix,
+                    registry_table=cloud.registry_table,
+                    manifest_table=cloud.storage.manifest_table,
+                    lease_ttl_s=config.lease_ttl_s,
+                )
+                print(f"lake meta listening on {bound}", file=sys.stderr, flush=True)
+                leadership.start()
+                if on_started is not None:
+                    on_started(server)
+
+            try:
+                await serve(
+                    ForwardingMetaHandler(coordinator, leadership, peers),
+                    config.addr,
+                    authenticate=config.security.authenticator,
+                    tls=config.security.tls_pair,
+                    grace_ms=config.shutdown_grace_ms,
+                    on_started=started,
+                    stop=stop,
+                )
+            except UncleanShutdown as exc:
+                log.error("shutdown grace exceeded", error=str(exc))
+                clean = False
+            if not await coordinator.drain(config.shutdown_grace_ms / 1000):
+                log.error("commits still running after the shutdown grace")
+                clean = False
+            return 0 if clean else 1
+        finally:
+            # Accepted writes are drained (or the grace ran out): hand over at once.
+            with contextlib.suppress(Exception):
+                await leadership.resign()
+            await leadership.close()
+            await peers.close()
+            await coordinator.close(drain_timeout_s=0.1)

@@ -1,0 +1,165 @@
+"""Followers forward writes to the leader; every node serves reads itself.
+
+A Metasrv that does not hold the lease answers describe and catalog
+snapshots from the registry table (strongly consistent reads) and sends
+writes to the leader named in the lease:
+
+- **Appends** go over the peer channel with this node's own credential
+  (``LAKE_PEER_AUTH_TOKEN_FILE``, a ``metadata_peer`` principal on the
+  leader), naming the caller in the on-behalf-of header, so the leader
+  authorizes the same end user (role ``user``, same tenant, intersected
+  namespaces) and checks FILE cells against that tenant's prefix.
+- **Create/drop** are administrative: the leader must see the administrator
+  itself, so the caller's own credentials are relayed unchanged over the
+  same verified channel.
+
+The channel verifies the leader against ``LAKE_PEER_CA_FILE`` (and
+``LAKE_PEER_SERVER_NAME``). Forwarded calls carry ``x-lake-forwarded`` and
+are never forwarded twice: a node that lost the lease meanwhile answers
+UNAVAILABLE and the caller retries (with the same operation id).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+import structlog
+
+from lake_core import protocol
+from lake_core.auth import ON_BEHALF_OF_HEADER, Secret
+from lake_core.errors import InvalidAppend, Unavailable
+from lake_core.metaclient import MetaClient, _lake_error
+from lake_core.principal import Principal
+from lake_core.proto import flight_pb2 as pb
+from lake_core.tls import ClientTLS
+from lake_metasrv.commits import CommitCoordinator
+from lake_metasrv.lease import Leadership
+from lake_metasrv.service import MetaHandler, _append_command, _caller, _require_role
+
+__all__ = ["FORWARDED_HEADER", "ForwardingMetaHandler", "PeerClient", "PeerClients"]
+
+log = structlog.get_logger("lake_metasrv.forwarding")
+
+Context = Any  # grpc.aio.ServicerContext
+
+#: Marks a call one Metasrv forwarded to another.
+FORWARDED_HEADER = "x-lake-forwarded"
+_RELAYED = ("authorization", ON_BEHALF_OF_HEADER)
+_WRITE_ACTIONS = frozenset({protocol.CREATE_TABLE, protocol.DROP_TABLE})
+
+
+class PeerClient(MetaClient):
+    """A Metasrv client for follower-to-leader calls (marks every call as forwarded)."""
+
+    def _call_metadata(self, on_behalf_of: Principal | None) -> tuple[tuple[str, str], ...]:
+        return (*super()._call_metadata(on_behalf_of), (FORWARDED_HEADER, "1"))
+
+    async def relay_action(
+        self, action: pb.Action, metadata: tuple[tuple[str, str], ...]
+    ) -> list[pb.Result]:
+        """Send ``action`` with the caller's own credentials (``metadata``)."""
+        try:
+            call = self._stub.DoAction(
+                action, metadata=(*metadata, (FORWARDED_HEADER, "1")), timeout=self._timeout
+            )
+            return [item async for item in call]
+        except grpc.aio.AioRpcError as exc:
+            raise _lake_error(exc) from None
+
+
+class PeerClients:
+    """One :class:`PeerClient` per leader URL, built with this node's peer credential and CA."""
+
+    def __init__(self, token: Secret | None, tls: ClientTLS, timeout_s: float = 30.0) -> None:
+        self._token = token
+        self._tls = tls
+        self._timeout = timeout_s
+        self._clients: dict[str, PeerClient] = {}
+
+    def get(self, url: str) -> PeerClient:
+        client = self._clients.get(url)
+        if client is None:
+            client = PeerClient(
+                url,
+                token=self._token,
+                ca_pem=self._tls.ca_pem,
+                server_name=self._tls.server_name,
+                timeout_s=self._timeout,
+            )
+            self._clients[url] = client
+        return client
+
+    async def close(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.close()
+
+
+def _forwarded(context: Context) -> bool:
+    return any(key == FORWARDED_HEADER for key, _ in context.invocation_metadata() or ())
+
+
+def _relayed_metadata(context: Context) -> tuple[tuple[str, str], ...]:
+    kept = []
+    for key, value in context.invocation_metadata() or ():
+        if key in _RELAYED:
+            kept.append((key, value.decode() if isinstance(value, bytes) else value))
+    return tuple(kept)
+
+
+class ForwardingMetaHandler(MetaHandler):
+    """:class:`MetaHandler` that sends writes to the leader when this node is not it."""
+
+    def __init__(
+        self, coordinator: CommitCoordinator, leadership: Leadership, peers: PeerClients
+    ) -> None:
+        super().__init__(coordinator)
+        self.leadership = leadership
+        self.peers = peers
+
+    def _leader(self, context: Context) -> PeerClient | None:
+        """The leader to forward to, or None to handle the call here."""
+        if self.leadership.is_leader or _forwarded(context):
+            # Handled here: the coordinator refuses it if this node cannot commit.
+            return None
+        url = self.leadership.leader_url
+        if url is None:
+            raise Unavailable("no Metasrv leader is elected right now; retry shortly")
+        return self.peers.get(url)
+
+    async def do_action(self, action: pb.Action, context: Context) -> AsyncIterator[pb.Result]:
+        leader = self._leader(context) if action.type in _WRITE_ACTIONS else None
+        if leader is None:
+            async for result in super().do_action(action, context):
+                yield result
+            return
+        _caller()  # authenticated here too, before anything leaves this node
+        log.info("forwarding to the leader", action=action.type, leader=leader.addr)
+        for result in await leader.relay_action(action, _relayed_metadata(context)):
+            yield result
+
+    async def do_put(
+        self, messages: AsyncIterator[pb.FlightData], context: Context
+    ) -> AsyncIterator[pb.PutResult]:
+        leader = self._leader(context)
+        if leader is None:
+            async for result in super().do_put(messages, context):
+                yield result
+            return
+        principal = _caller()
+        first = await anext(messages, None)
+        if first is None:
+            raise InvalidAppend("an append stream needs a descriptor and an Arrow schema")
+        descriptor = first.flight_descriptor if first.HasField("flight_descriptor") else None
+        command = _append_command(descriptor)
+        _require_role(principal, command.table, "user", "admin")
+
+        async def stream() -> AsyncIterator[pb.FlightData]:
+            yield first
+            async for message in messages:
+                yield message
+
+        result = await leader.append_messages(stream(), on_behalf_of=principal)
+        yield pb.PutResult(app_metadata=protocol.encode(result))

@@ -1,0 +1,908 @@
+"""The cloud registry: one DynamoDB table, single-item conditional writes only.
+
+Key layout: every item is ``(pk = family#shard, sk = full key)``, so each
+kind of read is a strongly consistent Query over one family::
+
+    meta#0        authority            registry id, layout, leader epoch (monotonic)
+    meta#0        generation           the directory generation counter
+    lease#0       metasrv              the leader lease (lake_metasrv.lease)
+    dir#<0..3>    <ns>/<table>         the table head: incarnation, location, schema,
+                                       version, engine_version, last_op, fence
+    ver#<inc>     <version:020d>       one committed Lake version of an incarnation
+    op#<0..15>    <operation id>       an append operation: pending, then committed
+    dropped#0     <incarnation>        a dropped incarnation (for GC)
+
+DynamoDB here has no transactions (dynalite has no TransactWriteItems), so an
+append is a short sequence of single-item writes with one visibility point::
+
+    1. put op#s/<op>    state=pending, intended version v+1    (if absent or pending)
+    2. update dir head  version v -> v+1, last_op=<op>, fence=<epoch>
+                        if incarnation matches, version = v, fence <= epoch  <- visible
+    3. put ver#<inc>/v+1, mark op#s/<op> committed              (repairable from the head)
+    4. add 1 to the generation                                   (repairable: bump again)
+
+A crash between any two steps is recoverable. Before step 2 nothing is
+visible and a pending operation record resolves to "not committed". After
+step 2 the head itself names the operation (``last_op``) and holds every
+field of its version record, so the next commit on that table (or a new
+leader's takeover) writes the missing record; a pending operation resolves
+to committed exactly when the head or its version record names it, and a
+retry with the same operation id returns that original version.
+
+Fencing: each head carries the epoch of the last leader that wrote it, and
+every write is conditioned on ``fence <= my epoch``. A new leader stamps
+every head with its epoch at takeover, so a paused old leader's late write
+fails instead of landing. ``fence`` (a callable) also refuses to start a
+write once this node's lease has run out.
+
+Catalog snapshots read the authority marker and generation, page through the
+directory 64 heads at a time (each entry is accounted against a byte budget
+before it is kept), then read the generation again; the directory is
+returned only when both reads match. Without the authority marker snapshots
+fail closed. One full snapshot runs per process at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+import uuid
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any, cast
+
+import structlog
+
+from lake_core.errors import (
+    FailedPrecondition,
+    Internal,
+    InvalidAppend,
+    ResourceExhausted,
+    StaleReadVersion,
+    TableExists,
+    TableNotFound,
+    Unavailable,
+)
+from lake_core.ids import operation_time_ms
+from lake_core.models import Engine
+from lake_core.names import TableRef
+from lake_metasrv.registry.base import (
+    AppendCommit,
+    DroppedTable,
+    OperationRecord,
+    RegistryStore,
+    TableRecord,
+    VersionRecord,
+)
+
+__all__ = [
+    "DIR_SHARDS",
+    "LAYOUT_VERSION",
+    "OP_SHARDS",
+    "PAGE_SIZE",
+    "DynamoRegistry",
+    "NotLeader",
+    "dynamo_client_config",
+    "ensure_table",
+]
+
+log = structlog.get_logger("lake_metasrv.registry.dynamo")
+
+LAYOUT_VERSION = 1
+DIR_SHARDS = 4
+OP_SHARDS = 16
+#: Catalog and maintenance reads page through this many items at a time.
+PAGE_SIZE = 64
+#: Upper bound of one catalog snapshot held in memory.
+MAX_SNAPSHOT_BYTES = 128 * 1024 * 1024
+SNAPSHOT_ATTEMPTS = 5
+META = "meta#0"
+DROPPED = "dropped#0"
+Item = dict[str, Any]
+Fence = Callable[[], int]
+
+
+class NotLeader(Unavailable):
+    """This Metasrv may not write: it holds no valid lease, or a newer leader fenced it."""
+
+
+def dynamo_client_config() -> Any:
+    """botocore settings: short timeouts and few retries, so outages surface quickly."""
+    from botocore.config import Config
+
+    return Config(
+        connect_timeout=2,
+        read_timeout=5,
+        retries={"max_attempts": 3, "mode": "standard"},
+        max_pool_connections=64,
+    )
+
+
+def _s(value: str) -> dict[str, str]:
+    return {"S": value}
+
+
+def _n(value: int) -> dict[str, str]:
+    return {"N": str(int(value))}
+
+
+def _key(pk: str, sk: str) -> Item:
+    return {"pk": _s(pk), "sk": _s(sk)}
+
+
+def _encode(values: dict[str, Any]) -> Item:
+    item: Item = {}
+    for name, value in values.items():
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            item[name] = {"BOOL": value}
+        elif isinstance(value, int):
+            item[name] = _n(value)
+        elif isinstance(value, bytes):
+            item[name] = {"B": value}
+        else:
+            item[name] = _s(str(value))
+    return item
+
+
+def _decode(item: Item) -> dict[str, Any]:
+    values: dict[str, Any] = {}
+    for name, typed in item.items():
+        ((kind, raw),) = typed.items()
+        if kind == "N":
+            values[name] = int(raw)
+        elif kind == "B":
+            values[name] = bytes(raw)
+        else:
+            values[name] = raw
+    return values
+
+
+def _code(exc: BaseException) -> str:
+    response = getattr(exc, "response", None)
+    if isinstance(response, dict):
+        return str(response.get("Error", {}).get("Code", ""))
+    return ""
+
+
+def _conditional_failed(exc: BaseException) -> bool:
+    return _code(exc) == "ConditionalCheckFailedException"
+
+
+def _shard(text: str, shards: int) -> int:
+    return zlib.crc32(text.encode()) % shards
+
+
+def _dir_key(table: TableRef) -> Item:
+    name = f"{table.namespace}/{table.name}"
+    return _key(f"dir#{_shard(name, DIR_SHARDS)}", name)
+
+
+def _op_key(operation_id: str) -> Item:
+    return _key(f"op#{_shard(operation_id, OP_SHARDS)}", operation_id)
+
+
+def _ver_key(incarnation: str, version: int) -> Item:
+    return _key(f"ver#{incarnation}", f"{version:020d}")
+
+
+def _op_bound(older_than_ms: int) -> str:
+    """The smallest UUIDv7 text whose time is ``older_than_ms`` (ids sort by time)."""
+    ms = max(0, older_than_ms) & ((1 << 48) - 1)
+    return f"{ms >> 16:08x}-{ms & 0xFFFF:04x}"
+
+
+def _head_record(values: dict[str, Any]) -> TableRecord:
+    return TableRecord(
+        table=TableRef(values["ns"], values["name"]),
+        incarnation=values["inc"],
+        location=values["loc"],
+        engine=cast(Engine, values["eng"]),
+        schema_ipc=values["schema"],
+        version=values["ver"],
+        engine_version=values["ever"],
+        created_at_ms=values["created"],
+    )
+
+
+@dataclass(frozen=True)
+class _Owed:
+    """Records a moved head still needs: its version record and operation record."""
+
+    record: TableRecord
+    operation_id: str | None
+    operation_time_ms: int
+    committed_at_ms: int
+
+
+def _entry_bytes(values: dict[str, Any]) -> int:
+    return sum(len(k) + (len(v) if isinstance(v, bytes | str) else 8) for k, v in values.items())
+
+
+async def ensure_table(client: Any, name: str, timeout_s: float = 60.0, **schema: Any) -> None:
+    """Create a DynamoDB table unless it exists, and wait until it is ACTIVE."""
+    try:
+        reply = await client.describe_table(TableName=name)
+    except Exception as exc:
+        if _code(exc) != "ResourceNotFoundException":
+            raise
+        try:
+            await client.create_table(TableName=name, BillingMode="PAY_PER_REQUEST", **schema)
+        except Exception as create_exc:
+            if _code(create_exc) != "ResourceInUseException":
+                raise
+        reply = await client.describe_table(TableName=name)
+    deadline = time.monotonic() + timeout_s
+    while reply["Table"]["TableStatus"] != "ACTIVE":
+        if time.monotonic() > deadline:
+            raise Unavailable(f"DynamoDB table {name} did not become ACTIVE")
+        await asyncio.sleep(0.2)
+        reply = await client.describe_table(TableName=name)
+
+
+_REGISTRY_SCHEMA = {
+    "AttributeDefinitions": [
+        {"AttributeName": "pk", "AttributeType": "S"},
+        {"AttributeName": "sk", "AttributeType": "S"},
+    ],
+    "KeySchema": [
+        {"AttributeName": "pk", "KeyType": "HASH"},
+        {"AttributeName": "sk", "KeyType": "RANGE"},
+    ],
+}
+
+
+class DynamoRegistry(RegistryStore):
+    """:class:`RegistryStore` in one DynamoDB table (see the module docstring).
+
+    ``client`` is an open aiobotocore DynamoDB client (shared with the lease);
+    without one, :meth:`open` creates its own from ``endpoint_url``/``region``.
+    ``fence`` returns the epoch this node writes with, or raises
+    :class:`NotLeader`; the default (epoch 0) suits a single writer.
+    """
+
+    def __init__(
+        self,
+        table: str,
+        *,
+        client: Any = None,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        fence: Fence | None = None,
+        provision: bool = True,
+        pause_point: str | None = None,
+    ) -> None:
+        self.table = table
+        self.client: Any = client
+        self._endpoint_url = endpoint_url
+        self._region = region
+        self.fence: Fence = fence or (lambda: 0)
+        self._provision = provision
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._registry_id = ""
+        self._snapshot_lock = asyncio.Lock()
+        #: Heads moved by this process whose version/operation records are not yet written.
+        self._unsynced: dict[TableRef, _Owed] = {}
+        self._generation_owed = False
+        self._pause_point = pause_point
+
+    def __repr__(self) -> str:
+        return f"DynamoRegistry({self.table!r})"
+
+    # -- plumbing -----------------------------------------------------------
+
+    async def _call(self, method: str, **kwargs: Any) -> Any:
+        if self.client is None:
+            raise Internal(f"registry {self.table} is not open")
+        return await getattr(self.client, method)(TableName=self.table, **kwargs)
+
+    async def _read(self, method: str, **kwargs: Any) -> Any:
+        """A read: any failure is UNAVAILABLE (retryable), never an internal error."""
+        try:
+            return await self._call(method, **kwargs)
+        except Exception as exc:
+            raise self._unavailable(exc) from None
+
+    async def _get(self, key: Item) -> dict[str, Any] | None:
+        reply = await self._read("get_item", Key=key, ConsistentRead=True)
+        item = reply.get("Item")
+        return None if item is None else _decode(item)
+
+    async def _query(
+        self, pk: str, *, below: str | None = None, limit: int = PAGE_SIZE
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Every item of one family (strongly consistent), ``limit`` per page."""
+        condition = "pk = :pk" + (" AND sk < :below" if below is not None else "")
+        values: Item = {":pk": _s(pk)}
+        if below is not None:
+            values[":below"] = _s(below)
+        start: Item | None = None
+        while True:
+            kwargs: dict[str, Any] = {
+                "KeyConditionExpression": condition,
+                "ExpressionAttributeValues": values,
+                "ConsistentRead": True,
+                "Limit": limit,
+            }
+            if start is not None:
+                kwargs["ExclusiveStartKey"] = start
+            reply = await self._read("query", **kwargs)
+            for item in reply.get("Items", []):
+                yield _decode(item)
+            start = reply.get("LastEvaluatedKey")
+            if not start:
+                return
+
+    async def _put(self, values: dict[str, Any], key: Item, **kwargs: Any) -> None:
+        await self._call("put_item", Item={**key, **_encode(values)}, **kwargs)
+
+    def _maybe_pause(self, point: str) -> None:
+        """Test hook: stop this process (SIGSTOP) once, at a named step."""
+        if self._pause_point == point:
+            self._pause_point = None
+            log.warning("test pause point reached", point=point)
+            os.kill(os.getpid(), signal.SIGSTOP)
+
+    # -- lifecycle ------------------------------------------------------------
+
+    async def open(self) -> None:
+        if self._stack is not None:
+            return
+        self._stack = contextlib.AsyncExitStack()
+        try:
+            if self.client is None:
+                import aioboto3
+
+                session = aioboto3.Session()
+                self.client = await self._stack.enter_async_context(
+                    session.client(
+                        "dynamodb",
+                        endpoint_url=self._endpoint_url,
+                        region_name=self._region,
+                        config=dynamo_client_config(),
+                    )
+                )
+            if self._provision:
+                await ensure_table(self.client, self.table, **_REGISTRY_SCHEMA)
+            await self._bootstrap()
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _bootstrap(self) -> None:
+        marker = await self._get(_key(META, "authority"))
+        if marker is None:
+            if not await self._directory_empty():
+                # A non-empty directory without its marker is not an authority
+                # this process may vouch for: snapshots fail closed.
+                log.error("registry authority marker missing", table=self.table)
+                return
+            fresh = {"registry_id": str(uuid.uuid4()), "layout": LAYOUT_VERSION, "epoch": 0}
+            with contextlib.suppress(Exception):
+                await self._put(
+                    fresh, _key(META, "authority"), ConditionExpression="attribute_not_exists(pk)"
+                )
+            with contextlib.suppress(Exception):
+                await self._put(
+                    {"n": 0},
+                    _key(META, "generation"),
+                    ConditionExpression="attribute_not_exists(pk)",
+                )
+            marker = await self._get(_key(META, "authority"))
+            if marker is None:
+                raise Unavailable(f"cannot initialize registry table {self.table}")
+        if marker.get("layout") != LAYOUT_VERSION:
+            raise Internal(
+                f"registry {self.table} has layout {marker.get('layout')}, "
+                f"this Metasrv reads layout {LAYOUT_VERSION}"
+            )
+        self._registry_id = marker["registry_id"]
+
+    async def _directory_empty(self) -> bool:
+        for shard in range(DIR_SHARDS):
+            reply = await self._read(
+                "query",
+                KeyConditionExpression="pk = :pk",
+                ExpressionAttributeValues={":pk": _s(f"dir#{shard}")},
+                ConsistentRead=True,
+                Limit=1,
+            )
+            if reply.get("Items"):
+                return False
+        return True
+
+    async def close(self) -> None:
+        stack, self._stack = self._stack, None
+        if stack is not None:
+            await stack.aclose()
+            self.client = None
+
+    # -- generation -------------------------------------------------------------
+
+    def _generation_text(self, counter: int) -> str:
+        return f"{self._registry_id}:{counter}"
+
+    async def _counter(self) -> int:
+        item = await self._get(_key(META, "generation"))
+        return 0 if item is None else int(item["n"])
+
+    async def generation(self) -> str:
+        return self._generation_text(await self._counter())
+
+    async def _bump_generation(self) -> str:
+        reply = await self._call(
+            "update_item",
+            Key=_key(META, "generation"),
+            UpdateExpression="ADD n :one",
+            ExpressionAttributeValues={":one": _n(1)},
+            ReturnValues="UPDATED_NEW",
+        )
+        self._generation_owed = False
+        return self._generation_text(int(reply["Attributes"]["n"]["N"]))
+
+    async def _bump_or_owe(self) -> str | None:
+        try:
+            return await self._bump_generation()
+        except Exception as exc:
+            self._generation_owed = True
+            log.warning("generation bump failed; retried before the next write", error=repr(exc))
+            return None
+
+    # -- reads ------------------------------------------------------------------
+
+    async def get_table(self, table: TableRef) -> TableRecord | None:
+        values = await self._get(_dir_key(table))
+        return None if values is None else _head_record(values)
+
+    async def _authority(self) -> tuple[dict[str, Any], int]:
+        """The authority marker and generation counter, in one consistent Query."""
+        marker: dict[str, Any] | None = None
+        counter = 0
+        async for item in self._query(META):
+            if item["sk"] == "authority":
+                marker = item
+            elif item["sk"] == "generation":
+                counter = int(item["n"])
+        if marker is None or not marker.get("registry_id"):
+            raise FailedPrecondition(
+                f"registry table {self.table} has no directory authority marker; "
+                "catalog snapshots fail closed until Metasrv initializes or migrates it"
+            )
+        self._registry_id = marker["registry_id"]
+        return marker, counter
+
+    async def snapshot(self) -> tuple[str, list[TableRecord]]:
+        generation, records = await self.snapshot_if_changed(None)
+        assert records is not None
+        return generation, records
+
+    async def snapshot_if_changed(
+        self, generation: str | None
+    ) -> tuple[str, list[TableRecord] | None]:
+        _, counter = await self._authority()
+        if generation is not None and generation == self._generation_text(counter):
+            return generation, None
+        async with self._snapshot_lock:  # one full directory in memory per process
+            for _ in range(SNAPSHOT_ATTEMPTS):
+                before = counter
+                records = await self._scan_directory()
+                _, counter = await self._authority()
+                if counter == before:
+                    records.sort(key=lambda r: (r.table.namespace, r.table.name))
+                    return self._generation_text(counter), records
+        raise Unavailable("the catalog kept changing during the snapshot; retry")
+
+    async def _scan_directory(self) -> list[TableRecord]:
+        budget = MAX_SNAPSHOT_BYTES
+        records: list[TableRecord] = []
+        for shard in range(DIR_SHARDS):
+            async for values in self._query(f"dir#{shard}"):
+                budget -= _entry_bytes(values)  # accounted before it is kept
+                if budget < 0:
+                    raise ResourceExhausted(
+                        f"the catalog exceeds {MAX_SNAPSHOT_BYTES} bytes per snapshot"
+                    )
+                records.append(_head_record(values))
+        return records
+
+    async def get_operation(self, operation_id: str) -> OperationRecord | None:
+        values = await self._get(_op_key(operation_id))
+        if values is None:
+            return None
+        if values.get("st") == "committed":
+            return self._operation(values)
+        return await self._resolve_pending(values)
+
+    def _operation(self, values: dict[str, Any]) -> OperationRecord:
+        return OperationRecord(
+            operation_id=values["sk"],
+            table=TableRef(values["ns"], values["name"]),
+            incarnation=values["inc"],
+            location=values["loc"],
+            engine=cast(Engine, values["eng"]),
+            version=values["ver"],
+            engine_version=values["ever"],
+            operation_time_ms=values["op_time"],
+            committed_at_ms=values["at"],
+        )
+
+    async def _resolve_pending(self, pending: dict[str, Any]) -> OperationRecord | None:
+        """Whether a pending operation reached the visibility point (see module doc)."""
+        operation_id, incarnation, version = pending["sk"], pending["inc"], pending["ver"]
+        found = await self._get(_ver_key(incarnation, version))
+        if found is not None:
+            if found.get("op") != operation_id:
+                return None
+            engine_version, at, location, engine = (
+                found["ever"],
+                found["at"],
+                found["loc"],
+                found["eng"],
+            )
+        else:
+            # No version record: only the head's current version can lack one.
+            head = await self._get(_dir_key(TableRef(pending["ns"], pending["name"])))
+            if head is None or head["inc"] != incarnation or head["ver"] != version:
+                return None
+            if head.get("last_op") != operation_id:
+                return None
+            engine_version, at, location, engine = (
+                head["ever"],
+                head["last_at"],
+                head["loc"],
+                head["eng"],
+            )
+        record = self._operation(
+            {**pending, "ever": engine_version, "at": at, "loc": location, "eng": engine}
+        )
+        with contextlib.suppress(Exception):
+            await self._write_version_of(record)
+            await self._write_committed(record)
+        return record
+
+    async def versions(self, incarnation: str) -> list[VersionRecord]:
+        return [
+            VersionRecord(
+                incarnation=incarnation,
+                version=int(v["sk"]),
+                engine_version=v["ever"],
+                committed_at_ms=v["at"],
+                operation_id=v.get("op"),
+            )
+            async for v in self._query(f"ver#{incarnation}")
+        ]
+
+    async def dropped_tables(self) -> list[DroppedTable]:
+        dropped = [
+            DroppedTable(
+                table=TableRef(d["ns"], d["name"]),
+                incarnation=d["sk"],
+                location=d["loc"],
+                dropped_version=d["ver"],
+                dropped_at_ms=d["at"],
+            )
+            async for d in self._query(DROPPED)
+        ]
+        return sorted(dropped, key=lambda d: (d.dropped_at_ms, d.incarnation))
+
+    # -- writes -----------------------------------------------------------------
+
+    async def _settle(self, table: TableRef | None = None) -> None:
+        """Write what earlier commits of this process still owe; Unavailable if it cannot."""
+        owed = [table] if table is not None else list(self._unsynced)
+        try:
+            for ref in owed:
+                debt = self._unsynced.get(ref)
+                if debt is None:
+                    continue
+                await self._write_version(debt.record, debt.operation_id, debt.committed_at_ms)
+                if debt.operation_id:
+                    await self._write_committed(
+                        OperationRecord(
+                            operation_id=debt.operation_id,
+                            table=debt.record.table,
+                            incarnation=debt.record.incarnation,
+                            location=debt.record.location,
+                            engine=debt.record.engine,
+                            version=debt.record.version,
+                            engine_version=debt.record.engine_version,
+                            operation_time_ms=debt.operation_time_ms,
+                            committed_at_ms=debt.committed_at_ms,
+                        )
+                    )
+                if self._unsynced.get(ref) is debt:
+                    del self._unsynced[ref]
+            if self._generation_owed:
+                await self._bump_generation()
+        except Exception as exc:
+            raise self._unavailable(exc) from None
+
+    def _unavailable(self, exc: BaseException) -> Unavailable:
+        reason = _code(exc) or type(exc).__name__
+        return Unavailable(f"registry table {self.table} unavailable ({reason}); retry")
+
+    async def _write_version(self, record: TableRecord, operation_id: str | None, at: int) -> None:
+        values = {
+            "ever": record.engine_version,
+            "at": at,
+            "op": operation_id or None,
+            "ns": record.table.namespace,
+            "name": record.table.name,
+            "loc": record.location,
+            "eng": record.engine,
+        }
+        await self._put(values, _ver_key(record.incarnation, record.version))
+
+    async def _write_version_of(self, op: OperationRecord) -> None:
+        values = {
+            "ever": op.engine_version,
+            "at": op.committed_at_ms,
+            "op": op.operation_id,
+            "ns": op.table.namespace,
+            "name": op.table.name,
+            "loc": op.location,
+            "eng": op.engine,
+        }
+        await self._put(values, _ver_key(op.incarnation, op.version))
+
+    async def _write_committed(self, op: OperationRecord) -> None:
+        values = {
+            "st": "committed",
+            "ns": op.table.namespace,
+            "name": op.table.name,
+            "inc": op.incarnation,
+            "loc": op.location,
+            "eng": op.engine,
+            "ver": op.version,
+            "ever": op.engine_version,
+            "op_time": op.operation_time_ms,
+            "at": op.committed_at_ms,
+        }
+        await self._put(values, _op_key(op.operation_id))
+
+    async def create_table(self, record: TableRecord) -> str:
+        if record.version != 0:
+            raise Internal("a new table starts at version 0")
+        self.fence()
+        await self._settle()
+        # The version record first: it names a fresh incarnation nobody else uses.
+        await self._write_version(record, None, record.created_at_ms)
+        epoch = self.fence()
+        head = {
+            "ns": record.table.namespace,
+            "name": record.table.name,
+            "inc": record.incarnation,
+            "loc": record.location,
+            "eng": record.engine,
+            "schema": record.schema_ipc,
+            "ver": 0,
+            "ever": record.engine_version,
+            "created": record.created_at_ms,
+            "last_at": record.created_at_ms,
+            "fence": epoch,
+        }
+        try:
+            await self._put(
+                head, _dir_key(record.table), ConditionExpression="attribute_not_exists(pk)"
+            )
+        except Exception as exc:
+            if _conditional_failed(exc):
+                raise TableExists(record.table) from None
+            raise
+        self._unsynced.pop(record.table, None)
+        return await self._bump_or_owe() or await self.generation()
+
+    async def drop_table(self, table: TableRef, incarnation: str, dropped_at_ms: int) -> str:
+        self.fence()
+        await self._settle(table)
+        epoch = self.fence()
+        try:
+            reply = await self._call(
+                "delete_item",
+                Key=_dir_key(table),
+                ConditionExpression="inc = :inc AND (attribute_not_exists(fence) OR fence <= :epoch)",
+                ExpressionAttributeValues={":inc": _s(incarnation), ":epoch": _n(epoch)},
+                ReturnValues="ALL_OLD",
+            )
+        except Exception as exc:
+            if not _conditional_failed(exc):
+                raise
+            current = await self._get(_dir_key(table))
+            if current is None or current["inc"] != incarnation:
+                raise TableNotFound(table) from None
+            raise NotLeader(f"a newer Metasrv leader owns {table}; retry") from None
+        old = _decode(reply["Attributes"])
+        dropped = {
+            "ns": table.namespace,
+            "name": table.name,
+            "loc": old["loc"],
+            "ver": old["ver"],
+            "at": dropped_at_ms,
+        }
+        with contextlib.suppress(Exception):
+            await self._write_version(_head_record(old), old.get("last_op"), old["last_at"])
+        try:
+            await self._put(dropped, _key(DROPPED, incarnation))
+        except Exception as exc:
+            # The drop is done (the head is gone); the record only helps GC.
+            log.warning(
+                "could not record the dropped incarnation", table=str(table), error=repr(exc)
+            )
+        return await self._bump_or_owe() or await self.generation()
+
+    async def commit_append(self, commit: AppendCommit) -> TableRecord:
+        table, operation_id = commit.table, commit.operation_id
+        version = commit.expected_version + 1
+        self.fence()
+        await self._settle(table)
+        pending = {
+            "st": "pending",
+            "ns": table.namespace,
+            "name": table.name,
+            "inc": commit.incarnation,
+            "ver": version,
+            "ever": commit.engine_version,
+            "op_time": commit.operation_time_ms,
+            "at": commit.committed_at_ms,
+        }
+        try:
+            await self._put(
+                pending,
+                _op_key(operation_id),
+                ConditionExpression="attribute_not_exists(pk) OR st = :pending",
+                ExpressionAttributeValues={":pending": _s("pending")},
+            )
+        except Exception as exc:
+            if _conditional_failed(exc):
+                raise InvalidAppend(f"operation id {operation_id} is already committed") from None
+            raise self._unavailable(exc) from None
+
+        epoch = self.fence()
+        self._maybe_pause("before_head_update")
+        try:
+            reply = await self._call(
+                "update_item",
+                Key=_dir_key(table),
+                UpdateExpression=(
+                    "SET ver = :ver, ever = :ever, last_op = :op, last_at = :at, fence = :epoch"
+                ),
+                ConditionExpression=(
+                    "inc = :inc AND ver = :expected "
+                    "AND (attribute_not_exists(fence) OR fence <= :epoch)"
+                ),
+                ExpressionAttributeValues={
+                    ":ver": _n(version),
+                    ":ever": _n(commit.engine_version),
+                    ":op": _s(operation_id),
+                    ":at": _n(commit.committed_at_ms),
+                    ":epoch": _n(epoch),
+                    ":inc": _s(commit.incarnation),
+                    ":expected": _n(commit.expected_version),
+                },
+                ReturnValues="ALL_NEW",
+            )
+            head = _decode(reply["Attributes"])
+        except Exception as exc:
+            if not _conditional_failed(exc):
+                raise  # the visibility point may or may not have moved
+            head = await self._classify_failed_cas(commit, epoch)
+        record = _head_record(head)
+        self._unsynced[table] = _Owed(
+            record, operation_id, commit.operation_time_ms, int(head["last_at"])
+        )
+        # Past the visibility point: the rest is owed, never a reason to fail.
+        results = await asyncio.gather(
+            self._settle(table), self._bump_or_owe(), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                log.warning(
+                    "post-commit registry writes deferred", table=str(table), error=repr(result)
+                )
+        return record
+
+    async def _classify_failed_cas(self, commit: AppendCommit, epoch: int) -> dict[str, Any]:
+        current = await self._get(_dir_key(commit.table))
+        if current is None or current["inc"] != commit.incarnation:
+            raise TableNotFound(commit.table)
+        if (
+            current.get("last_op") == commit.operation_id
+            and current["ver"] == commit.expected_version + 1
+        ):
+            return current  # our own write landed (a duplicate delivery)
+        if int(current.get("fence", 0)) > epoch:
+            log.warning(
+                "commit fenced by a newer leader",
+                table=str(commit.table),
+                epoch=epoch,
+                fence=current["fence"],
+            )
+            raise NotLeader(
+                f"a newer Metasrv leader (epoch {current['fence']}) fenced this node's commit "
+                f"to {commit.table}; retry with the same operation id"
+            )
+        raise StaleReadVersion(
+            f"table {commit.table} is at version {current['ver']}, not {commit.expected_version}"
+        )
+
+    async def prune_operations(self, older_than_ms: int) -> int:
+        bound = _op_bound(older_than_ms)
+        removed = 0
+        for shard in range(OP_SHARDS):
+            keys = [
+                _key(f"op#{shard}", item["sk"])
+                async for item in self._query(f"op#{shard}", below=bound)
+                if operation_time_ms(item["sk"]) < older_than_ms
+            ]
+            removed += await self._delete_all(keys)
+        return removed
+
+    async def _delete_all(self, keys: Iterable[Item]) -> int:
+        keys = list(keys)
+        for start in range(0, len(keys), 25):
+            requests = [{"DeleteRequest": {"Key": k}} for k in keys[start : start + 25]]
+            for _ in range(10):
+                reply = await self.client.batch_write_item(RequestItems={self.table: requests})
+                requests = reply.get("UnprocessedItems", {}).get(self.table, [])
+                if not requests:
+                    break
+                await asyncio.sleep(0.05)
+        return len(keys)
+
+    # -- leadership -----------------------------------------------------------------
+
+    async def take_authority(self, epoch: int) -> int:
+        """A new leader's takeover: raise the authority epoch, fence every head, repair.
+
+        Every head is stamped with ``epoch`` (so writes of older epochs fail),
+        and the version record of its current version is (re)written from the
+        head itself. Returns the number of tables fenced.
+        """
+        try:
+            await self._call(
+                "update_item",
+                Key=_key(META, "authority"),
+                UpdateExpression="SET epoch = :epoch",
+                ConditionExpression="attribute_exists(pk) AND epoch < :epoch",
+                ExpressionAttributeValues={":epoch": _n(epoch)},
+            )
+        except Exception as exc:
+            if _conditional_failed(exc):
+                raise NotLeader(
+                    f"epoch {epoch} is not newer than the registry's authority"
+                ) from None
+            raise
+        fenced = 0
+        for shard in range(DIR_SHARDS):
+            async for head in self._query(f"dir#{shard}"):
+                table = TableRef(head["ns"], head["name"])
+                try:
+                    reply = await self._call(
+                        "update_item",
+                        Key=_dir_key(table),
+                        UpdateExpression="SET fence = :epoch",
+                        ConditionExpression=(
+                            "attribute_exists(pk) AND (attribute_not_exists(fence) OR fence <= :epoch)"
+                        ),
+                        ExpressionAttributeValues={":epoch": _n(epoch)},
+                        ReturnValues="ALL_NEW",
+                    )
+                except Exception as exc:
+                    if not _conditional_failed(exc):
+                        raise
+                    if await self._get(_dir_key(table)) is None:
+                        continue  # dropped meanwhile
+                    raise NotLeader(f"a leader newer than epoch {epoch} fenced {table}") from None
+                current = _decode(reply["Attributes"])
+                await self._write_version(
+                    _head_record(current), current.get("last_op"), current["last_at"]
+                )
+                fenced += 1
+        self._unsynced.clear()
+        await self._bump_generation()
+        return fenced

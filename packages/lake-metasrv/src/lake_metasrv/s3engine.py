@@ -1,0 +1,357 @@
+"""Lance datasets on S3, with Lance's commit pointer in DynamoDB.
+
+A table at ``s3://bucket/prefix/ns/t.lance`` is opened by Lance as
+``s3+ddb://bucket/prefix/ns/t.lance?ddbTableName=<manifest table>``: Lance
+writes each manifest to S3 and claims its version number with a conditional
+put in the manifest table, so version numbers cannot be taken twice.
+
+Appends are a compare-and-swap on the Lance version. Lance itself rebases an
+append whose read version is stale (it would silently carry an unregistered
+orphan's rows, or another writer's, into the new version), so the engine
+commits the pre-written fragments at ``read_version = registered`` and keeps
+the result only if it is exactly ``registered + 1``. Otherwise the
+registered version is restored (a Restore commit that must land at
+``latest + 1``) and the fragments are committed again on top of it. The
+registry remains the visibility point: anything not registered stays an
+invisible orphan.
+
+I/O failures (S3 or DynamoDB unreachable, timeouts) become
+:class:`~lake_core.errors.Unavailable`: every request is bounded by
+``LAKE_STORAGE_TIMEOUT_MS``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+import lance
+import pyarrow as pa
+import structlog
+
+from lake_core.cloud import DatasetStorage, split_s3_uri
+from lake_core.errors import Internal, InvalidSchema, Unavailable, VersionReclaimed
+from lake_core.models import incarnation_metadata, incarnation_of
+from lake_metasrv.engine import LanceEngine
+
+__all__ = ["MANIFEST_TABLE_SCHEMA", "S3LanceEngine", "is_storage_outage"]
+
+log = structlog.get_logger("lake_metasrv.s3engine")
+
+#: The key schema Lance's DynamoDB manifest store expects.
+MANIFEST_TABLE_SCHEMA = {
+    "AttributeDefinitions": [
+        {"AttributeName": "base_uri", "AttributeType": "S"},
+        {"AttributeName": "version", "AttributeType": "N"},
+    ],
+    "KeySchema": [
+        {"AttributeName": "base_uri", "KeyType": "HASH"},
+        {"AttributeName": "version", "KeyType": "RANGE"},
+    ],
+}
+#: Retention runs once this many versions accumulated since the last run.
+CLEANUP_EVERY = 8
+
+_OUTAGE_MARKERS = (
+    "LanceError(IO)",
+    "error sending request",
+    "timed out",
+    "timeout",
+    "dispatch failure",
+    "connection",
+    "Connection",
+    "EndpointConnectionError",
+    "ReadTimeout",
+    "ConnectTimeout",
+)
+
+
+def is_storage_outage(exc: BaseException) -> bool:
+    """Whether an exception from Lance or boto says storage could not be reached."""
+    text = f"{type(exc).__name__}: {exc}"
+    return any(marker in text for marker in _OUTAGE_MARKERS) and "not found" not in text
+
+
+def _outage(location: str, exc: BaseException) -> Unavailable:
+    log.warning("storage unreachable", location=location, error=str(exc)[:300])
+    return Unavailable(f"object storage for {location} is unreachable; retry")
+
+
+class S3LanceEngine(LanceEngine):
+    """:class:`LanceEngine` for ``s3://`` locations (see the module docstring)."""
+
+    def __init__(
+        self,
+        retain_versions: int,
+        storage: DatasetStorage,
+        *,
+        cleanup_every: int = CLEANUP_EVERY,
+        fence: Callable[[], object] | None = None,
+    ) -> None:
+        super().__init__(retain_versions)
+        self.storage = storage
+        self.cleanup_every = cleanup_every
+        #: Raises unless this node may still commit (checked before each Lance commit).
+        self.fence: Callable[[], object] = fence or (lambda: None)
+        # location -> the dataset opened at the version last committed by this engine
+        self._datasets: dict[str, Any] = {}
+        self._since_cleanup: dict[str, int] = {}
+        self._clients: dict[str, Any] = {}
+        self._clients_lock = threading.Lock()
+
+    # -- plumbing -------------------------------------------------------------------
+
+    def _uri(self, location: str) -> str:
+        if not location.startswith("s3://"):
+            raise Internal(f"the S3 engine cannot hold {location[:200]!r}")
+        return self.storage.lance_uri(location)
+
+    def _options(self, location: str) -> dict[str, str] | None:
+        return self.storage.storage_options(location)
+
+    def client(self, service: str) -> Any:
+        with self._clients_lock:
+            client = self._clients.get(service)
+            if client is None:
+                import boto3
+                from botocore.config import Config
+
+                timeout = max(1.0, self.storage.timeout_ms / 1000)
+                endpoint = (
+                    self.storage.s3_endpoint if service == "s3" else self.storage.dynamodb_endpoint
+                )
+                client = boto3.session.Session().client(
+                    service,  # type: ignore[call-overload]
+                    endpoint_url=endpoint,
+                    region_name=self.storage.region,
+                    config=Config(
+                        connect_timeout=min(timeout, 3.0),
+                        read_timeout=timeout,
+                        retries={"max_attempts": 3, "mode": "standard"},
+                        s3={"addressing_style": "path"},
+                    ),
+                )
+                self._clients[service] = client
+            return client
+
+    def _open(self, location: str, incarnation: str, version: int) -> Any:
+        cached = self._datasets.get(location)
+        if cached is not None and cached.version == version:
+            return cached
+        try:
+            dataset = lance.dataset(
+                self._uri(location), version=version, storage_options=self._options(location)
+            )
+        except (ValueError, OSError) as exc:
+            if is_storage_outage(exc):
+                raise _outage(location, exc) from None
+            raise Internal(
+                f"cannot open {location} at registered version {version}: {exc}"
+            ) from None
+        owner = incarnation_of(dataset.schema.metadata)
+        if owner != incarnation:
+            raise Internal(
+                f"dataset {location} belongs to incarnation {owner or '?'}, "
+                f"the registry says {incarnation}"
+            )
+        self._datasets[location] = dataset
+        return dataset
+
+    # -- create / drop --------------------------------------------------------------
+
+    def _create(self, location: str, schema: pa.Schema, incarnation: str) -> int:
+        self.fence()
+        self._purge(location, leftovers=True)
+        owned = schema.with_metadata(incarnation_metadata(incarnation))
+        try:
+            dataset = lance.write_dataset(
+                owned.empty_table(),
+                self._uri(location),
+                schema=owned,
+                mode="create",
+                storage_options=self._options(location),
+            )
+        except (ValueError, OSError, NotImplementedError, pa.ArrowException) as exc:
+            if is_storage_outage(exc):
+                raise _outage(location, exc) from None
+            raise InvalidSchema(f"Lance cannot store this schema: {exc}") from None
+        self._datasets[location] = dataset
+        return int(dataset.version)
+
+    async def remove(self, location: str) -> None:
+        await asyncio.to_thread(self._purge, location, False)
+
+    def _purge(self, location: str, leftovers: bool) -> None:
+        """Delete a dataset's objects and its manifest rows (a dropped or crashed table)."""
+        self._datasets.pop(location, None)
+        self._since_cleanup.pop(location, None)
+        bucket, key = split_s3_uri(location)
+        prefix = key.rstrip("/") + "/"
+        try:
+            s3 = self.client("s3")
+            deleted = 0
+            for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+                keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+                if keys:
+                    s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+                    deleted += len(keys)
+            rows = self._manifest_rows(location)
+            self._delete_manifest_rows(location, rows)
+        except Exception as exc:
+            if is_storage_outage(exc):
+                raise _outage(location, exc) from None
+            raise
+        if leftovers and (deleted or rows):
+            log.warning(
+                "removed an unregistered dataset left by a crash",
+                location=location,
+                objects=deleted,
+                manifests=len(rows),
+            )
+
+    def _manifest_rows(self, location: str) -> list[int]:
+        ddb = self.client("dynamodb")
+        base = self.storage.manifest_base_uri(location)
+        versions: list[int] = []
+        kwargs: dict[str, Any] = {
+            "TableName": self.storage.manifest_table,
+            "KeyConditionExpression": "base_uri = :b",
+            "ExpressionAttributeValues": {":b": {"S": base}},
+            "ProjectionExpression": "version",
+            "ConsistentRead": True,
+        }
+        while True:
+            reply = ddb.query(**kwargs)
+            versions.extend(int(item["version"]["N"]) for item in reply.get("Items", []))
+            if not reply.get("LastEvaluatedKey"):
+                return versions
+            kwargs["ExclusiveStartKey"] = reply["LastEvaluatedKey"]
+
+    def _delete_manifest_rows(self, location: str, versions: list[int]) -> None:
+        ddb = self.client("dynamodb")
+        base = self.storage.manifest_base_uri(location)
+        for start in range(0, len(versions), 25):
+            requests = [
+                {"DeleteRequest": {"Key": {"base_uri": {"S": base}, "version": {"N": str(v)}}}}
+                for v in versions[start : start + 25]
+            ]
+            for _ in range(10):
+                reply = ddb.batch_write_item(RequestItems={self.storage.manifest_table: requests})
+                requests = reply.get("UnprocessedItems", {}).get(self.storage.manifest_table, [])
+                if not requests:
+                    break
+                time.sleep(0.05)
+
+    # -- append -----------------------------------------------------------------------
+
+    def _append(
+        self, location: str, incarnation: str, registered_version: int, data: pa.Table
+    ) -> int:
+        options = self._options(location)
+        try:
+            base = self._open(location, incarnation, registered_version)
+            fragments = lance.fragment.write_fragments(data, base, storage_options=options)
+            operation = lance.LanceOperation.Append(fragments)
+            self.fence()
+            committed = lance.LanceDataset.commit(
+                base, operation, read_version=registered_version, storage_options=options
+            )
+            if committed.version != registered_version + 1:
+                committed = self._restore_then_commit(
+                    location, registered_version, committed, operation
+                )
+        except (ValueError, OSError, pa.ArrowException) as exc:
+            if is_storage_outage(exc):
+                raise _outage(location, exc) from None
+            raise
+        self._datasets[location] = committed
+        self._since_cleanup[location] = self._since_cleanup.get(location, 0) + 1
+        return int(committed.version)
+
+    def _restore_then_commit(
+        self, location: str, registered: int, latest: Any, operation: Any
+    ) -> Any:
+        """Our commit landed on unregistered versions: restore the registered one, retry."""
+        options = self._options(location)
+        log.warning(
+            "restoring registered version over unregistered Lance versions",
+            location=location,
+            registered=registered,
+            latest=latest.version,
+        )
+        restore = lance.LanceOperation.Restore(registered)
+        self.fence()
+        restored = lance.LanceDataset.commit(
+            latest, restore, read_version=latest.version, storage_options=options
+        )
+        if restored.version != latest.version + 1:
+            raise Unavailable(f"another writer is committing to {location}; retry")
+        committed = lance.LanceDataset.commit(
+            restored, operation, read_version=restored.version, storage_options=options
+        )
+        if committed.version != restored.version + 1:
+            raise Unavailable(f"another writer is committing to {location}; retry")
+        return committed
+
+    # -- reads and retention ------------------------------------------------------------
+
+    async def latest_version(self, location: str) -> int:
+        def latest() -> int:
+            dataset = lance.dataset(self._uri(location), storage_options=self._options(location))
+            return int(dataset.latest_version)
+
+        return await asyncio.to_thread(latest)
+
+    async def read(self, location: str, engine_version: int) -> pa.Table:
+        def read() -> pa.Table:
+            try:
+                dataset = lance.dataset(
+                    self._uri(location),
+                    version=engine_version,
+                    storage_options=self._options(location),
+                )
+            except ValueError as exc:
+                if "not found" in str(exc):
+                    raise VersionReclaimed(
+                        f"version {engine_version} of {location} has been reclaimed"
+                    ) from None
+                raise
+            return dataset.to_table()
+
+        return await asyncio.to_thread(read)
+
+    def _cleanup(self, location: str, registered_version: int) -> int:
+        if self._since_cleanup.get(location, 0) < self.cleanup_every:
+            return 0
+        self._since_cleanup[location] = 0
+        return self.cleanup_now(location, registered_version)
+
+    def cleanup_now(self, location: str, registered_version: int) -> int:
+        """Keep the newest ``retain_versions`` plus tagged versions; reclaim the rest.
+
+        Manifest rows in DynamoDB are deleted only for versions Lance itself
+        no longer lists after its cleanup (never the latest).
+        """
+        options = self._options(location)
+        uri = self._uri(location)
+        dataset = lance.dataset(uri, storage_options=options)
+        if dataset.latest_version != registered_version:
+            log.warning(
+                "skipping retention: latest Lance version is not the registered one",
+                location=location,
+                registered=registered_version,
+                latest=dataset.latest_version,
+            )
+            return 0
+        stats = dataset.cleanup_old_versions(
+            retain_versions=self.retain_versions, error_if_tagged_old_versions=False
+        )
+        kept = {int(v["version"]) for v in lance.dataset(uri, storage_options=options).versions()}
+        obsolete = [
+            v for v in self._manifest_rows(location) if v < registered_version and v not in kept
+        ]
+        self._delete_manifest_rows(location, obsolete)
+        return int(stats.old_versions)

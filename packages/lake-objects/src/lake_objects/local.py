@@ -1,0 +1,168 @@
+"""The local stage: objects are files under ``<root>/tenants/<tenant>/``.
+
+Uploads write a hidden temporary file next to the target, hash while
+copying (on a worker thread), fsync it, rename it into place and fsync the
+directory: an object is visible only complete. Reads refuse a path whose
+real location (symlinks resolved) leaves the tenant directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import os
+from typing import BinaryIO
+
+from lake_core.ids import new_operation_id
+from lake_core.models import DataLocation
+from lake_objects.descriptor import StageDescriptor
+from lake_objects.errors import LocationOutsideStage, ObjectNotFound
+from lake_objects.progress import ProgressCallback, UploadProgress
+from lake_objects.reader import ObjectReader
+from lake_objects.source import FileUpload
+from lake_objects.store import ManagedObjectStore, register_store
+
+__all__ = ["LOCAL_CHUNK_SIZE", "LocalObjectStore"]
+
+#: Copy and read size for local objects.
+LOCAL_CHUNK_SIZE = 4 * 1024 * 1024
+OBJECTS_DIR = "objects"
+
+
+def fsync_dir(path: str) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class _FileChunks:
+    """Chunks of an open file, read (and optionally hashed) on a worker thread."""
+
+    def __init__(self, file: BinaryIO, remaining: int | None, hash_it: bool) -> None:
+        self._file = file
+        self._remaining = remaining
+        self._hasher = hashlib.sha256() if hash_it else None
+        self._probed_eof = False
+
+    def __aiter__(self) -> _FileChunks:
+        return self
+
+    def _read(self) -> bytes:
+        size = LOCAL_CHUNK_SIZE
+        if self._remaining is not None:
+            size = min(size, self._remaining)
+            if size == 0:
+                return b""
+        data = self._file.read(size)
+        if self._remaining is not None:
+            self._remaining -= len(data)
+        if self._hasher is not None and data:
+            self._hasher.update(data)
+        return data
+
+    async def __anext__(self) -> bytes:
+        data = await asyncio.to_thread(self._read)
+        if not data:
+            raise StopAsyncIteration
+        return data
+
+    def sha256_hexdigest(self) -> str:
+        return self._hasher.hexdigest() if self._hasher is not None else ""
+
+    async def aclose(self) -> None:
+        self._file.close()
+
+
+class LocalObjectStore(ManagedObjectStore):
+    """A tenant's child directory on the local file system."""
+
+    def __init__(self, descriptor: StageDescriptor, **_options: object) -> None:
+        if descriptor.kind != "local":
+            raise ValueError("LocalObjectStore needs a local stage descriptor")
+        super().__init__(descriptor)
+        self.root = descriptor.local_root
+
+    def _path(self, name: str) -> str:
+        path = os.path.join(self.root, *name.split("/"))
+        real_root = os.path.realpath(self.root)
+        if not os.path.realpath(path).startswith(real_root + os.sep):
+            raise LocationOutsideStage(f"object {name!r} resolves outside the tenant's stage")
+        return path
+
+    async def upload(
+        self,
+        upload: FileUpload,
+        *,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> DataLocation:
+        total = upload.validate()
+        name = f"{OBJECTS_DIR}/{new_operation_id()}"
+        uri = self.scope.uri_for(name)
+        directory = os.path.join(self.root, OBJECTS_DIR)
+        await asyncio.to_thread(os.makedirs, directory, 0o755, True)
+        tmp = os.path.join(directory, f".{name.rsplit('/', 1)[1]}.partial")
+        hasher = hashlib.sha256()
+        size = 0
+        source = upload.chunks(LOCAL_CHUNK_SIZE)
+        out = await asyncio.to_thread(open, tmp, "xb")
+        try:
+            while True:
+                data = await source.read_chunk()
+                if not data:
+                    break
+                await asyncio.to_thread(_write_and_hash, out, hasher, data)
+                size += len(data)
+                if progress is not None:
+                    progress(UploadProgress(upload.name, size, total))
+            await asyncio.to_thread(_sync_close, out)
+            await asyncio.to_thread(os.replace, tmp, self._path(name))
+            await asyncio.to_thread(fsync_dir, directory)
+        except BaseException:
+            out.close()
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+        finally:
+            source.close()
+        if progress is not None:
+            progress(UploadProgress(upload.name, size, total, finished=True))
+        return DataLocation(
+            uri=uri, media_type=upload.media_type, size_bytes=size, sha256=hasher.hexdigest()
+        )
+
+    async def _open_file(self, name: str) -> BinaryIO:
+        path = self._path(name)
+        try:
+            file: BinaryIO = await asyncio.to_thread(open, path, "rb")
+        except FileNotFoundError:
+            raise ObjectNotFound(f"object {self.scope.uri_for(name)!r} does not exist") from None
+        return file
+
+    async def _open(self, location: DataLocation, name: str) -> ObjectReader:
+        file = await self._open_file(name)
+        return ObjectReader(location, _FileChunks(file, None, True), hashed_chunks=True)
+
+    async def _open_range(
+        self, location: DataLocation, name: str, start: int, end: int
+    ) -> ObjectReader:
+        file = await self._open_file(name)
+        await asyncio.to_thread(file.seek, start)
+        return ObjectReader(location, _FileChunks(file, end - start, False), start=start, end=end)
+
+
+def _write_and_hash(out: BinaryIO, hasher: hashlib._Hash, data: bytes) -> None:
+    out.write(data)
+    hasher.update(data)
+
+
+def _sync_close(out: BinaryIO) -> None:
+    out.flush()
+    os.fsync(out.fileno())
+    out.close()
+
+
+register_store("local", LocalObjectStore)

@@ -1,0 +1,290 @@
+"""Admission control for one Query replica: finite, fair, fail-closed.
+
+A query takes its **tenant gate** (at most ``per_tenant`` running or queued
+per tenant) and then a slot of the **global FIFO** (at most
+``max_concurrent`` running), both under one absolute queue deadline. A noisy
+tenant therefore cannot park more than its own share in the global queue,
+and no request waits longer than ``queue_timeout_ms`` in total. Saturation
+raises :class:`~lake_core.errors.ResourceExhausted`.
+
+The :class:`Permit` owns both slots until it is released, exactly once:
+:meth:`Admission.run` holds it for a whole DoGet stream and releases it on
+completion, error, execution timeout (the stream ends with
+DEADLINE_EXCEEDED), cancellation or client disconnect.
+
+Tenant gates exist only while a request holds or waits for them: an idle
+gate is removed synchronously on its last release. When ``max_tracked_tenants``
+gates are active, a request from yet another tenant is refused rather than
+growing the tracker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import structlog
+
+from lake_core.config import env_int
+from lake_core.errors import ResourceExhausted
+
+__all__ = [
+    "MAX_CONCURRENT",
+    "MAX_CONCURRENT_PER_TENANT",
+    "MAX_SQL_BYTES",
+    "MAX_TRACKED_TENANTS",
+    "QUERY_EXECUTION_TIMEOUT_MS",
+    "QUERY_QUEUE_TIMEOUT_MS",
+    "Admission",
+    "AdmissionLimits",
+    "Permit",
+]
+
+log = structlog.get_logger("lake_query.admission")
+
+#: Queries running at once on this replica (default 64).
+MAX_CONCURRENT = "LAKE_QUERY_MAX_CONCURRENT"
+#: Queries of one tenant running or queued at once (default 8).
+MAX_CONCURRENT_PER_TENANT = "LAKE_QUERY_MAX_CONCURRENT_PER_TENANT"
+#: Tenant gates tracked at once; more tenants are refused (default 4096).
+MAX_TRACKED_TENANTS = "LAKE_QUERY_MAX_TRACKED_TENANTS"
+#: Total time a query may wait for admission, in ms (default 100).
+QUERY_QUEUE_TIMEOUT_MS = "LAKE_QUERY_QUEUE_TIMEOUT_MS"
+#: Longest a query may run (its whole DoGet stream), in ms (default 30 min).
+QUERY_EXECUTION_TIMEOUT_MS = "LAKE_QUERY_EXECUTION_TIMEOUT_MS"
+#: Longest SQL text and ticket/handle accepted, in bytes (default 1 MiB).
+MAX_SQL_BYTES = "LAKE_QUERY_MAX_SQL_BYTES"
+
+_DAY_MS = 24 * 3600 * 1000
+
+
+@dataclass(frozen=True)
+class AdmissionLimits:
+    """Per-replica limits (see the module docstring)."""
+
+    max_concurrent: int = 64
+    per_tenant: int = 8
+    max_tracked_tenants: int = 4096
+    queue_timeout_ms: int = 100
+    execution_timeout_ms: int = 30 * 60 * 1000
+    max_sql_bytes: int = 1024 * 1024
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> AdmissionLimits:
+        d = cls()
+        return cls(
+            max_concurrent=env_int(MAX_CONCURRENT, d.max_concurrent, 1, 100_000, env),
+            per_tenant=env_int(MAX_CONCURRENT_PER_TENANT, d.per_tenant, 1, 100_000, env),
+            max_tracked_tenants=env_int(
+                MAX_TRACKED_TENANTS, d.max_tracked_tenants, 1, 1_000_000, env
+            ),
+            queue_timeout_ms=env_int(QUERY_QUEUE_TIMEOUT_MS, d.queue_timeout_ms, 0, _DAY_MS, env),
+            execution_timeout_ms=env_int(
+                QUERY_EXECUTION_TIMEOUT_MS, d.execution_timeout_ms, 1, 7 * _DAY_MS, env
+            ),
+            max_sql_bytes=env_int(MAX_SQL_BYTES, d.max_sql_bytes, 1024, 64 * 1024 * 1024, env),
+        )
+
+
+class _FifoGate:
+    """A counting gate that hands freed slots to waiters strictly in arrival order."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.held = 0
+        self._waiters: deque[asyncio.Future[None]] = deque()
+
+    @property
+    def idle(self) -> bool:
+        return self.held == 0 and not self._waiters
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    async def acquire(self, deadline: float) -> bool:
+        """Take a slot before ``deadline`` (loop time); False if it passed first."""
+        if self.held < self.capacity and not self._waiters:
+            self.held += 1
+            return True
+        loop = asyncio.get_running_loop()
+        if deadline <= loop.time():
+            return False
+        waiter: asyncio.Future[None] = loop.create_future()
+        self._waiters.append(waiter)
+        try:
+            async with asyncio.timeout_at(deadline):
+                await waiter
+            return True
+        except TimeoutError:
+            return self._withdraw(waiter)
+        except BaseException:
+            if self._withdraw(waiter):
+                self.release()
+            raise
+
+    def _withdraw(self, waiter: asyncio.Future[None]) -> bool:
+        """Leave the queue; True if a slot was handed over meanwhile (keep it)."""
+        if waiter.done() and not waiter.cancelled():
+            return True
+        with contextlib.suppress(ValueError):
+            self._waiters.remove(waiter)
+        return False
+
+    def release(self) -> None:
+        while self._waiters:
+            waiter = self._waiters.popleft()
+            if not waiter.done():
+                waiter.set_result(None)  # the slot passes on: held is unchanged
+                return
+        self.held -= 1
+
+
+class Permit:
+    """Both slots of one admitted query; :meth:`release` is idempotent."""
+
+    def __init__(self, admission: Admission, tenant: str) -> None:
+        self._admission = admission
+        self._tenant = tenant
+        self._released = False
+
+    @property
+    def released(self) -> bool:
+        return self._released
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._admission._release(self._tenant)
+
+
+class Admission:
+    """The replica's tenant gates and global FIFO."""
+
+    def __init__(self, limits: AdmissionLimits) -> None:
+        self.limits = limits
+        self._global = _FifoGate(limits.max_concurrent)
+        self._tenants: dict[str, _FifoGate] = {}
+
+    def __repr__(self) -> str:
+        return f"Admission({self.limits})"
+
+    @property
+    def running(self) -> int:
+        return self._global.held
+
+    @property
+    def tracked_tenants(self) -> int:
+        return len(self._tenants)
+
+    def _tenant_gate(self, tenant: str) -> _FifoGate:
+        gate = self._tenants.get(tenant)
+        if gate is None:
+            if len(self._tenants) >= self.limits.max_tracked_tenants:
+                raise ResourceExhausted(
+                    "too many tenants have queries running on this Query replica; retry later"
+                )
+            gate = self._tenants[tenant] = _FifoGate(self.limits.per_tenant)
+        return gate
+
+    def _prune(self, tenant: str, gate: _FifoGate) -> None:
+        if gate.idle and self._tenants.get(tenant) is gate:
+            del self._tenants[tenant]
+
+    async def acquire(self, tenant: str) -> Permit:
+        """Admit one query of ``tenant`` or raise ResourceExhausted by the queue deadline."""
+        loop = asyncio.get_running_loop()
+        start = loop.time()
+        deadline = start + self.limits.queue_timeout_ms / 1000
+        try:
+            gate = self._tenant_gate(tenant)
+        except ResourceExhausted:
+            self._refused("tracker", start)
+            raise
+        try:
+            admitted = await gate.acquire(deadline)
+        except BaseException:
+            self._prune(tenant, gate)
+            raise
+        if not admitted:
+            self._prune(tenant, gate)
+            self._refused("tenant", start)
+            raise ResourceExhausted(
+                f"this tenant already has {self.limits.per_tenant} queries running or "
+                "queued on this Query replica; retry later"
+            )
+        try:
+            admitted = await self._global.acquire(deadline)
+        except BaseException:
+            gate.release()
+            self._prune(tenant, gate)
+            raise
+        if not admitted:
+            gate.release()
+            self._prune(tenant, gate)
+            self._refused("global", start)
+            raise ResourceExhausted(
+                f"this Query replica is running {self.limits.max_concurrent} queries; retry later"
+            )
+        log.info(
+            "query admitted",
+            running=self._global.held,
+            queued=self._global.waiting,
+            waited_ms=round((loop.time() - start) * 1000, 1),
+        )
+        return Permit(self, tenant)
+
+    def _refused(self, gate: str, start: float) -> None:
+        # No tenant id: logs may leave the deployment's trust boundary.
+        waited = (asyncio.get_running_loop().time() - start) * 1000
+        log.info("query refused", gate=gate, waited_ms=round(waited, 1))
+
+    def _release(self, tenant: str) -> None:
+        self._global.release()
+        gate = self._tenants.get(tenant)
+        if gate is not None:
+            gate.release()
+            self._prune(tenant, gate)
+
+    async def run(
+        self,
+        tenant: str,
+        context: Any,
+        start: Callable[[], Awaitable[AsyncIterator[bytes]]],
+    ) -> AsyncIterator[bytes]:
+        """Admit, then stream ``await start()`` under the execution deadline.
+
+        ``context`` is the RPC's ``grpc.aio.ServicerContext``. At the deadline
+        the stream ends with DEADLINE_EXCEEDED even when it is blocked on a
+        slow client, and the permit is released.
+        """
+        permit = await self.acquire(tenant)
+        task = asyncio.current_task()
+        timeout_s = self.limits.execution_timeout_ms / 1000
+
+        async def expire() -> None:
+            await asyncio.sleep(timeout_s)
+            permit.release()
+            log.warning("query execution timed out", timeout_ms=self.limits.execution_timeout_ms)
+            with contextlib.suppress(Exception):
+                await context.abort(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    f"query exceeded the execution timeout of {self.limits.execution_timeout_ms} ms",
+                )
+            if task is not None and not task.done():
+                task.cancel()
+
+        watchdog = asyncio.create_task(expire())
+        try:
+            stream = await start()
+            async with contextlib.aclosing(stream):
+                async for message in stream:
+                    yield message
+        finally:
+            watchdog.cancel()
+            permit.release()

@@ -1,0 +1,183 @@
+"""FILE access for a client: stage discovery, the object store, direct and Query-issued reads.
+
+A client discovers its stage once (one ``lake.managed_stage`` action, the
+first time it needs storage) and opens the store with its own process's
+credentials. Clones share the discovery and the store. A query-only client
+never discovers a stage nor builds a storage client: it reads through
+capabilities Query issues (``lake.read_capability``), one action per reader.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+
+from lake_core import protocol
+from lake_core.errors import LakeError
+from lake_core.models import DataLocation
+from lake_objects.capability import ReadCapability, open_capability
+from lake_objects.descriptor import (
+    MANAGED_STAGE,
+    READ_CAPABILITY,
+    ReadCapabilityRequest,
+    ReadCapabilityResult,
+    StageDescriptor,
+    StageRequest,
+)
+from lake_objects.errors import (
+    NO_ISSUER_MESSAGE,
+    NO_STAGE_MESSAGE,
+    PresignUnsupported,
+    StageUnavailable,
+)
+from lake_objects.progress import ProgressCallback
+from lake_objects.reader import ObjectReader, check_range
+from lake_objects.s3 import DEFAULT_UPLOAD_CONCURRENCY
+from lake_objects.store import ManagedObjectStore, capability_ttl, open_store
+
+__all__ = ["FileAccess", "FileOptions", "validate_file_options"]
+
+Action = Callable[[str, bytes], Awaitable[bytes]]
+
+
+@dataclass(frozen=True)
+class FileOptions:
+    """How a client handles FILE values."""
+
+    upload_checkpoint_dir: Path | None = None
+    upload_concurrency: int = DEFAULT_UPLOAD_CONCURRENCY
+    query_only: bool = False
+    store: ManagedObjectStore | None = None
+    progress: ProgressCallback | None = None
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        upload_checkpoint_dir: str | os.PathLike[str] | None = None,
+        upload_concurrency: int = DEFAULT_UPLOAD_CONCURRENCY,
+        query_only: bool = False,
+        store: ManagedObjectStore | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> FileOptions:
+        directory = (
+            None
+            if upload_checkpoint_dir is None
+            else Path(upload_checkpoint_dir).expanduser().absolute()
+        )
+        return cls(directory, upload_concurrency, query_only, store, progress)
+
+
+def validate_file_options(options: FileOptions, capacity: int, ttl_s: float) -> None:
+    """Fail on bad FILE options before connecting (and long before any storage call)."""
+    from lake_objects.errors import InvalidUpload
+    from lake_objects.s3 import MAX_UPLOAD_CONCURRENCY
+    from lake_sdk.schema_cache import SchemaCache
+
+    concurrency = options.upload_concurrency
+    if (
+        isinstance(concurrency, bool)
+        or not isinstance(concurrency, int)
+        or not 1 <= concurrency <= MAX_UPLOAD_CONCURRENCY
+    ):
+        raise InvalidUpload(
+            f"upload_concurrency must be in 1..={MAX_UPLOAD_CONCURRENCY}, got {concurrency!r}"
+        )
+    SchemaCache(capacity, ttl_s)
+    if options.query_only and options.store is not None:
+        raise InvalidUpload("a query-only client cannot have an object store")
+
+
+class FileAccess:
+    """One client's (and its clones') stage and object store."""
+
+    def __init__(self, options: FileOptions, action: Action) -> None:
+        self.options = options
+        self._raw_action = action
+        self._store = options.store
+        self._lock = asyncio.Lock()
+        self.discoveries = 0
+
+    async def _action(self, name: str, body: bytes) -> bytes:
+        """A Lake action whose stage errors come back with their own types."""
+        try:
+            return await self._raw_action(name, body)
+        except LakeError as exc:
+            message = str(exc)
+            if message.startswith(NO_STAGE_MESSAGE):
+                raise StageUnavailable(message) from None
+            if message.startswith(NO_ISSUER_MESSAGE):
+                raise PresignUnsupported(message) from None
+            raise
+
+    async def descriptor(self) -> StageDescriptor:
+        return (await self.store()).descriptor
+
+    async def store(self) -> ManagedObjectStore:
+        """The managed store, discovered through Query on first use."""
+        if self._store is not None:
+            return self._store
+        if self.options.query_only:
+            raise StageUnavailable(
+                "a query-only client has no storage access: use open_via_query, "
+                "open_range_via_query or presign_read_via_query"
+            )
+        async with self._lock:
+            if self._store is None:
+                self.discoveries += 1
+                body = await self._action(MANAGED_STAGE, protocol.encode(StageRequest()))
+                descriptor = protocol.decode(StageDescriptor, body)
+                options: dict[str, object] = {}
+                if descriptor.kind == "s3":
+                    options["upload_concurrency"] = self.options.upload_concurrency
+                self._store = open_store(descriptor, **options)
+        return self._store
+
+    async def open(self, location: DataLocation) -> ObjectReader:
+        return await (await self.store()).open(location)
+
+    async def open_range(self, location: DataLocation, start: int, end: int) -> ObjectReader:
+        return await (await self.store()).open_range(location, start, end)
+
+    async def presign_read(self, location: DataLocation, ttl: float | timedelta) -> ReadCapability:
+        return await (await self.store()).presign_read(location, ttl)
+
+    # -- through Query -----------------------------------------------------------
+
+    async def presign_read_via_query(
+        self,
+        location: DataLocation,
+        ttl: float | timedelta,
+        *,
+        start: int | None = None,
+        end: int | None = None,
+    ) -> ReadCapability:
+        if not isinstance(location, DataLocation):
+            raise TypeError("expected a DataLocation")
+        if start is not None or end is not None:
+            check_range(location, start or 0, end or 0)
+        request = ReadCapabilityRequest(
+            location=location, ttl_secs=capability_ttl(ttl), start=start, end=end
+        )
+        body = await self._action(READ_CAPABILITY, protocol.encode(request))
+        return ReadCapability.from_result(protocol.decode(ReadCapabilityResult, body))
+
+    async def open_via_query(self, location: DataLocation, ttl: float | timedelta) -> ObjectReader:
+        capability = await self.presign_read_via_query(location, ttl)
+        return await open_capability(capability, location)
+
+    async def open_range_via_query(
+        self, location: DataLocation, start: int, end: int, ttl: float | timedelta
+    ) -> ObjectReader:
+        check_range(location, start, end)
+        capability = await self.presign_read_via_query(location, ttl, start=start, end=end)
+        return await open_capability(capability, location, start=start, end=end)
+
+    async def close(self) -> None:
+        if self._store is not None and self.options.store is None:
+            store, self._store = self._store, None
+            await store.close()

@@ -1,0 +1,109 @@
+"""An HTTP proxy in front of a real S3 server that counts requests and injects faults.
+
+Requests are forwarded unchanged (the Host header included, so SigV4
+signatures made for the proxy's address still verify upstream). Faults
+rewrite the upstream's real response:
+
+- ``"bad_content_range"``: a 206's Content-Range names other bytes;
+- ``"ignore_range"``: a 206 becomes a 200 without Content-Range, as from a
+  proxy that dropped the Range header;
+- ``"redirect"``: every answer is a 302 to another location.
+
+Runs its own event loop on a thread; ``stop()`` closes it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import Counter
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import web
+
+from tools.lake_testing.servers import free_port
+
+__all__ = ["S3Proxy"]
+
+_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade"}
+
+
+@dataclass
+class S3Proxy:
+    upstream: str
+    port: int = field(default_factory=free_port)
+    fault: str | None = None
+    requests: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def total(self) -> int:
+        return sum(self.requests.values())
+
+    def start(self) -> S3Proxy:
+        self._loop = asyncio.new_event_loop()
+        ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
+        self._thread.start()
+        ready.wait(10)
+        return self
+
+    def _run(self, ready: threading.Event) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._serve())
+        ready.set()
+        self._loop.run_forever()
+
+    async def _serve(self) -> None:
+        self._session = aiohttp.ClientSession(auto_decompress=False)
+        app = web.Application(client_max_size=1024**3)
+        app.router.add_route("*", "/{path:.*}", self._handle)
+        self._runner = web.AppRunner(app)
+        await self._runner.setup()
+        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        self.requests[request.method] += 1
+        if self.fault == "redirect":
+            raise web.HTTPFound("http://127.0.0.1:9/elsewhere")
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
+        body = await request.read()
+        async with self._session.request(
+            request.method,
+            self.upstream + request.rel_url.raw_path_qs,
+            headers=headers,
+            data=body if body else None,
+            allow_redirects=False,
+            skip_auto_headers=("User-Agent", "Accept-Encoding", "Content-Type"),
+        ) as upstream:
+            payload = await upstream.read()
+            out_headers = {
+                k: v
+                for k, v in upstream.headers.items()
+                if k.lower() not in _HOP and k.lower() != "content-length"
+            }
+            status = upstream.status
+            if status == 206 and self.fault == "bad_content_range":
+                start, _, rest = out_headers["Content-Range"].removeprefix("bytes ").partition("-")
+                end, _, size = rest.partition("/")
+                out_headers["Content-Range"] = f"bytes {int(start) + 1}-{int(end) + 1}/{size}"
+            if status == 206 and self.fault == "ignore_range":
+                status = 200
+                out_headers.pop("Content-Range", None)
+            if request.method == "HEAD":
+                out_headers["Content-Length"] = upstream.headers.get("Content-Length", "0")
+                return web.Response(status=status, headers=out_headers)
+            return web.Response(status=status, body=payload, headers=out_headers)
+
+    def stop(self) -> None:
+        async def close() -> None:
+            await self._runner.cleanup()
+            await self._session.close()
+
+        asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
