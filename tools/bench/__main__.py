@@ -7,6 +7,9 @@ import importlib
 import sys
 import traceback
 
+from tools.bench.harness import Figure
+from tools.bench.report import CHART, REPORT, write_report
+
 BENCHMARKS = [
     "tools.bench.query_bench",
     "tools.bench.commit_bench",
@@ -19,8 +22,14 @@ def main() -> int:
     parser = argparse.ArgumentParser(prog="bench")
     parser.add_argument("--quick", action="store_true", help="small data: a smoke run")
     parser.add_argument("--only", action="append", default=[], help="module suffix to run")
+    parser.add_argument(
+        "--report",
+        action="store_true",
+        help="rewrite docs/performance.md and its chart (default for a full run of everything)",
+    )
     args = parser.parse_args()
     failed = False
+    figures: list[Figure] = []
     for name in BENCHMARKS:
         if args.only and not any(name.endswith(o) for o in args.only):
             continue
@@ -28,9 +37,13 @@ def main() -> int:
             module = importlib.import_module(name)
             for figure in module.run(args.quick):
                 print(figure.json(), flush=True)
+                figures.append(figure)
         except Exception:
             traceback.print_exc()
             failed = True
+    if figures and (args.report or not (args.quick or args.only)):
+        write_report(figures)
+        print(f"wrote {REPORT} and {CHART}", file=sys.stderr)
     return 1 if failed else 0
 
 

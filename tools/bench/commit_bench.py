@@ -93,6 +93,7 @@ def run(quick: bool) -> list[Figure]:
                     goal=">= 500 appends/s",
                     ratio_of=lambda lake, ref: lake / ref,
                     met=lambda lake, ref, ratio: lake >= 500,
+                    threshold=lambda lake, ref: 500 / ref,
                 )
             ]
         finally:

@@ -37,6 +37,8 @@ class Figure:
     runs: int
     machine: str
     met: bool
+    #: The goal expressed on the ratio's scale (None where it cannot be), for charts.
+    threshold: float | None = None
 
     def json(self) -> str:
         return json.dumps(asdict(self))
@@ -59,6 +61,7 @@ def measure(
     met: Callable[[float, float, float], bool],
     runs: int = 5,
     warmup: int = 1,
+    threshold: Callable[[float, float], float] | None = None,
 ) -> Figure:
     """Run A/B alternately; each callable returns one sample in ``unit``."""
     for _ in range(warmup):
@@ -87,4 +90,5 @@ def measure(
         runs=runs,
         machine=machine(),
         met=met(lake_median, ref_median, ratio),
+        threshold=None if threshold is None else round(threshold(lake_median, ref_median), 3),
     )

@@ -145,6 +145,7 @@ def run(quick: bool) -> list[Figure]:
                         goal=">= 0.6 of pyarrow C++ Flight server",
                         ratio_of=lambda lake, ref: lake / ref,
                         met=lambda lake, ref, ratio: ratio >= 0.6,
+                        threshold=lambda lake, ref: 0.6,
                     )
                 )
                 ref_client.close()
@@ -181,6 +182,7 @@ def run(quick: bool) -> list[Figure]:
                     goal="<= 1.3x in-process DataFusion",
                     ratio_of=lambda lake, ref: lake / ref,
                     met=lambda lake, ref, ratio: ratio <= 1.3,
+                    threshold=lambda lake, ref: 1.3,
                 )
             )
             figures.append(_random_access(client, dataset, doget_rows))
@@ -219,6 +221,7 @@ def _random_access(client: flight.FlightClient, dataset: object, rows: int) -> F
         goal="<= 2x dataset.take, or <= +5 ms",
         ratio_of=lambda lake, ref: lake / ref,
         met=lambda lake, ref, ratio: ratio <= 2 or lake - ref <= 5,
+        threshold=lambda lake, ref: max(2.0, (ref + 5) / ref),
         runs=9,
     )
 
@@ -247,4 +250,5 @@ def _point_query_latency(client: flight.FlightClient, ctx: SessionContext, rows:
         goal="<= in-process DataFusion + 15 ms",
         ratio_of=lambda lake, ref: lake / ref,
         met=lambda lake, ref, ratio: lake - ref <= 15,
+        threshold=lambda lake, ref: (ref + 15) / ref,
     )
