@@ -19,21 +19,13 @@ import os
 from pathlib import Path
 from types import TracebackType
 
+from lake_core.durable import fsync_dir
 from lake_core.errors import Unavailable
 from lake_core.names import TableRef
 
 __all__ = ["DataDir", "fsync_dir"]
 
 LOCK_FILE = "metasrv.lock"
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a directory entry (a create or rename inside ``path``) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class DataDir:

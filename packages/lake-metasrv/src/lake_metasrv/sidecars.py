@@ -14,7 +14,6 @@ more objects, never fewer.
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Literal
@@ -23,10 +22,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
+from lake_core.durable import fsync_dir, replace_synced
 from lake_core.errors import InvalidAppend
 from lake_core.filetype import is_file_field
 from lake_core.names import TableRef
-from lake_metasrv.datadir import fsync_dir
 
 __all__ = ["DropMarker", "ReferenceDelta", "SidecarStore", "file_uris"]
 
@@ -114,15 +113,5 @@ class SidecarStore:
         if fresh_dir:
             fsync_dir(directory.parent)
         data = json.dumps(model.model_dump(mode="json"), sort_keys=True).encode()
-        tmp = directory / f".{target.name}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-        fsync_dir(directory)
+        replace_synced(target, [data], mode=0o644)
         return target

@@ -23,6 +23,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from lake_core.durable import fsync_dir, replace_synced
 from lake_objects.errors import UploadCheckpointMismatch, UploadInProgress
 from lake_objects.source import SourceIdentity
 
@@ -172,31 +173,13 @@ class CheckpointFile:
             {"checkpoint": body, "sha256": hashlib.sha256(_canonical(body)).hexdigest()}
         ).encode()
         self.directory.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        _fsync_dir(self.directory)
+        replace_synced(self.path, [data])
 
     def delete(self) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
 
 
 def _canonical(body: object) -> bytes:
     return json.dumps(body, sort_keys=True, separators=(",", ":")).encode()
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

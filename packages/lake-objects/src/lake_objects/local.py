@@ -14,6 +14,7 @@ import hashlib
 import os
 from typing import BinaryIO
 
+from lake_core.durable import fsync_dir
 from lake_core.ids import new_operation_id
 from lake_core.models import DataLocation
 from lake_objects.descriptor import StageDescriptor
@@ -28,14 +29,6 @@ __all__ = ["LOCAL_CHUNK_SIZE", "LocalObjectStore"]
 #: Copy and read size for local objects.
 LOCAL_CHUNK_SIZE = 4 * 1024 * 1024
 OBJECTS_DIR = "objects"
-
-
-def fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class _FileChunks:

@@ -28,6 +28,7 @@ import pyarrow as pa
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from lake_core.durable import fsync_dir, replace_synced
 from lake_core.errors import FailedPrecondition, InvalidArgument, LakeError, NotFound
 from lake_core.ids import parse_operation_id
 from lake_core.names import TableRef
@@ -145,20 +146,10 @@ class PendingAppendStore:
         fresh = not self.directory.exists()
         self.directory.mkdir(parents=True, exist_ok=True)
         if fresh:
-            _fsync_dir(self.directory.parent)
-        tmp = self.directory / f".{operation_id}.{os.getpid()}.tmp"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            fsync_dir(self.directory.parent)
+        replace_synced(target, [header.model_dump_json().encode() + b"\n", ipc], sync_dir=False)
         try:
-            for part in (header.model_dump_json().encode() + b"\n", ipc):
-                view = memoryview(part)
-                while view:
-                    view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, target)
-        try:
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         except OSError as exc:
             raise PendingAppendUncertain(
                 f"pending append {operation_id} was written but its directory could not be "
@@ -228,7 +219,7 @@ class PendingAppendStore:
         """Forget an append whose outcome is conclusive; failures are only logged."""
         try:
             os.unlink(self.path(operation_id))
-            _fsync_dir(self.directory)
+            fsync_dir(self.directory)
         except FileNotFoundError:
             pass
         except OSError as exc:
@@ -237,11 +228,3 @@ class PendingAppendStore:
                 operation_id=operation_id,
                 error=exc.strerror,
             )
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

@@ -1,0 +1,50 @@
+"""Crash-safe small files: write, fsync, rename into place, fsync the directory.
+
+Checkpoints, pending appends and reference-delta sidecars all promise that
+once a call returns, the file survives a crash whole or not at all.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+__all__ = ["fsync_dir", "replace_synced", "write_synced"]
+
+
+def fsync_dir(path: str | Path) -> None:
+    """Make a directory entry (a create or rename inside ``path``) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_synced(path: Path, parts: Iterable[bytes], mode: int = 0o600) -> None:
+    """Write ``parts`` to ``path`` (created or truncated) and fsync it."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        for part in parts:
+            view = memoryview(part)
+            while view:
+                view = view[os.write(fd, view) :]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def replace_synced(
+    target: Path, parts: Iterable[bytes], *, mode: int = 0o600, sync_dir: bool = True
+) -> None:
+    """Atomically replace ``target`` with ``parts``: readers see the old file or the new one.
+
+    With ``sync_dir=False`` the caller syncs the directory itself (to treat a
+    failure there differently: the new file exists but may not survive a crash).
+    """
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    write_synced(tmp, parts, mode)
+    os.replace(tmp, target)
+    if sync_dir:
+        fsync_dir(target.parent)
