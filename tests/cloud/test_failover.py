@@ -100,7 +100,8 @@ def test_leader_sigkill_mid_stream_the_follower_takes_over_and_nothing_is_lost(
     ]
     for thread in threads:
         thread.start()
-    while len(acknowledged) < 6 and not errors:
+    while len(acknowledged) < 6:
+        assert not errors, errors
         time.sleep(0.01)
     killed_at = time.monotonic()
     leader.kill()
@@ -111,16 +112,22 @@ def test_leader_sigkill_mid_stream_the_follower_takes_over_and_nothing_is_lost(
     assert not errors, errors
     assert len(acknowledged) == 2 * appends_each
     assert interrupted, "the kill must land while appends are in flight"
-    # The lease's 10 s TTL bounds the takeover (plus one 0.5 s poll of the follower).
-    assert seen_at - killed_at < DEFAULT_TTL_S + 1.0, seen_at - killed_at
+    # The lease's 10 s TTL bounds the takeover (plus the follower's 0.5 s poll and
+    # scheduling slack on a shared machine).
+    print(f"takeover after SIGKILL: {seen_at - killed_at:.2f}s, {len(interrupted)} retries")
+    assert seen_at - killed_at < DEFAULT_TTL_S + 2.0, seen_at - killed_at
     assert lake.leader() is successor
     nothing_lost(lake, acknowledged)
 
 
 def _stream_appends(
-    client: MetaClient, starts: range, acknowledged: dict[str, tuple[int, int]], gaps: list[float]
+    lake: CloudLake, starts: range, acknowledged: dict[str, tuple[int, int]], gaps: list[float]
 ) -> None:
     async def run() -> None:
+        async with lake.meta_client() as client:
+            await stream(client)
+
+    async def stream(client: MetaClient) -> None:
         for start in starts:
             op_id = new_operation_id()
             command = protocol.AppendCommand(table=EPISODES, operation_id=op_id)
@@ -130,7 +137,8 @@ def _stream_appends(
                     result = await client.append(command, EPISODES_SCHEMA, [episodes(start, ROWS)])
                     break
                 except LakeError as exc:
-                    assert exc.retryable, exc
+                    if not exc.retryable:
+                        raise
                     failed_at = failed_at or time.monotonic()
                     await asyncio.sleep(0.05)
             if failed_at is not None:
@@ -147,12 +155,11 @@ def test_sigterm_on_the_leader_hands_over_well_under_the_ttl(make_cloud_lake) ->
     acknowledged: dict[str, tuple[int, int]] = {}
     gaps: list[float] = []
     thread = threading.Thread(
-        target=lambda: _stream_appends(
-            lake.meta_client(), range(0, 40 * ROWS, ROWS), acknowledged, gaps
-        )
+        target=_stream_appends, args=(lake, range(0, 40 * ROWS, ROWS), acknowledged, gaps)
     )
     thread.start()
     while len(acknowledged) < 8:
+        assert thread.is_alive()
         time.sleep(0.01)
     signalled_at = time.monotonic()
     leader.signal(signal.SIGTERM)
@@ -162,6 +169,7 @@ def test_sigterm_on_the_leader_hands_over_well_under_the_ttl(make_cloud_lake) ->
     thread.join(timeout=120)
     assert not thread.is_alive()
     handover = seen_at - signalled_at
+    print(f"handover after SIGTERM: {handover:.2f}s, writer gaps {[round(g, 2) for g in gaps]}")
     assert handover < DEFAULT_TTL_S / 4, f"handover took {handover:.2f}s"
     # Writers saw at most a short gap, not the lease TTL.
     assert all(gap < DEFAULT_TTL_S / 4 for gap in gaps), gaps
@@ -210,7 +218,9 @@ def test_a_fenced_old_leader_cannot_commit_after_it_resumes(make_cloud_lake) -> 
     successor, seen_at = lake.wait_for_leader(other_than=old, timeout_s=ttl_ms / 1000 + 10)
     assert successor is new
     # The standby could not win before the paused leader's lease ran out.
-    assert seen_at - paused_at > 0.7 * ttl_ms / 1000
+    print(f"standby won {seen_at - paused_at:.2f}s after the leader paused (TTL {ttl_ms} ms)")
+    # (It counts the TTL from the leader's last renewal, at most TTL/5 before the pause.)
+    assert seen_at - paused_at > 0.5 * ttl_ms / 1000
     acknowledged: dict[str, tuple[int, int]] = {}
 
     async def append_on_new(op_id: str, start: int) -> int:
@@ -221,7 +231,8 @@ def test_a_fenced_old_leader_cannot_commit_after_it_resumes(make_cloud_lake) -> 
                     result = await client.append(command, EPISODES_SCHEMA, [episodes(start, ROWS)])
                     return result.version
                 except LakeError as exc:
-                    assert exc.retryable, exc  # e.g. still taking over
+                    if not exc.retryable:  # retryable: e.g. still taking over
+                        raise
                     await asyncio.sleep(0.1)
             raise AssertionError("the new leader never committed")
 

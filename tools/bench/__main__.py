@@ -15,6 +15,7 @@ BENCHMARKS = [
     "tools.bench.commit_bench",
     "tools.bench.admission_bench",
     "tools.bench.objects_bench",
+    "tools.bench.dynamo_bench",
 ]
 
 

@@ -26,7 +26,7 @@ import structlog
 from pydantic import BaseModel
 
 from lake_core.cloud import CloudSettings
-from lake_core.errors import Internal
+from lake_core.errors import Internal, Unavailable
 from lake_core.flight.server import FlightServer, UncleanShutdown, serve
 from lake_core.names import TableRef
 from lake_metasrv.commits import CommitCoordinator
@@ -35,7 +35,7 @@ from lake_metasrv.datadir import DataDir
 from lake_metasrv.forwarding import ForwardingMetaHandler, PeerClients
 from lake_metasrv.lease import Leadership
 from lake_metasrv.registry.dynamo import DynamoRegistry, dynamo_client_config, ensure_table
-from lake_metasrv.s3engine import MANIFEST_TABLE_SCHEMA, S3LanceEngine
+from lake_metasrv.s3engine import MANIFEST_TABLE_SCHEMA, S3LanceEngine, is_storage_outage
 from lake_metasrv.sidecars import DropMarker, ReferenceDelta, SidecarStore
 
 __all__ = ["CloudCommitCoordinator", "S3SidecarStore", "run_cloud_server"]
@@ -68,7 +68,13 @@ class S3SidecarStore(SidecarStore):
         return self._put(key, delta)
 
     def write_drop(self, marker: DropMarker) -> str:  # type: ignore[override]
-        return self._put(f"{self.prefix}/{marker.incarnation}/dropped.json", marker)
+        key = f"{self.prefix}/{marker.incarnation}/dropped.json"
+        try:
+            return self._put(key, marker)
+        except Exception as exc:
+            # The drop already happened; without its marker GC only keeps more.
+            log.warning("could not write a drop marker", key=key, error=str(exc))
+            return f"s3://{self.bucket}/{key}"
 
     def read_delta(
         self, incarnation: str, version: int, operation_id: str | None = None
@@ -89,10 +95,28 @@ class S3SidecarStore(SidecarStore):
 
     def _put(self, key: str, model: BaseModel) -> str:
         data = json.dumps(model.model_dump(mode="json"), sort_keys=True).encode()
-        self._client().put_object(
-            Bucket=self.bucket, Key=key, Body=data, ContentType="application/json"
-        )
+        try:
+            self._client().put_object(
+                Bucket=self.bucket, Key=key, Body=data, ContentType="application/json"
+            )
+        except Exception as exc:
+            raise _s3_error(exc, f"s3://{self.bucket}/{key}") from None
         return f"s3://{self.bucket}/{key}"
+
+
+def _s3_error(exc: BaseException, uri: str) -> Exception:
+    """UNAVAILABLE for S3 being unreachable or overloaded; INTERNAL for anything else."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    if isinstance(exc, ClientError):
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        if status >= 500 or exc.response.get("Error", {}).get("Code") == "SlowDown":
+            return Unavailable(f"S3 is unavailable for {uri}; retry")
+        return Internal(f"S3 refused a write to {uri}: {exc.response.get('Error', {}).get('Code')}")
+    if isinstance(exc, BotoCoreError | OSError) or is_storage_outage(exc):
+        log.warning("S3 unreachable", uri=uri, error=repr(exc)[:300])
+        return Unavailable(f"S3 is unreachable for {uri}; retry")
+    return exc if isinstance(exc, Exception) else Internal(str(exc))
 
 
 class CloudCommitCoordinator(CommitCoordinator):
@@ -181,7 +205,13 @@ async def run_cloud_server(
         peers = PeerClients(config.peer_token, config.peer_tls)
         await ensure_table(dynamodb, cloud.storage.manifest_table, **MANIFEST_TABLE_SCHEMA)
         await coordinator.open()
-        leadership.on_elected = registry.take_authority
+
+        async def take_over(epoch: int) -> None:
+            engine.forget()
+            fenced = await registry.take_authority(epoch)
+            log.info("took over the registry", epoch=epoch, tables_fenced=fenced)
+
+        leadership.on_elected = take_over
         clean = True
         try:
 

@@ -33,7 +33,13 @@ from lake_core.config import (
 )
 from lake_core.errors import ConfigError
 from lake_core.flight.server import shutdown_grace_ms as parse_grace_ms
-from lake_core.security import ServerSecurity, check_internal_client, optional_token
+from lake_core.security import (
+    ALLOW_INSECURE,
+    ServerSecurity,
+    check_internal_client,
+    env_bool,
+    optional_token,
+)
 from lake_core.tls import PEER_CA_FILE, PEER_SERVER_NAME, ClientTLS, load_client_tls
 from lake_objects.settings import StageSettings
 
@@ -185,11 +191,10 @@ def _cloud(addr: str, env: Mapping[str, str]) -> dict[str, object]:
         if not advertise.startswith(("http://", "https://")) or " " in advertise:
             raise ConfigError(f"{PEER_ADVERTISE_URL} must be an http(s):// URL, got {advertise!r}")
         tls = load_client_tls(env, PEER_CA_FILE, PEER_SERVER_NAME)
-        allow_insecure = (env.get("LAKE_ALLOW_INSECURE") or "").strip().lower() in ("true", "1", "yes")
         check_internal_client(
             advertise,
             tls,
-            allow_insecure=allow_insecure,
+            allow_insecure=env_bool(env, ALLOW_INSECURE),
             url_flag=PEER_ADVERTISE_URL,
             ca_variable=PEER_CA_FILE,
             name_variable=PEER_SERVER_NAME,
@@ -197,11 +202,14 @@ def _cloud(addr: str, env: Mapping[str, str]) -> dict[str, object]:
     ttl_s = DEFAULT_LEASE_TTL_S
     pause_point = None
     if env.get(TEST_HOOKS, "").strip() == "1":
-        ttl_s = env_int(TEST_LEASE_TTL_MS, int(DEFAULT_LEASE_TTL_S * 1000), 500, 600_000, env) / 1000
+        ttl_ms = env_int(TEST_LEASE_TTL_MS, int(DEFAULT_LEASE_TTL_S * 1000), 500, 600_000, env)
+        ttl_s = ttl_ms / 1000
         pause_point = (env.get(TEST_PAUSE_POINT) or "").strip() or None
         if pause_point is not None and pause_point not in PAUSE_POINTS:
             known = ", ".join(sorted(PAUSE_POINTS))
-            raise ConfigError(f"{TEST_PAUSE_POINT} must be one of {known}, got {pause_point[:80]!r}")
+            raise ConfigError(
+                f"{TEST_PAUSE_POINT} must be one of {known}, got {pause_point[:80]!r}"
+            )
     return {
         "cloud": cloud,
         "advertise_url": advertise,

@@ -36,14 +36,21 @@ from typing import Any
 
 import structlog
 
-from lake_metasrv.registry.dynamo import META, NotLeader, _code, _conditional_failed, _decode, _key
+from lake_metasrv.registry.dynamo import NotLeader
+from lake_metasrv.registry.dynamo_layout import (
+    META,
+    conditional_failed,
+    decode,
+    error_code,
+    item_key,
+)
 
 __all__ = ["DEFAULT_LEASE_TTL_S", "LEASE_KEY", "Leadership", "LeaseRecord"]
 
 log = structlog.get_logger("lake_metasrv.lease")
 
 DEFAULT_LEASE_TTL_S = 10.0
-LEASE_KEY = _key("lease#0", "metasrv")
+LEASE_KEY = item_key("lease#0", "metasrv")
 
 
 @dataclass(frozen=True)
@@ -56,7 +63,7 @@ class LeaseRecord:
 
     @classmethod
     def of(cls, item: dict[str, Any]) -> LeaseRecord:
-        values = _decode(item)
+        values = decode(item)
         return cls(
             owner=values.get("owner", ""),
             epoch=int(values.get("epoch", 0)),
@@ -231,10 +238,10 @@ class Leadership:
                 },
             )
         except Exception as exc:
-            if _conditional_failed(exc):
+            if conditional_failed(exc):
                 self._step_down("another node holds the lease")
             else:
-                log.warning("lease renewal failed", error=_code(exc) or repr(exc))
+                log.warning("lease renewal failed", error=error_code(exc) or repr(exc))
             return
         self._last_renew = sent
         self._valid_until = max(self._valid_until, sent + self.ttl_s - self.margin_s)
@@ -293,8 +300,8 @@ class Leadership:
                     },
                 )
         except Exception as exc:
-            if not _conditional_failed(exc):
-                log.warning("lease acquisition failed", error=_code(exc) or repr(exc))
+            if not conditional_failed(exc):
+                log.warning("lease acquisition failed", error=error_code(exc) or repr(exc))
             return  # another candidate won; keep watching
         self._epoch = epoch
         self._leading = True
@@ -307,10 +314,10 @@ class Leadership:
 
     async def _authority_epoch(self) -> int:
         reply = await self.client.get_item(
-            TableName=self.table, Key=_key(META, "authority"), ConsistentRead=True
+            TableName=self.table, Key=item_key(META, "authority"), ConsistentRead=True
         )
         item = reply.get("Item")
-        return 0 if item is None else int(_decode(item).get("epoch", 0))
+        return 0 if item is None else int(decode(item).get("epoch", 0))
 
     async def _take_over(self, epoch: int) -> None:
         try:

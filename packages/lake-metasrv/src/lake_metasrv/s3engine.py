@@ -53,7 +53,7 @@ MANIFEST_TABLE_SCHEMA = {
     ],
 }
 #: Retention runs once this many versions accumulated since the last run.
-CLEANUP_EVERY = 8
+CLEANUP_EVERY = 16
 
 _OUTAGE_MARKERS = (
     "LanceError(IO)",
@@ -72,7 +72,7 @@ _OUTAGE_MARKERS = (
 def is_storage_outage(exc: BaseException) -> bool:
     """Whether an exception from Lance or boto says storage could not be reached."""
     text = f"{type(exc).__name__}: {exc}"
-    return any(marker in text for marker in _OUTAGE_MARKERS) and "not found" not in text
+    return any(marker in text for marker in _OUTAGE_MARKERS) and "not found" not in text.lower()
 
 
 def _outage(location: str, exc: BaseException) -> Unavailable:
@@ -96,8 +96,8 @@ class S3LanceEngine(LanceEngine):
         self.cleanup_every = cleanup_every
         #: Raises unless this node may still commit (checked before each Lance commit).
         self.fence: Callable[[], object] = fence or (lambda: None)
-        # location -> the dataset opened at the version last committed by this engine
-        self._datasets: dict[str, Any] = {}
+        # location -> (incarnation, the dataset at the version this engine last committed)
+        self._datasets: dict[str, tuple[str, Any]] = {}
         self._since_cleanup: dict[str, int] = {}
         self._clients: dict[str, Any] = {}
         self._clients_lock = threading.Lock()
@@ -130,16 +130,21 @@ class S3LanceEngine(LanceEngine):
                     config=Config(
                         connect_timeout=min(timeout, 3.0),
                         read_timeout=timeout,
-                        retries={"max_attempts": 3, "mode": "standard"},
+                        # Two attempts in all: an outage surfaces within ~2 timeouts.
+                        retries={"total_max_attempts": 2, "mode": "standard"},
                         s3={"addressing_style": "path"},
                     ),
                 )
                 self._clients[service] = client
             return client
 
+    def forget(self) -> None:
+        """Drop cached dataset handles (a new leadership term starts from the registry)."""
+        self._datasets.clear()
+
     def _open(self, location: str, incarnation: str, version: int) -> Any:
-        cached = self._datasets.get(location)
-        if cached is not None and cached.version == version:
+        owner, cached = self._datasets.get(location, ("", None))
+        if cached is not None and owner == incarnation and cached.version == version:
             return cached
         try:
             dataset = lance.dataset(
@@ -157,7 +162,7 @@ class S3LanceEngine(LanceEngine):
                 f"dataset {location} belongs to incarnation {owner or '?'}, "
                 f"the registry says {incarnation}"
             )
-        self._datasets[location] = dataset
+        self._datasets[location] = (incarnation, dataset)
         return dataset
 
     # -- create / drop --------------------------------------------------------------
@@ -178,11 +183,15 @@ class S3LanceEngine(LanceEngine):
             if is_storage_outage(exc):
                 raise _outage(location, exc) from None
             raise InvalidSchema(f"Lance cannot store this schema: {exc}") from None
-        self._datasets[location] = dataset
+        self._datasets[location] = (incarnation, dataset)
         return int(dataset.version)
 
     async def remove(self, location: str) -> None:
-        await asyncio.to_thread(self._purge, location, False)
+        """Best effort, like the local engine: a leftover is purged by the next create."""
+        try:
+            await asyncio.to_thread(self._purge, location, False)
+        except Exception as exc:
+            log.warning("could not delete a dropped dataset", location=location, error=str(exc))
 
     def _purge(self, location: str, leftovers: bool) -> None:
         """Delete a dataset's objects and its manifest rows (a dropped or crashed table)."""
@@ -267,7 +276,7 @@ class S3LanceEngine(LanceEngine):
             if is_storage_outage(exc):
                 raise _outage(location, exc) from None
             raise
-        self._datasets[location] = committed
+        self._datasets[location] = (incarnation, committed)
         self._since_cleanup[location] = self._since_cleanup.get(location, 0) + 1
         return int(committed.version)
 
@@ -314,7 +323,7 @@ class S3LanceEngine(LanceEngine):
                     storage_options=self._options(location),
                 )
             except ValueError as exc:
-                if "not found" in str(exc):
+                if "not found" in str(exc).lower():
                     raise VersionReclaimed(
                         f"version {engine_version} of {location} has been reclaimed"
                     ) from None

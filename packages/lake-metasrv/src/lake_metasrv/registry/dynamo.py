@@ -1,16 +1,8 @@
 """The cloud registry: one DynamoDB table, single-item conditional writes only.
 
-Key layout: every item is ``(pk = family#shard, sk = full key)``, so each
-kind of read is a strongly consistent Query over one family::
-
-    meta#0        authority            registry id, layout, leader epoch (monotonic)
-    meta#0        generation           the directory generation counter
-    lease#0       metasrv              the leader lease (lake_metasrv.lease)
-    dir#<0..3>    <ns>/<table>         the table head: incarnation, location, schema,
-                                       version, engine_version, last_op, fence
-    ver#<inc>     <version:020d>       one committed Lake version of an incarnation
-    op#<0..15>    <operation id>       an append operation: pending, then committed
-    dropped#0     <incarnation>        a dropped incarnation (for GC)
+The key layout (``(family#shard, full key)``: ``meta#0``, ``lease#0``,
+``dir#<shard>``, ``ver#<incarnation>``, ``op#<shard>``, ``dropped#0``) is in
+:mod:`lake_metasrv.registry.dynamo_layout`.
 
 DynamoDB here has no transactions (dynalite has no TransactWriteItems), so an
 append is a short sequence of single-item writes with one visibility point::
@@ -48,9 +40,7 @@ import asyncio
 import contextlib
 import os
 import signal
-import time
 import uuid
-import zlib
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -78,12 +68,34 @@ from lake_metasrv.registry.base import (
     TableRecord,
     VersionRecord,
 )
+from lake_metasrv.registry.dynamo_layout import (
+    DIR_SHARDS,
+    DROPPED,
+    LAYOUT_VERSION,
+    META,
+    OP_SHARDS,
+    PAGE_SIZE,
+    REGISTRY_SCHEMA,
+    Item,
+    conditional_failed,
+    decode,
+    dir_key,
+    dynamo_client_config,
+    encode,
+    ensure_table,
+    entry_bytes,
+    error_code,
+    head_record,
+    item_key,
+    n_attr,
+    op_bound,
+    op_key,
+    s_attr,
+    ver_key,
+)
 
 __all__ = [
-    "DIR_SHARDS",
-    "LAYOUT_VERSION",
-    "OP_SHARDS",
-    "PAGE_SIZE",
+    "MAX_SNAPSHOT_BYTES",
     "DynamoRegistry",
     "NotLeader",
     "dynamo_client_config",
@@ -92,122 +104,14 @@ __all__ = [
 
 log = structlog.get_logger("lake_metasrv.registry.dynamo")
 
-LAYOUT_VERSION = 1
-DIR_SHARDS = 4
-OP_SHARDS = 16
-#: Catalog and maintenance reads page through this many items at a time.
-PAGE_SIZE = 64
 #: Upper bound of one catalog snapshot held in memory.
 MAX_SNAPSHOT_BYTES = 128 * 1024 * 1024
 SNAPSHOT_ATTEMPTS = 5
-META = "meta#0"
-DROPPED = "dropped#0"
-Item = dict[str, Any]
 Fence = Callable[[], int]
 
 
 class NotLeader(Unavailable):
     """This Metasrv may not write: it holds no valid lease, or a newer leader fenced it."""
-
-
-def dynamo_client_config() -> Any:
-    """botocore settings: short timeouts and few retries, so outages surface quickly."""
-    from botocore.config import Config
-
-    return Config(
-        connect_timeout=2,
-        read_timeout=5,
-        retries={"max_attempts": 3, "mode": "standard"},
-        max_pool_connections=64,
-    )
-
-
-def _s(value: str) -> dict[str, str]:
-    return {"S": value}
-
-
-def _n(value: int) -> dict[str, str]:
-    return {"N": str(int(value))}
-
-
-def _key(pk: str, sk: str) -> Item:
-    return {"pk": _s(pk), "sk": _s(sk)}
-
-
-def _encode(values: dict[str, Any]) -> Item:
-    item: Item = {}
-    for name, value in values.items():
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            item[name] = {"BOOL": value}
-        elif isinstance(value, int):
-            item[name] = _n(value)
-        elif isinstance(value, bytes):
-            item[name] = {"B": value}
-        else:
-            item[name] = _s(str(value))
-    return item
-
-
-def _decode(item: Item) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    for name, typed in item.items():
-        ((kind, raw),) = typed.items()
-        if kind == "N":
-            values[name] = int(raw)
-        elif kind == "B":
-            values[name] = bytes(raw)
-        else:
-            values[name] = raw
-    return values
-
-
-def _code(exc: BaseException) -> str:
-    response = getattr(exc, "response", None)
-    if isinstance(response, dict):
-        return str(response.get("Error", {}).get("Code", ""))
-    return ""
-
-
-def _conditional_failed(exc: BaseException) -> bool:
-    return _code(exc) == "ConditionalCheckFailedException"
-
-
-def _shard(text: str, shards: int) -> int:
-    return zlib.crc32(text.encode()) % shards
-
-
-def _dir_key(table: TableRef) -> Item:
-    name = f"{table.namespace}/{table.name}"
-    return _key(f"dir#{_shard(name, DIR_SHARDS)}", name)
-
-
-def _op_key(operation_id: str) -> Item:
-    return _key(f"op#{_shard(operation_id, OP_SHARDS)}", operation_id)
-
-
-def _ver_key(incarnation: str, version: int) -> Item:
-    return _key(f"ver#{incarnation}", f"{version:020d}")
-
-
-def _op_bound(older_than_ms: int) -> str:
-    """The smallest UUIDv7 text whose time is ``older_than_ms`` (ids sort by time)."""
-    ms = max(0, older_than_ms) & ((1 << 48) - 1)
-    return f"{ms >> 16:08x}-{ms & 0xFFFF:04x}"
-
-
-def _head_record(values: dict[str, Any]) -> TableRecord:
-    return TableRecord(
-        table=TableRef(values["ns"], values["name"]),
-        incarnation=values["inc"],
-        location=values["loc"],
-        engine=cast(Engine, values["eng"]),
-        schema_ipc=values["schema"],
-        version=values["ver"],
-        engine_version=values["ever"],
-        created_at_ms=values["created"],
-    )
 
 
 @dataclass(frozen=True)
@@ -218,43 +122,6 @@ class _Owed:
     operation_id: str | None
     operation_time_ms: int
     committed_at_ms: int
-
-
-def _entry_bytes(values: dict[str, Any]) -> int:
-    return sum(len(k) + (len(v) if isinstance(v, bytes | str) else 8) for k, v in values.items())
-
-
-async def ensure_table(client: Any, name: str, timeout_s: float = 60.0, **schema: Any) -> None:
-    """Create a DynamoDB table unless it exists, and wait until it is ACTIVE."""
-    try:
-        reply = await client.describe_table(TableName=name)
-    except Exception as exc:
-        if _code(exc) != "ResourceNotFoundException":
-            raise
-        try:
-            await client.create_table(TableName=name, BillingMode="PAY_PER_REQUEST", **schema)
-        except Exception as create_exc:
-            if _code(create_exc) != "ResourceInUseException":
-                raise
-        reply = await client.describe_table(TableName=name)
-    deadline = time.monotonic() + timeout_s
-    while reply["Table"]["TableStatus"] != "ACTIVE":
-        if time.monotonic() > deadline:
-            raise Unavailable(f"DynamoDB table {name} did not become ACTIVE")
-        await asyncio.sleep(0.2)
-        reply = await client.describe_table(TableName=name)
-
-
-_REGISTRY_SCHEMA = {
-    "AttributeDefinitions": [
-        {"AttributeName": "pk", "AttributeType": "S"},
-        {"AttributeName": "sk", "AttributeType": "S"},
-    ],
-    "KeySchema": [
-        {"AttributeName": "pk", "KeyType": "HASH"},
-        {"AttributeName": "sk", "KeyType": "RANGE"},
-    ],
-}
 
 
 class DynamoRegistry(RegistryStore):
@@ -311,16 +178,16 @@ class DynamoRegistry(RegistryStore):
     async def _get(self, key: Item) -> dict[str, Any] | None:
         reply = await self._read("get_item", Key=key, ConsistentRead=True)
         item = reply.get("Item")
-        return None if item is None else _decode(item)
+        return None if item is None else decode(item)
 
     async def _query(
         self, pk: str, *, below: str | None = None, limit: int = PAGE_SIZE
     ) -> AsyncIterator[dict[str, Any]]:
         """Every item of one family (strongly consistent), ``limit`` per page."""
         condition = "pk = :pk" + (" AND sk < :below" if below is not None else "")
-        values: Item = {":pk": _s(pk)}
+        values: Item = {":pk": s_attr(pk)}
         if below is not None:
-            values[":below"] = _s(below)
+            values[":below"] = s_attr(below)
         start: Item | None = None
         while True:
             kwargs: dict[str, Any] = {
@@ -333,13 +200,13 @@ class DynamoRegistry(RegistryStore):
                 kwargs["ExclusiveStartKey"] = start
             reply = await self._read("query", **kwargs)
             for item in reply.get("Items", []):
-                yield _decode(item)
+                yield decode(item)
             start = reply.get("LastEvaluatedKey")
             if not start:
                 return
 
     async def _put(self, values: dict[str, Any], key: Item, **kwargs: Any) -> None:
-        await self._call("put_item", Item={**key, **_encode(values)}, **kwargs)
+        await self._call("put_item", Item={**key, **encode(values)}, **kwargs)
 
     def _maybe_pause(self, point: str) -> None:
         """Test hook: stop this process (SIGSTOP) once, at a named step."""
@@ -368,14 +235,14 @@ class DynamoRegistry(RegistryStore):
                     )
                 )
             if self._provision:
-                await ensure_table(self.client, self.table, **_REGISTRY_SCHEMA)
+                await ensure_table(self.client, self.table, **REGISTRY_SCHEMA)
             await self._bootstrap()
         except BaseException:
             await self.close()
             raise
 
     async def _bootstrap(self) -> None:
-        marker = await self._get(_key(META, "authority"))
+        marker = await self._get(item_key(META, "authority"))
         if marker is None:
             if not await self._directory_empty():
                 # A non-empty directory without its marker is not an authority
@@ -385,15 +252,17 @@ class DynamoRegistry(RegistryStore):
             fresh = {"registry_id": str(uuid.uuid4()), "layout": LAYOUT_VERSION, "epoch": 0}
             with contextlib.suppress(Exception):
                 await self._put(
-                    fresh, _key(META, "authority"), ConditionExpression="attribute_not_exists(pk)"
+                    fresh,
+                    item_key(META, "authority"),
+                    ConditionExpression="attribute_not_exists(pk)",
                 )
             with contextlib.suppress(Exception):
                 await self._put(
                     {"n": 0},
-                    _key(META, "generation"),
+                    item_key(META, "generation"),
                     ConditionExpression="attribute_not_exists(pk)",
                 )
-            marker = await self._get(_key(META, "authority"))
+            marker = await self._get(item_key(META, "authority"))
             if marker is None:
                 raise Unavailable(f"cannot initialize registry table {self.table}")
         if marker.get("layout") != LAYOUT_VERSION:
@@ -408,7 +277,7 @@ class DynamoRegistry(RegistryStore):
             reply = await self._read(
                 "query",
                 KeyConditionExpression="pk = :pk",
-                ExpressionAttributeValues={":pk": _s(f"dir#{shard}")},
+                ExpressionAttributeValues={":pk": s_attr(f"dir#{shard}")},
                 ConsistentRead=True,
                 Limit=1,
             )
@@ -428,7 +297,7 @@ class DynamoRegistry(RegistryStore):
         return f"{self._registry_id}:{counter}"
 
     async def _counter(self) -> int:
-        item = await self._get(_key(META, "generation"))
+        item = await self._get(item_key(META, "generation"))
         return 0 if item is None else int(item["n"])
 
     async def generation(self) -> str:
@@ -437,9 +306,9 @@ class DynamoRegistry(RegistryStore):
     async def _bump_generation(self) -> str:
         reply = await self._call(
             "update_item",
-            Key=_key(META, "generation"),
+            Key=item_key(META, "generation"),
             UpdateExpression="ADD n :one",
-            ExpressionAttributeValues={":one": _n(1)},
+            ExpressionAttributeValues={":one": n_attr(1)},
             ReturnValues="UPDATED_NEW",
         )
         self._generation_owed = False
@@ -456,8 +325,8 @@ class DynamoRegistry(RegistryStore):
     # -- reads ------------------------------------------------------------------
 
     async def get_table(self, table: TableRef) -> TableRecord | None:
-        values = await self._get(_dir_key(table))
-        return None if values is None else _head_record(values)
+        values = await self._get(dir_key(table))
+        return None if values is None else head_record(values)
 
     async def _authority(self) -> tuple[dict[str, Any], int]:
         """The authority marker and generation counter, in one consistent Query."""
@@ -502,16 +371,16 @@ class DynamoRegistry(RegistryStore):
         records: list[TableRecord] = []
         for shard in range(DIR_SHARDS):
             async for values in self._query(f"dir#{shard}"):
-                budget -= _entry_bytes(values)  # accounted before it is kept
+                budget -= entry_bytes(values)  # accounted before it is kept
                 if budget < 0:
                     raise ResourceExhausted(
                         f"the catalog exceeds {MAX_SNAPSHOT_BYTES} bytes per snapshot"
                     )
-                records.append(_head_record(values))
+                records.append(head_record(values))
         return records
 
     async def get_operation(self, operation_id: str) -> OperationRecord | None:
-        values = await self._get(_op_key(operation_id))
+        values = await self._get(op_key(operation_id))
         if values is None:
             return None
         if values.get("st") == "committed":
@@ -534,7 +403,7 @@ class DynamoRegistry(RegistryStore):
     async def _resolve_pending(self, pending: dict[str, Any]) -> OperationRecord | None:
         """Whether a pending operation reached the visibility point (see module doc)."""
         operation_id, incarnation, version = pending["sk"], pending["inc"], pending["ver"]
-        found = await self._get(_ver_key(incarnation, version))
+        found = await self._get(ver_key(incarnation, version))
         if found is not None:
             if found.get("op") != operation_id:
                 return None
@@ -546,7 +415,7 @@ class DynamoRegistry(RegistryStore):
             )
         else:
             # No version record: only the head's current version can lack one.
-            head = await self._get(_dir_key(TableRef(pending["ns"], pending["name"])))
+            head = await self._get(dir_key(TableRef(pending["ns"], pending["name"])))
             if head is None or head["inc"] != incarnation or head["ver"] != version:
                 return None
             if head.get("last_op") != operation_id:
@@ -600,21 +469,22 @@ class DynamoRegistry(RegistryStore):
                 debt = self._unsynced.get(ref)
                 if debt is None:
                     continue
-                await self._write_version(debt.record, debt.operation_id, debt.committed_at_ms)
+                writes = [self._write_version(debt.record, debt.operation_id, debt.committed_at_ms)]
                 if debt.operation_id:
-                    await self._write_committed(
-                        OperationRecord(
-                            operation_id=debt.operation_id,
-                            table=debt.record.table,
-                            incarnation=debt.record.incarnation,
-                            location=debt.record.location,
-                            engine=debt.record.engine,
-                            version=debt.record.version,
-                            engine_version=debt.record.engine_version,
-                            operation_time_ms=debt.operation_time_ms,
-                            committed_at_ms=debt.committed_at_ms,
-                        )
+                    operation = OperationRecord(
+                        operation_id=debt.operation_id,
+                        table=debt.record.table,
+                        incarnation=debt.record.incarnation,
+                        location=debt.record.location,
+                        engine=debt.record.engine,
+                        version=debt.record.version,
+                        engine_version=debt.record.engine_version,
+                        operation_time_ms=debt.operation_time_ms,
+                        committed_at_ms=debt.committed_at_ms,
                     )
+                    writes.append(self._write_committed(operation))
+                # Two independent single-item puts: one round trip.
+                await asyncio.gather(*writes)
                 if self._unsynced.get(ref) is debt:
                     del self._unsynced[ref]
             if self._generation_owed:
@@ -623,7 +493,7 @@ class DynamoRegistry(RegistryStore):
             raise self._unavailable(exc) from None
 
     def _unavailable(self, exc: BaseException) -> Unavailable:
-        reason = _code(exc) or type(exc).__name__
+        reason = error_code(exc) or type(exc).__name__
         return Unavailable(f"registry table {self.table} unavailable ({reason}); retry")
 
     async def _write_version(self, record: TableRecord, operation_id: str | None, at: int) -> None:
@@ -636,7 +506,7 @@ class DynamoRegistry(RegistryStore):
             "loc": record.location,
             "eng": record.engine,
         }
-        await self._put(values, _ver_key(record.incarnation, record.version))
+        await self._put(values, ver_key(record.incarnation, record.version))
 
     async def _write_version_of(self, op: OperationRecord) -> None:
         values = {
@@ -648,7 +518,7 @@ class DynamoRegistry(RegistryStore):
             "loc": op.location,
             "eng": op.engine,
         }
-        await self._put(values, _ver_key(op.incarnation, op.version))
+        await self._put(values, ver_key(op.incarnation, op.version))
 
     async def _write_committed(self, op: OperationRecord) -> None:
         values = {
@@ -663,7 +533,7 @@ class DynamoRegistry(RegistryStore):
             "op_time": op.operation_time_ms,
             "at": op.committed_at_ms,
         }
-        await self._put(values, _op_key(op.operation_id))
+        await self._put(values, op_key(op.operation_id))
 
     async def create_table(self, record: TableRecord) -> str:
         if record.version != 0:
@@ -688,10 +558,10 @@ class DynamoRegistry(RegistryStore):
         }
         try:
             await self._put(
-                head, _dir_key(record.table), ConditionExpression="attribute_not_exists(pk)"
+                head, dir_key(record.table), ConditionExpression="attribute_not_exists(pk)"
             )
         except Exception as exc:
-            if _conditional_failed(exc):
+            if conditional_failed(exc):
                 raise TableExists(record.table) from None
             raise
         self._unsynced.pop(record.table, None)
@@ -704,19 +574,19 @@ class DynamoRegistry(RegistryStore):
         try:
             reply = await self._call(
                 "delete_item",
-                Key=_dir_key(table),
+                Key=dir_key(table),
                 ConditionExpression="inc = :inc AND (attribute_not_exists(fence) OR fence <= :epoch)",
-                ExpressionAttributeValues={":inc": _s(incarnation), ":epoch": _n(epoch)},
+                ExpressionAttributeValues={":inc": s_attr(incarnation), ":epoch": n_attr(epoch)},
                 ReturnValues="ALL_OLD",
             )
         except Exception as exc:
-            if not _conditional_failed(exc):
+            if not conditional_failed(exc):
                 raise
-            current = await self._get(_dir_key(table))
+            current = await self._get(dir_key(table))
             if current is None or current["inc"] != incarnation:
                 raise TableNotFound(table) from None
             raise NotLeader(f"a newer Metasrv leader owns {table}; retry") from None
-        old = _decode(reply["Attributes"])
+        old = decode(reply["Attributes"])
         dropped = {
             "ns": table.namespace,
             "name": table.name,
@@ -725,9 +595,9 @@ class DynamoRegistry(RegistryStore):
             "at": dropped_at_ms,
         }
         with contextlib.suppress(Exception):
-            await self._write_version(_head_record(old), old.get("last_op"), old["last_at"])
+            await self._write_version(head_record(old), old.get("last_op"), old["last_at"])
         try:
-            await self._put(dropped, _key(DROPPED, incarnation))
+            await self._put(dropped, item_key(DROPPED, incarnation))
         except Exception as exc:
             # The drop is done (the head is gone); the record only helps GC.
             log.warning(
@@ -753,12 +623,12 @@ class DynamoRegistry(RegistryStore):
         try:
             await self._put(
                 pending,
-                _op_key(operation_id),
+                op_key(operation_id),
                 ConditionExpression="attribute_not_exists(pk) OR st = :pending",
-                ExpressionAttributeValues={":pending": _s("pending")},
+                ExpressionAttributeValues={":pending": s_attr("pending")},
             )
         except Exception as exc:
-            if _conditional_failed(exc):
+            if conditional_failed(exc):
                 raise InvalidAppend(f"operation id {operation_id} is already committed") from None
             raise self._unavailable(exc) from None
 
@@ -767,7 +637,7 @@ class DynamoRegistry(RegistryStore):
         try:
             reply = await self._call(
                 "update_item",
-                Key=_dir_key(table),
+                Key=dir_key(table),
                 UpdateExpression=(
                     "SET ver = :ver, ever = :ever, last_op = :op, last_at = :at, fence = :epoch"
                 ),
@@ -776,22 +646,22 @@ class DynamoRegistry(RegistryStore):
                     "AND (attribute_not_exists(fence) OR fence <= :epoch)"
                 ),
                 ExpressionAttributeValues={
-                    ":ver": _n(version),
-                    ":ever": _n(commit.engine_version),
-                    ":op": _s(operation_id),
-                    ":at": _n(commit.committed_at_ms),
-                    ":epoch": _n(epoch),
-                    ":inc": _s(commit.incarnation),
-                    ":expected": _n(commit.expected_version),
+                    ":ver": n_attr(version),
+                    ":ever": n_attr(commit.engine_version),
+                    ":op": s_attr(operation_id),
+                    ":at": n_attr(commit.committed_at_ms),
+                    ":epoch": n_attr(epoch),
+                    ":inc": s_attr(commit.incarnation),
+                    ":expected": n_attr(commit.expected_version),
                 },
                 ReturnValues="ALL_NEW",
             )
-            head = _decode(reply["Attributes"])
+            head = decode(reply["Attributes"])
         except Exception as exc:
-            if not _conditional_failed(exc):
+            if not conditional_failed(exc):
                 raise  # the visibility point may or may not have moved
             head = await self._classify_failed_cas(commit, epoch)
-        record = _head_record(head)
+        record = head_record(head)
         self._unsynced[table] = _Owed(
             record, operation_id, commit.operation_time_ms, int(head["last_at"])
         )
@@ -807,7 +677,7 @@ class DynamoRegistry(RegistryStore):
         return record
 
     async def _classify_failed_cas(self, commit: AppendCommit, epoch: int) -> dict[str, Any]:
-        current = await self._get(_dir_key(commit.table))
+        current = await self._get(dir_key(commit.table))
         if current is None or current["inc"] != commit.incarnation:
             raise TableNotFound(commit.table)
         if (
@@ -831,11 +701,11 @@ class DynamoRegistry(RegistryStore):
         )
 
     async def prune_operations(self, older_than_ms: int) -> int:
-        bound = _op_bound(older_than_ms)
+        bound = op_bound(older_than_ms)
         removed = 0
         for shard in range(OP_SHARDS):
             keys = [
-                _key(f"op#{shard}", item["sk"])
+                item_key(f"op#{shard}", item["sk"])
                 async for item in self._query(f"op#{shard}", below=bound)
                 if operation_time_ms(item["sk"]) < older_than_ms
             ]
@@ -866,13 +736,13 @@ class DynamoRegistry(RegistryStore):
         try:
             await self._call(
                 "update_item",
-                Key=_key(META, "authority"),
+                Key=item_key(META, "authority"),
                 UpdateExpression="SET epoch = :epoch",
                 ConditionExpression="attribute_exists(pk) AND epoch < :epoch",
-                ExpressionAttributeValues={":epoch": _n(epoch)},
+                ExpressionAttributeValues={":epoch": n_attr(epoch)},
             )
         except Exception as exc:
-            if _conditional_failed(exc):
+            if conditional_failed(exc):
                 raise NotLeader(
                     f"epoch {epoch} is not newer than the registry's authority"
                 ) from None
@@ -884,23 +754,23 @@ class DynamoRegistry(RegistryStore):
                 try:
                     reply = await self._call(
                         "update_item",
-                        Key=_dir_key(table),
+                        Key=dir_key(table),
                         UpdateExpression="SET fence = :epoch",
                         ConditionExpression=(
                             "attribute_exists(pk) AND (attribute_not_exists(fence) OR fence <= :epoch)"
                         ),
-                        ExpressionAttributeValues={":epoch": _n(epoch)},
+                        ExpressionAttributeValues={":epoch": n_attr(epoch)},
                         ReturnValues="ALL_NEW",
                     )
                 except Exception as exc:
-                    if not _conditional_failed(exc):
+                    if not conditional_failed(exc):
                         raise
-                    if await self._get(_dir_key(table)) is None:
+                    if await self._get(dir_key(table)) is None:
                         continue  # dropped meanwhile
                     raise NotLeader(f"a leader newer than epoch {epoch} fenced {table}") from None
-                current = _decode(reply["Attributes"])
+                current = decode(reply["Attributes"])
                 await self._write_version(
-                    _head_record(current), current.get("last_op"), current["last_at"]
+                    head_record(current), current.get("last_op"), current["last_at"]
                 )
                 fenced += 1
         self._unsynced.clear()

@@ -1,0 +1,140 @@
+"""The leader lease on dynalite: one winner, fast resignation, and stop-before-win.
+
+These use a short TTL to stay quick; the processes in tests/cloud run the
+real 10 s default.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+import pytest_asyncio
+
+from lake_metasrv.lease import DEFAULT_LEASE_TTL_S, Leadership
+from lake_metasrv.registry.dynamo import DynamoRegistry, NotLeader
+from tools.lake_testing.dynalite import Dynalite
+
+pytestmark = pytest.mark.dynamodb
+
+TTL_S = 1.5
+
+
+@pytest.fixture(scope="module")
+def dynalite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dynalite]:
+    server = Dynalite(tmp_path_factory.mktemp("dynalite")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest_asyncio.fixture
+async def registry(
+    dynalite: Dynalite, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[DynamoRegistry]:
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "dynalite")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "dynalite")
+    store = DynamoRegistry(
+        f"lease_{uuid.uuid4().hex[:10]}", endpoint_url=dynalite.endpoint, region=dynalite.region
+    )
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()
+
+
+def node(registry: DynamoRegistry, name: str) -> Leadership:
+    return Leadership(
+        registry.client,
+        registry.table,
+        f"https://{name}.lake-meta:50052",
+        ttl_s=TTL_S,
+        on_elected=registry.take_authority,
+        node=name,
+    )
+
+
+async def until(predicate: object, timeout_s: float) -> float:
+    deadline = time.monotonic() + timeout_s
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.01)
+    return time.monotonic()
+
+
+def test_default_ttl_is_ten_seconds() -> None:
+    assert DEFAULT_LEASE_TTL_S == 10.0
+
+
+@pytest.mark.asyncio
+async def test_one_of_two_candidates_leads_and_the_other_knows_where(
+    registry: DynamoRegistry,
+) -> None:
+    a, b = node(registry, "a"), node(registry, "b")
+    a.start()
+    await until(lambda: a.is_leader, 10)
+    b.start()
+    await asyncio.sleep(TTL_S * 2)  # b watches a renewing lease: it must not take it
+    try:
+        assert a.is_leader
+        assert not b.is_leader
+        assert b.leader_url == "https://a.lake-meta:50052"
+        assert a.leader_url is None
+        with pytest.raises(NotLeader):
+            b.epoch()
+        assert a.epoch() == 1
+    finally:
+        await a.close()
+        await b.close()
+
+
+@pytest.mark.asyncio
+async def test_resigning_hands_over_without_waiting_out_the_ttl(registry: DynamoRegistry) -> None:
+    a, b = node(registry, "a"), node(registry, "b")
+    a.start()
+    await until(lambda: a.is_leader, 10)
+    b.start()
+    await asyncio.sleep(0.3)
+    try:
+        resigned_at = time.monotonic()
+        assert await a.resign()
+        with pytest.raises(NotLeader):
+            a.epoch()
+        won_at = await until(lambda: b.is_leader, TTL_S)
+        assert won_at - resigned_at < TTL_S / 2
+        assert b.epoch() == 2
+    finally:
+        await a.close()
+        await b.close()
+
+
+@pytest.mark.asyncio
+async def test_a_silent_leader_stops_committing_before_another_can_win(
+    registry: DynamoRegistry,
+) -> None:
+    a, b = node(registry, "a"), node(registry, "b")
+    a.start()
+    await until(lambda: a.is_leader, 10)
+    b.start()
+    await asyncio.sleep(0.3)
+    try:
+        # As if paused: a's loop stops renewing, but nothing tells a it lost.
+        assert a._task is not None
+        a._task.cancel()
+        silenced_at = time.monotonic()
+        a_stopped = asyncio.create_task(until(lambda: not a.is_leader, TTL_S * 3))
+        b_won = asyncio.create_task(until(lambda: b.is_leader, TTL_S * 3))
+        stopped_at, won_at = await a_stopped, await b_won
+        assert stopped_at < won_at
+        assert won_at - silenced_at < TTL_S * 2
+        assert b.epoch() > 1
+        with pytest.raises(NotLeader):
+            a.epoch()
+    finally:
+        await a.close()
+        await b.close()

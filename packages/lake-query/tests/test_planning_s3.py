@@ -1,0 +1,89 @@
+"""Query opens S3 tables read-only through the DynamoDB manifest table alone.
+
+No registry access: the descriptor (location, incarnation, engine version)
+plus :class:`~lake_core.cloud.DatasetStorage` is all a replica needs.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+import boto3
+import lance
+import pyarrow as pa
+import pytest
+
+from lake_core.cloud import DatasetStorage
+from lake_core.errors import ConfigError, VersionReclaimed
+from lake_core.models import TableDescriptor, incarnation_metadata
+from lake_core.names import TableRef
+from lake_query.config import QueryConfig
+from lake_query.planning import open_pinned
+from tools.lake_testing.dynalite import Dynalite
+from tools.lake_testing.seaweed import SeaweedS3
+
+T = TableRef("robots", "episodes")
+
+
+@pytest.mark.s3
+@pytest.mark.dynamodb
+def test_open_pinned_reads_an_s3_table_through_its_manifest_table(
+    s3_server: SeaweedS3, s3_bucket: str, dynamodb_server: Dynalite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = {**s3_server.env(), **dynamodb_server.env()}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    manifests = f"manifests_{uuid.uuid4().hex[:8]}"
+    client = boto3.client(
+        "dynamodb", endpoint_url=dynamodb_server.endpoint, region_name="us-east-1"
+    )
+    client.create_table(
+        TableName=manifests,
+        BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[
+            {"AttributeName": "base_uri", "AttributeType": "S"},
+            {"AttributeName": "version", "AttributeType": "N"},
+        ],
+        KeySchema=[
+            {"AttributeName": "base_uri", "KeyType": "HASH"},
+            {"AttributeName": "version", "KeyType": "RANGE"},
+        ],
+    )
+    client.get_waiter("table_exists").wait(TableName=manifests, WaiterConfig={"Delay": 0.2})
+    storage = DatasetStorage.from_env({**env, "LAKE_MANIFEST_DYNAMODB_TABLE": manifests})
+    location = f"s3://{s3_bucket}/lake/robots/episodes.lance"
+    schema = pa.schema([("id", pa.int64())]).with_metadata(incarnation_metadata("inc-7"))
+    options = storage.storage_options(location)
+    lance.write_dataset(
+        schema.empty_table(), storage.lance_uri(location), mode="create", storage_options=options
+    )
+    v2 = lance.write_dataset(
+        pa.table({"id": [1, 2]}, schema=schema),
+        storage.lance_uri(location),
+        mode="append",
+        storage_options=options,
+    ).version
+    lance.write_dataset(
+        pa.table({"id": [3]}, schema=schema),
+        storage.lance_uri(location),
+        mode="append",
+        storage_options=options,
+    )
+
+    pinned = TableDescriptor(location=location, incarnation="inc-7", version=1, engine_version=v2)
+    dataset = open_pinned(T, pinned, storage)
+    assert dataset.to_table()["id"].to_pylist() == [1, 2]  # the pin, not the latest
+    with pytest.raises(VersionReclaimed):
+        open_pinned(T, pinned.model_copy(update={"engine_version": 99}), storage)
+    with pytest.raises(VersionReclaimed):  # dropped and recreated: another incarnation
+        open_pinned(T, pinned.model_copy(update={"incarnation": "inc-8"}), storage)
+
+
+def test_query_config_validates_table_storage_before_binding() -> None:
+    config = QueryConfig.load(env={"LAKE_MANIFEST_DYNAMODB_TABLE": "fleet_manifests"})
+    assert config.storage.manifest_table == "fleet_manifests"
+    assert QueryConfig.load(env={}).storage.manifest_table == "lake_manifests"
+    with pytest.raises(ConfigError, match="LAKE_STORAGE_TIMEOUT_MS"):
+        QueryConfig.load(env={"LAKE_STORAGE_TIMEOUT_MS": "soon"})
+    with pytest.raises(ConfigError, match="AWS_ENDPOINT_URL_S3"):
+        QueryConfig.load(env={"AWS_ENDPOINT_URL_S3": "s3.internal:9000"})
