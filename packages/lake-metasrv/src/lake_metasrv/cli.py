@@ -20,7 +20,7 @@ import structlog
 
 from lake_core.errors import LakeError
 from lake_core.filetype import is_file_field
-from lake_core.flight.server import FlightServer, UncleanShutdown, serve
+from lake_core.flight.server import FlightServer
 from lake_core.names import TableRef
 from lake_core.principal import DEV_PRINCIPAL, Principal
 from lake_core.schemas import parse_column_spec, validate_table_schema
@@ -29,6 +29,7 @@ from lake_metasrv.config import DEFAULT_ADDR, DEFAULT_DATA_DIR, MetaConfig
 from lake_metasrv.datadir import DataDir
 from lake_metasrv.registry.base import TableRecord
 from lake_metasrv.service import MetaHandler
+from lake_metasrv.serving import serve_and_drain
 
 __all__ = ["configure_logging", "meta", "run_server", "table"]
 
@@ -115,24 +116,9 @@ async def run_server(
             if on_started is not None:
                 on_started(server)
 
-        clean = True
-        try:
-            await serve(
-                MetaHandler(coordinator),
-                config.addr,
-                authenticate=config.security.authenticator,
-                tls=config.security.tls_pair,
-                grace_ms=config.shutdown_grace_ms,
-                on_started=started,
-                stop=stop,
-            )
-        except UncleanShutdown as exc:
-            log.error("shutdown grace exceeded", error=str(exc))
-            clean = False
-        # Commits whose callers hung up still run to completion, within the grace.
-        if not await coordinator.drain(config.shutdown_grace_ms / 1000):
-            log.error("commits still running after the shutdown grace")
-            clean = False
+        clean = await serve_and_drain(
+            MetaHandler(coordinator), coordinator, config, on_started=started, stop=stop
+        )
         return 0 if clean else 1
     finally:
         # Already drained above (bounded by the grace); do not wait again.

@@ -27,7 +27,7 @@ from pydantic import BaseModel
 
 from lake_core.cloud import CloudSettings
 from lake_core.errors import Internal, Unavailable
-from lake_core.flight.server import FlightServer, UncleanShutdown, serve
+from lake_core.flight.server import FlightServer
 from lake_core.names import TableRef
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.config import MetaConfig
@@ -36,6 +36,7 @@ from lake_metasrv.forwarding import ForwardingMetaHandler, PeerClients
 from lake_metasrv.lease import Leadership
 from lake_metasrv.registry.dynamo import DynamoRegistry, dynamo_client_config, ensure_table
 from lake_metasrv.s3engine import MANIFEST_TABLE_SCHEMA, S3LanceEngine, is_storage_outage
+from lake_metasrv.serving import serve_and_drain
 from lake_metasrv.sidecars import DropMarker, ReferenceDelta, SidecarStore
 
 __all__ = ["CloudCommitCoordinator", "S3SidecarStore", "run_cloud_server"]
@@ -212,7 +213,6 @@ async def run_cloud_server(
             log.info("took over the registry", epoch=epoch, tables_fenced=fenced)
 
         leadership.on_elected = take_over
-        clean = True
         try:
 
             def started(server: FlightServer) -> None:
@@ -235,22 +235,13 @@ async def run_cloud_server(
                 if on_started is not None:
                     on_started(server)
 
-            try:
-                await serve(
-                    ForwardingMetaHandler(coordinator, leadership, peers),
-                    config.addr,
-                    authenticate=config.security.authenticator,
-                    tls=config.security.tls_pair,
-                    grace_ms=config.shutdown_grace_ms,
-                    on_started=started,
-                    stop=stop,
-                )
-            except UncleanShutdown as exc:
-                log.error("shutdown grace exceeded", error=str(exc))
-                clean = False
-            if not await coordinator.drain(config.shutdown_grace_ms / 1000):
-                log.error("commits still running after the shutdown grace")
-                clean = False
+            clean = await serve_and_drain(
+                ForwardingMetaHandler(coordinator, leadership, peers),
+                coordinator,
+                config,
+                on_started=started,
+                stop=stop,
+            )
             return 0 if clean else 1
         finally:
             # Accepted writes are drained (or the grace ran out): hand over at once.
