@@ -203,6 +203,10 @@ def _format(table: pa.Table) -> str:
     return "\n".join(lines)
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 @click.command()
 @click.option(
     "--data-dir",
@@ -212,6 +216,8 @@ def _format(table: pa.Table) -> str:
 )
 def demo(data_dir: Path | None) -> None:
     """Run a local Lake on loopback: create, append, commit, query."""
+    # SIGTERM unwinds like Ctrl-C, so the servers the demo started are stopped too.
+    signal.signal(signal.SIGTERM, _interrupt)
     if data_dir is not None:
         data_dir.mkdir(parents=True, exist_ok=True)
         asyncio.run(_run(data_dir.resolve()))
