@@ -17,6 +17,7 @@ import shutil
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import lance
 import pyarrow as pa
@@ -144,19 +145,10 @@ class LanceEngine:
         return await asyncio.to_thread(self._cleanup, location, registered_version)
 
     def _cleanup(self, location: str, registered_version: int) -> int:
-        dataset = lance.dataset(location)
-        if dataset.latest_version != registered_version:
-            log.warning(
-                "skipping retention: latest Lance version is not the registered one",
-                location=location,
-                registered=registered_version,
-                latest=dataset.latest_version,
-            )
-            return 0
-        stats = dataset.cleanup_old_versions(
-            retain_versions=self.retain_versions, error_if_tagged_old_versions=False
+        removed = reclaim_old_versions(
+            lance.dataset(location), location, registered_version, self.retain_versions
         )
-        return int(stats.old_versions)
+        return removed or 0
 
 
 def _read_version(location: str, engine_version: int) -> pa.Table:
@@ -197,3 +189,24 @@ def _make_durable(dataset: Path, since_ns: int) -> None:
                 _fsync_file(entry.path)
         fsync_dir(directory)
     fsync_dir(dataset)
+
+
+def reclaim_old_versions(
+    dataset: Any, location: str, registered_version: int, retain_versions: int
+) -> int | None:
+    """Apply retention to ``dataset``; None when skipped because Lance is ahead of the registry.
+
+    Tagged versions are kept whatever their age.
+    """
+    if dataset.latest_version != registered_version:
+        log.warning(
+            "skipping retention: latest Lance version is not the registered one",
+            location=location,
+            registered=registered_version,
+            latest=dataset.latest_version,
+        )
+        return None
+    stats = dataset.cleanup_old_versions(
+        retain_versions=retain_versions, error_if_tagged_old_versions=False
+    )
+    return int(stats.old_versions)

@@ -35,7 +35,7 @@ import structlog
 from lake_core.cloud import DatasetStorage, split_s3_uri
 from lake_core.errors import Internal, InvalidSchema, Unavailable, VersionReclaimed
 from lake_core.models import incarnation_metadata, incarnation_of
-from lake_metasrv.engine import LanceEngine
+from lake_metasrv.engine import LanceEngine, reclaim_old_versions
 
 __all__ = ["MANIFEST_TABLE_SCHEMA", "S3LanceEngine", "is_storage_outage"]
 
@@ -347,20 +347,12 @@ class S3LanceEngine(LanceEngine):
         options = self._options(location)
         uri = self._uri(location)
         dataset = lance.dataset(uri, storage_options=options)
-        if dataset.latest_version != registered_version:
-            log.warning(
-                "skipping retention: latest Lance version is not the registered one",
-                location=location,
-                registered=registered_version,
-                latest=dataset.latest_version,
-            )
+        removed = reclaim_old_versions(dataset, location, registered_version, self.retain_versions)
+        if removed is None:
             return 0
-        stats = dataset.cleanup_old_versions(
-            retain_versions=self.retain_versions, error_if_tagged_old_versions=False
-        )
         kept = {int(v["version"]) for v in lance.dataset(uri, storage_options=options).versions()}
         obsolete = [
             v for v in self._manifest_rows(location) if v < registered_version and v not in kept
         ]
         self._delete_manifest_rows(location, obsolete)
-        return int(stats.old_versions)
+        return removed
