@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -18,6 +18,7 @@ from lake_metasrv.cli import loopback_principal
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.config import MetaConfig
 from lake_metasrv.service import MetaHandler
+from tools.lake_testing.dynalite import Dynalite
 
 EPISODES = TableRef("robots", "episodes")
 SCHEMA = pa.schema([pa.field("episode_id", pa.utf8()), pa.field("reward", pa.float64())])
@@ -142,3 +143,13 @@ class Kit:
 @pytest.fixture
 def kit() -> Kit:
     return Kit()
+
+
+@pytest.fixture(scope="module")
+def dynalite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dynalite]:
+    """One dynalite process per test module; every store gets its own table."""
+    server = Dynalite(tmp_path_factory.mktemp("dynalite")).start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pyarrow as pa
@@ -28,15 +28,6 @@ pytestmark = pytest.mark.dynamodb
 
 T = TableRef("robots", "episodes")
 SCHEMA = pa.schema([("a", pa.int64())])
-
-
-@pytest.fixture(scope="module")
-def dynalite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dynalite]:
-    server = Dynalite(tmp_path_factory.mktemp("dynalite")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
 import pytest
 import pytest_asyncio
@@ -21,15 +21,6 @@ from tools.lake_testing.dynalite import Dynalite
 pytestmark = pytest.mark.dynamodb
 
 TTL_S = 1.5
-
-
-@pytest.fixture(scope="module")
-def dynalite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dynalite]:
-    server = Dynalite(tmp_path_factory.mktemp("dynalite")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest_asyncio.fixture

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sqlite3
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -57,16 +57,6 @@ def commit(
 
 
 Factory = Callable[[str], RegistryStore]
-
-
-@pytest.fixture(scope="module")
-def dynalite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dynalite]:
-    """One dynalite for this module; every store gets its own table."""
-    server = Dynalite(tmp_path_factory.mktemp("dynalite")).start()
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("dynamodb", marks=pytest.mark.dynamodb)])
