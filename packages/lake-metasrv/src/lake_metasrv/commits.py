@@ -342,6 +342,13 @@ class CommitCoordinator:
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
+    async def run_exclusive(self, table: TableRef, work: Coroutine[Any, Any, T]) -> T:
+        """Run ``work`` under the table's lock, to completion even if our caller is cancelled.
+
+        Every change to a table (including maintenance) goes through here.
+        """
+        return await self._exclusive(table, work)
+
     async def _exclusive(self, table: TableRef, work: Coroutine[Any, Any, T]) -> T:
         """Run ``work`` under the table's lock, to completion even if our caller is cancelled."""
 
