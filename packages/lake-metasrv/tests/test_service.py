@@ -190,6 +190,8 @@ async def test_list_actions(served: Any) -> None:
         protocol.DROP_TABLE,
         protocol.DESCRIBE_TABLE,
         protocol.CATALOG_SNAPSHOT,
+        protocol.OPTIMIZE_TABLE,
+        protocol.CREATE_INDEX,
     }
 
 

@@ -28,18 +28,24 @@ from lake_core.tls import METADATA_CA_FILE, METADATA_SERVER_NAME, load_client_tl
 T = TypeVar("T")
 
 
-def _client(addr: str) -> MetaClient:
+#: Maintenance rewrites data: allow it far longer than a metadata call.
+MAINTENANCE_TIMEOUT_S = 3600.0
+
+
+def _client(addr: str, timeout_s: float = 30.0) -> MetaClient:
     try:
         token = optional_token(os.environ, METADATA_AUTH_TOKEN_FILE)
         tls = load_client_tls(os.environ, METADATA_CA_FILE, METADATA_SERVER_NAME)
     except LakeError as exc:
         raise click.ClickException(str(exc)) from None
-    return MetaClient(addr, token=token, ca_pem=tls.ca_pem, server_name=tls.server_name)
+    return MetaClient(
+        addr, token=token, ca_pem=tls.ca_pem, server_name=tls.server_name, timeout_s=timeout_s
+    )
 
 
-def _run(addr: str, call: Any) -> Any:
+def _run(addr: str, call: Any, timeout_s: float = 30.0) -> Any:
     async def go() -> Any:
-        async with _client(addr) as client:
+        async with _client(addr, timeout_s) as client:
             result: Awaitable[Any] = call(client)
             return await result
 
@@ -104,3 +110,44 @@ def list_tables(addr: str) -> None:
     result = _run(addr, lambda c: c.catalog_snapshot(None))
     for entry in sorted(result.tables, key=lambda e: str(e.table)):
         click.echo(f"{entry.table}\tversion {entry.descriptor.version}")
+
+
+def _maintained(result: Any) -> dict[str, Any]:
+    return {
+        "table": str(result.table),
+        "changed": result.changed,
+        "version": result.descriptor.version,
+        "engine_version": result.descriptor.engine_version,
+        "previous_engine_version": result.previous_engine_version,
+        "fragments_before": result.fragments_before,
+        "fragments_after": result.fragments_after,
+        "indexes": result.indexes,
+    }
+
+
+@client.command("optimize-table")
+@click.argument("table")
+@click.pass_obj
+def optimize_table(addr: str, table: str) -> None:
+    """Compact TABLE's small fragments and refresh its indexes (same rows, same version)."""
+    ref = TableRef.parse(table)
+    result = _run(addr, lambda c: c.optimize_table(ref), MAINTENANCE_TIMEOUT_S)
+    click.echo(json.dumps(_maintained(result), indent=2))
+
+
+@client.command("create-index")
+@click.argument("table")
+@click.argument("column")
+@click.option(
+    "--kind",
+    type=click.Choice(["BTREE", "BITMAP"], case_sensitive=False),
+    default="BTREE",
+    show_default=True,
+    help="Scalar index kind.",
+)
+@click.pass_obj
+def create_index(addr: str, table: str, column: str, kind: str) -> None:
+    """Build a scalar index on TABLE's COLUMN (Query's key lookups then use it)."""
+    ref = TableRef.parse(table)
+    result = _run(addr, lambda c: c.create_index(ref, column, kind.upper()), MAINTENANCE_TIMEOUT_S)
+    click.echo(json.dumps(_maintained(result), indent=2))

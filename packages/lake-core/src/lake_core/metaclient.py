@@ -139,6 +139,18 @@ class MetaClient:
         request = protocol.CatalogSnapshotRequest(generation=generation)
         return await self.action(protocol.CATALOG_SNAPSHOT, request, protocol.CatalogSnapshotResult)
 
+    async def optimize_table(self, table: TableRef) -> protocol.MaintenanceResult:
+        """Compact small fragments (and refresh indexes); same rows, same Lake version."""
+        request = protocol.TableRequest(table=table)
+        return await self.action(protocol.OPTIMIZE_TABLE, request, protocol.MaintenanceResult)
+
+    async def create_index(
+        self, table: TableRef, column: str, kind: protocol.IndexKind = "BTREE"
+    ) -> protocol.MaintenanceResult:
+        """Build a scalar index on ``column`` (Query's filters on it then use it)."""
+        request = protocol.CreateIndexRequest(table=table, column=column, kind=kind)
+        return await self.action(protocol.CREATE_INDEX, request, protocol.MaintenanceResult)
+
     async def append_messages(
         self,
         messages: AsyncIterator[flight_pb2.FlightData],

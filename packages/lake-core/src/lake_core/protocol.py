@@ -23,9 +23,12 @@ __all__ = [
     "AppendResult",
     "CatalogSnapshotRequest",
     "CatalogSnapshotResult",
+    "CreateIndexRequest",
     "CreateTableRequest",
     "DescribeTableResult",
     "DropTableResult",
+    "IndexKind",
+    "MaintenanceResult",
     "TableRequest",
     "WireModel",
     "decode",
@@ -40,6 +43,9 @@ DROP_TABLE = "lake.drop_table"
 DESCRIBE_TABLE = "lake.describe_table"
 CATALOG_SNAPSHOT = "lake.catalog_snapshot"
 TABLE_SCHEMA = "lake.table_schema"
+#: Maintenance: same rows and Lake version, a new physical layout (admin only).
+OPTIMIZE_TABLE = "lake.optimize_table"
+CREATE_INDEX = "lake.create_index"
 APPEND_COMMAND_TYPE = "lake.append"
 
 
@@ -77,6 +83,28 @@ class CatalogSnapshotResult(WireModel):
     not_modified: bool
     generation: str
     tables: list[CatalogEntry] = Field(default_factory=list)
+
+
+IndexKind = Literal["BTREE", "BITMAP"]
+
+
+class CreateIndexRequest(WireModel):
+    table: TableRef
+    column: str = Field(min_length=1, max_length=256)
+    kind: IndexKind = "BTREE"
+
+
+class MaintenanceResult(WireModel):
+    """The outcome of a maintenance commit: the table's rows and Lake version are unchanged."""
+
+    table: TableRef
+    #: False when there was nothing to do (no new Lance version was written).
+    changed: bool
+    descriptor: TableDescriptor
+    previous_engine_version: int
+    fragments_before: int
+    fragments_after: int
+    indexes: list[str] = Field(default_factory=list)
 
 
 class AppendCommand(WireModel):

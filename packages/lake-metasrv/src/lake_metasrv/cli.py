@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import sys
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -27,6 +28,7 @@ from lake_core.schemas import parse_column_spec, validate_table_schema
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.config import DEFAULT_ADDR, DEFAULT_DATA_DIR, MetaConfig
 from lake_metasrv.datadir import DataDir
+from lake_metasrv.maintenance import CompactionSettings, Maintenance
 from lake_metasrv.registry.base import TableRecord
 from lake_metasrv.service import MetaHandler
 from lake_metasrv.serving import serve_and_drain
@@ -138,6 +140,10 @@ def meta(addr: str, data_dir: str) -> None:
     """Run Metasrv: the registry and the commit authority for native tables."""
     configure_logging()
     config = _load_config(data_dir=data_dir, addr=addr)
+    try:
+        CompactionSettings.from_env(os.environ)
+    except LakeError as exc:
+        raise LakeCommandError(str(exc)) from None
     try:
         code = asyncio.run(run_server(config))
     except LakeError as exc:
@@ -264,3 +270,44 @@ def drop_table(name: str, data_dir: str) -> None:
     ref = _parse_table(name)
     result = _local(data_dir, lambda c: c.drop_table(ref))
     click.echo(f"dropped {result.table} at version {result.dropped_version}")
+
+
+def _maintained(result: Any) -> dict[str, Any]:
+    return {
+        "table": str(result.table),
+        "changed": result.changed,
+        "version": result.descriptor.version,
+        "engine_version": result.descriptor.engine_version,
+        "previous_engine_version": result.previous_engine_version,
+        "fragments_before": result.fragments_before,
+        "fragments_after": result.fragments_after,
+        "indexes": result.indexes,
+    }
+
+
+@table.command("optimize")
+@click.argument("name")
+@_data_dir_option
+def optimize_table(name: str, data_dir: str) -> None:
+    """Compact NAME's small fragments and refresh its indexes (same rows, same version)."""
+    ref = _parse_table(name)
+    result = _local(data_dir, lambda c: Maintenance(c).compact(ref))
+    _echo(_maintained(result))
+
+
+@table.command("index")
+@click.argument("name")
+@click.argument("column")
+@click.option(
+    "--kind",
+    type=click.Choice(["BTREE", "BITMAP"], case_sensitive=False),
+    default="BTREE",
+    show_default=True,
+    help="Scalar index kind.",
+)
+@_data_dir_option
+def index_table(name: str, column: str, kind: str, data_dir: str) -> None:
+    """Build a scalar index on NAME's COLUMN (key lookups through Query then use it)."""
+    ref = _parse_table(name)
+    result = _local(data_dir, lambda c: Maintenance(c).create_index(ref, column, kind.upper()))
+    _echo(_maintained(result))

@@ -5,7 +5,8 @@ registry or storage is touched. A table in a namespace the caller may not see
 gets the same PermissionDenied whether or not it exists, so existence never
 leaks.
 
-Roles (``docs/security.md``): creating and dropping tables needs ``admin``;
+Roles (``docs/security.md``): creating and dropping tables, and maintenance
+(``optimize_table``, ``create_index``), need ``admin``;
 appends need a data-plane principal (``user`` or ``admin``), which is what a
 Query replica's delegated calls act as (``lake_core.auth``); any
 authenticated role may describe tables and take catalog snapshots within its
@@ -34,6 +35,7 @@ from lake_core.principal import Principal
 from lake_core.proto import flight_pb2 as pb
 from lake_core.schemas import schema_from_base64
 from lake_metasrv.commits import CommitCoordinator
+from lake_metasrv.maintenance import Maintenance
 
 __all__ = ["ACTIONS", "MetaHandler"]
 
@@ -45,6 +47,13 @@ ACTIONS: dict[str, str] = {
     protocol.DESCRIBE_TABLE: "Describe a table: {table} -> DescribeTableResult",
     protocol.CATALOG_SNAPSHOT: (
         "Every visible table, or not_modified: {generation} -> CatalogSnapshotResult"
+    ),
+    protocol.OPTIMIZE_TABLE: (
+        "Compact small fragments, refresh indexes (same rows and version): "
+        "{table} -> MaintenanceResult"
+    ),
+    protocol.CREATE_INDEX: (
+        "Build a scalar index: {table, column, kind=BTREE|BITMAP} -> MaintenanceResult"
     ),
 }
 
@@ -75,6 +84,7 @@ class MetaHandler(FlightHandler):
 
     def __init__(self, coordinator: CommitCoordinator) -> None:
         self.coordinator = coordinator
+        self.maintenance = Maintenance(coordinator)
 
     # -- DoAction ---------------------------------------------------------------
 
@@ -100,6 +110,14 @@ class MetaHandler(FlightHandler):
             result = protocol.DescribeTableResult(entry=record.catalog_entry())
         elif action.type == protocol.CATALOG_SNAPSHOT:
             result = await self._catalog_snapshot(principal, body)
+        elif action.type == protocol.OPTIMIZE_TABLE:
+            request = protocol.decode(protocol.TableRequest, body)
+            _require_role(principal, request.table, "admin")
+            result = await self.maintenance.compact(request.table)
+        elif action.type == protocol.CREATE_INDEX:
+            index = protocol.decode(protocol.CreateIndexRequest, body)
+            _require_role(principal, index.table, "admin")
+            result = await self.maintenance.create_index(index.table, index.column, index.kind)
         else:
             raise Unimplemented(f"unknown action {action.type[:100]!r}")
         yield pb.Result(body=protocol.encode(result))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -11,6 +12,7 @@ import structlog
 from lake_core.flight.server import FlightHandler, FlightServer, UncleanShutdown, serve
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.config import MetaConfig
+from lake_metasrv.maintenance import AutoCompactor, CompactionSettings, Maintenance
 
 __all__ = ["serve_and_drain"]
 
@@ -25,8 +27,14 @@ async def serve_and_drain(
     on_started: Callable[[FlightServer], Any],
     stop: asyncio.Event | None,
 ) -> bool:
-    """Serve until stopped; True when every RPC and commit finished within the grace."""
+    """Serve until stopped; True when every RPC and commit finished within the grace.
+
+    The background compactor (``LAKE_COMPACTION``) runs while serving.
+    """
     clean = True
+    settings = CompactionSettings.from_env(os.environ)  # before the listener binds
+    compactor = AutoCompactor(Maintenance(coordinator, settings), may_write=_may_write(coordinator))
+    compactor.start()
     try:
         await serve(
             handler,
@@ -40,8 +48,21 @@ async def serve_and_drain(
     except UncleanShutdown as exc:
         log.error("shutdown grace exceeded", error=str(exc))
         clean = False
+    finally:
+        # A compaction already running is a commit like any other: drained below.
+        await compactor.stop()
     # Commits whose callers hung up still run to completion, within the grace.
     if not await coordinator.drain(config.shutdown_grace_ms / 1000):
         log.error("commits still running after the shutdown grace")
         clean = False
     return clean
+
+
+def _may_write(coordinator: CommitCoordinator) -> Callable[[], bool]:
+    """Whether this node commits now (always locally; the lease holder in cloud mode)."""
+
+    def check() -> bool:
+        leadership = getattr(coordinator, "leadership", None)
+        return leadership is None or bool(leadership.is_leader)
+
+    return check

@@ -3,6 +3,7 @@
 from lake_metasrv.registry.base import (
     AppendCommit,
     DroppedTable,
+    MaintenanceCommit,
     OperationRecord,
     RegistryStore,
     TableRecord,
@@ -13,6 +14,7 @@ from lake_metasrv.registry.sqlite import SqliteRegistry
 __all__ = [
     "AppendCommit",
     "DroppedTable",
+    "MaintenanceCommit",
     "OperationRecord",
     "RegistryStore",
     "SqliteRegistry",

@@ -26,6 +26,7 @@ from lake_core.schemas import schema_from_ipc
 __all__ = [
     "AppendCommit",
     "DroppedTable",
+    "MaintenanceCommit",
     "OperationRecord",
     "RegistryStore",
     "TableRecord",
@@ -133,6 +134,22 @@ class AppendCommit:
     committed_at_ms: int
 
 
+@dataclass(frozen=True)
+class MaintenanceCommit:
+    """The compare-and-swap a maintenance commit (compaction, index) asks for.
+
+    The table keeps its Lake version and its rows; only the Lance version
+    readers are pointed at moves, from ``expected_engine_version`` to
+    ``new_engine_version``.
+    """
+
+    table: TableRef
+    incarnation: str
+    expected_version: int
+    expected_engine_version: int
+    new_engine_version: int
+
+
 class RegistryStore(abc.ABC):
     """Durable catalog of tables, versions and append operations.
 
@@ -184,6 +201,19 @@ class RegistryStore(abc.ABC):
         generation in one transaction. Raises TableNotFound if the table or
         incarnation is gone, StaleReadVersion if the version moved, and
         InvalidAppend if the operation id is already committed.
+        """
+
+    @abc.abstractmethod
+    async def commit_maintenance(self, commit: MaintenanceCommit) -> TableRecord:
+        """Atomically point the current Lake version at a new Lance version.
+
+        Applies only if the table is still ``incarnation`` at exactly
+        ``expected_version`` and ``expected_engine_version``; the version
+        history row of that Lake version moves too (so ``versions()`` agrees
+        with the head), and the generation is bumped so catalog caches
+        refresh. Raises TableNotFound if the table or incarnation is gone and
+        StaleReadVersion if the table moved on. Previously issued tickets keep
+        the old Lance version, readable until Lance retention reclaims it.
         """
 
     @abc.abstractmethod

@@ -21,6 +21,11 @@ leader's takeover) writes the missing record; a pending operation resolves
 to committed exactly when the head or its version record names it, and a
 retry with the same operation id returns that original version.
 
+A maintenance commit (compaction, a new index) keeps the Lake version: one
+conditional update of the head (``ever`` moves, conditioned on incarnation,
+version, the expected ``ever`` and the fence) is its visibility point; the
+version record is then rewritten from the head, owed like an append's.
+
 Fencing: each head carries the epoch of the last leader that wrote it, and
 every write is conditioned on ``fence <= my epoch``. A new leader stamps
 every head with its epoch at takeover, so a paused old leader's late write
@@ -63,6 +68,7 @@ from lake_core.names import TableRef
 from lake_metasrv.registry.base import (
     AppendCommit,
     DroppedTable,
+    MaintenanceCommit,
     OperationRecord,
     RegistryStore,
     TableRecord,
@@ -122,6 +128,9 @@ class _Owed:
     operation_id: str | None
     operation_time_ms: int
     committed_at_ms: int
+    #: False for a maintenance commit: the version record is owed, the
+    #: operation record (written by the append itself) is not.
+    operation_owed: bool = True
 
 
 class DynamoRegistry(RegistryStore):
@@ -470,7 +479,7 @@ class DynamoRegistry(RegistryStore):
                 if debt is None:
                     continue
                 writes = [self._write_version(debt.record, debt.operation_id, debt.committed_at_ms)]
-                if debt.operation_id:
+                if debt.operation_id and debt.operation_owed:
                     operation = OperationRecord(
                         operation_id=debt.operation_id,
                         table=debt.record.table,
@@ -698,6 +707,81 @@ class DynamoRegistry(RegistryStore):
             )
         raise StaleReadVersion(
             f"table {commit.table} is at version {current['ver']}, not {commit.expected_version}"
+        )
+
+    async def commit_maintenance(self, commit: MaintenanceCommit) -> TableRecord:
+        """Move the head's Lance version only (same Lake version, ``last_op``, ``last_at``).
+
+        One conditional update of the head is the visibility point, fenced
+        like an append. The version record of the current Lake version is then
+        rewritten from the head (owed, like an append's), keeping the
+        operation id it names so a pending operation still resolves.
+        """
+        table = commit.table
+        self.fence()
+        # Earlier commits' records first: the head's last_op must be settled
+        # before its version record is rewritten with the new Lance version.
+        await self._settle(table)
+        epoch = self.fence()
+        try:
+            reply = await self._call(
+                "update_item",
+                Key=dir_key(table),
+                UpdateExpression="SET ever = :new, fence = :epoch",
+                ConditionExpression=(
+                    "inc = :inc AND ver = :ver AND ever = :expected "
+                    "AND (attribute_not_exists(fence) OR fence <= :epoch)"
+                ),
+                ExpressionAttributeValues={
+                    ":new": n_attr(commit.new_engine_version),
+                    ":epoch": n_attr(epoch),
+                    ":inc": s_attr(commit.incarnation),
+                    ":ver": n_attr(commit.expected_version),
+                    ":expected": n_attr(commit.expected_engine_version),
+                },
+                ReturnValues="ALL_NEW",
+            )
+            head = decode(reply["Attributes"])
+        except Exception as exc:
+            if not conditional_failed(exc):
+                raise  # the head may or may not have moved
+            head = await self._classify_failed_maintenance(commit, epoch)
+        record = head_record(head)
+        self._unsynced[table] = _Owed(
+            record, head.get("last_op"), 0, int(head["last_at"]), operation_owed=False
+        )
+        results = await asyncio.gather(
+            self._settle(table), self._bump_or_owe(), return_exceptions=True
+        )
+        for result in results:
+            if isinstance(result, BaseException):
+                log.warning(
+                    "post-maintenance registry writes deferred",
+                    table=str(table),
+                    error=repr(result),
+                )
+        return record
+
+    async def _classify_failed_maintenance(
+        self, commit: MaintenanceCommit, epoch: int
+    ) -> dict[str, Any]:
+        current = await self._get(dir_key(commit.table))
+        if current is None or current["inc"] != commit.incarnation:
+            raise TableNotFound(commit.table)
+        if (
+            current["ver"] == commit.expected_version
+            and current["ever"] == commit.new_engine_version
+        ):
+            return current  # our own write landed (a duplicate delivery)
+        if int(current.get("fence", 0)) > epoch:
+            raise NotLeader(
+                f"a newer Metasrv leader (epoch {current['fence']}) fenced this node's "
+                f"maintenance of {commit.table}; retry"
+            )
+        raise StaleReadVersion(
+            f"table {commit.table} is at version {current['ver']} (Lance {current['ever']}), "
+            f"not {commit.expected_version} (Lance {commit.expected_engine_version}); "
+            "maintenance not applied"
         )
 
     async def prune_operations(self, older_than_ms: int) -> int:

@@ -28,6 +28,7 @@ from lake_core.names import TableRef
 from lake_metasrv.registry.base import (
     AppendCommit,
     DroppedTable,
+    MaintenanceCommit,
     OperationRecord,
     RegistryStore,
     TableRecord,
@@ -423,6 +424,46 @@ class SqliteRegistry(RegistryStore):
                         commit.operation_time_ms,
                         commit.committed_at_ms,
                     ),
+                )
+                self._bump_generation(conn)
+                updated = conn.execute(
+                    f"SELECT {_TABLE_COLUMNS} FROM tables WHERE namespace = ? AND name = ?",
+                    (table.namespace, table.name),
+                ).fetchone()
+            return _table_record(updated)
+
+        return await self._run(cas)
+
+    async def commit_maintenance(self, commit: MaintenanceCommit) -> TableRecord:
+        def cas(conn: sqlite3.Connection) -> TableRecord:
+            table = commit.table
+            with self._write(conn):
+                row = conn.execute(
+                    f"SELECT {_TABLE_COLUMNS} FROM tables WHERE namespace = ? AND name = ?",
+                    (table.namespace, table.name),
+                ).fetchone()
+                if row is None or row["incarnation"] != commit.incarnation:
+                    raise TableNotFound(table)
+                if (row["version"], row["engine_version"]) != (
+                    commit.expected_version,
+                    commit.expected_engine_version,
+                ):
+                    raise StaleReadVersion(
+                        f"table {table} is at version {row['version']} (Lance "
+                        f"{row['engine_version']}), not {commit.expected_version} (Lance "
+                        f"{commit.expected_engine_version}); maintenance not applied"
+                    )
+                conn.execute(
+                    "UPDATE tables SET engine_version = ? "
+                    "WHERE namespace = ? AND name = ? AND incarnation = ?",
+                    (commit.new_engine_version, table.namespace, table.name, commit.incarnation),
+                )
+                # The history row of this Lake version follows the head, so
+                # versions() never names a Lance version the head moved away from.
+                conn.execute(
+                    "UPDATE table_versions SET engine_version = ? "
+                    "WHERE incarnation = ? AND version = ?",
+                    (commit.new_engine_version, commit.incarnation, commit.expected_version),
                 )
                 self._bump_generation(conn)
                 updated = conn.execute(
