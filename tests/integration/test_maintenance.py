@@ -89,10 +89,12 @@ def test_optimize_and_index_keep_rows_and_version_and_query_uses_them(
         assert "fragments_scanned=12" in _plan(client, "SELECT * FROM robots.episodes")
 
         optimized = _admin(lake_cluster.meta.addr, "optimize-table", "robots.episodes")
-        assert optimized["changed"] and optimized["version"] == APPENDS
+        assert optimized["changed"]
+        assert optimized["version"] == APPENDS
         assert (optimized["fragments_before"], optimized["fragments_after"]) == (APPENDS, 1)
         indexed = _admin(lake_cluster.meta.addr, "create-index", "robots.episodes", "steps")
-        assert indexed["indexes"] == ["steps_idx"] and indexed["version"] == APPENDS
+        assert indexed["indexes"] == ["steps_idx"]
+        assert indexed["version"] == APPENDS
 
         dataset = lance.dataset(str(lake_cluster.root / "data/tables/robots/episodes.lance"))
         assert [d.name for d in dataset.describe_indices()] == ["steps_idx"]
@@ -104,7 +106,8 @@ def test_optimize_and_index_keep_rows_and_version_and_query_uses_them(
         # Query refreshes its catalog and plans on the compacted, indexed version.
         def compacted_and_indexed() -> None:
             plan = _plan(client, "SELECT * FROM robots.episodes WHERE steps IN (7, 260)")
-            assert "ScalarIndexExec" in plan and "fragments_scanned=1" in plan, plan
+            assert "ScalarIndexExec" in plan, plan
+            assert "fragments_scanned=1" in plan, plan
 
         _eventually(compacted_and_indexed)
         assert _query(client, sql).equals(expected)
@@ -122,7 +125,8 @@ def test_optimize_and_index_keep_rows_and_version_and_query_uses_them(
     result = CliRunner().invoke(
         admin_cli, ["--addr", lake_cluster.meta.addr, "create-index", "robots.episodes", "nope"]
     )
-    assert result.exit_code != 0 and "no column 'nope'" in str(result.exception or result.output)
+    assert result.exit_code != 0
+    assert "no column 'nope'" in str(result.exception or result.output)
     assert lance.dataset(dataset.uri).latest_version == before
 
 
@@ -151,7 +155,8 @@ def test_kill_between_lance_write_and_registry_move(tmp_path: Path) -> None:
 
         with pytest.raises(LakeError):
             asyncio.run(optimize())
-        assert meta.proc is not None and meta.proc.wait(30) == 137
+        assert meta.proc is not None
+        assert meta.proc.wait(30) == 137
         # Lance wrote a compacted version the registry never saw.
         assert lance.dataset(str(location)).latest_version > registered
         assert asyncio.run(_registered(tmp_path)) == registered

@@ -62,7 +62,8 @@ async def table_at_version_2(registry: DynamoRegistry) -> tuple[TableRecord, lis
             )
         )
     record = await registry.get_table(T)
-    assert record is not None and (record.version, record.engine_version) == (2, 3)
+    assert record is not None
+    assert (record.version, record.engine_version) == (2, 3)
     return record, ops
 
 
@@ -70,7 +71,7 @@ async def table_at_version_2(registry: DynamoRegistry) -> tuple[TableRecord, lis
 async def test_maintenance_moves_the_engine_version_and_its_history_row(
     registry: DynamoRegistry,
 ) -> None:
-    record, ops = await table_at_version_2(registry)
+    _record, ops = await table_at_version_2(registry)
     generation = await registry.generation()
 
     updated = await registry.commit_maintenance(MaintenanceCommit(T, "inc-1", 2, 3, 7))
@@ -87,7 +88,8 @@ async def test_maintenance_moves_the_engine_version_and_its_history_row(
     assert history[2].committed_at_ms == 11  # the Lake version's commit time is kept
     # The append that made version 2 still resolves to it (a retry is a replay).
     operation = await registry.get_operation(ops[1])
-    assert operation is not None and operation.version == 2
+    assert operation is not None
+    assert operation.version == 2
     # And the next append builds on the new Lance version, gap-free.
     op = new_operation_id()
     after = await registry.commit_append(
@@ -134,4 +136,5 @@ async def test_a_fenced_leaders_maintenance_does_not_land(
     with pytest.raises(NotLeader):
         await registry.commit_maintenance(MaintenanceCommit(T, "inc-1", 2, 3, 7))
     current = await registry.get_table(T)
-    assert current is not None and current.engine_version == record.engine_version
+    assert current is not None
+    assert current.engine_version == record.engine_version

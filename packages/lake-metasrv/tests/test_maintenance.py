@@ -119,7 +119,8 @@ async def test_index_is_created_and_used_and_bad_columns_write_nothing(
 
     result = await maintenance(coordinator).create_index(T, "id")
     after = await coordinator.describe_table(T)
-    assert result.changed and result.indexes == ["id_idx"]
+    assert result.changed
+    assert result.indexes == ["id_idx"]
     assert after.version == before.version
     dataset = lance.dataset(after.location, version=after.engine_version)
     assert [d.name for d in dataset.describe_indices()] == ["id_idx"]
@@ -131,7 +132,8 @@ async def test_index_is_created_and_used_and_bad_columns_write_nothing(
     await append(coordinator, 100)
     await append(coordinator, 110)
     optimized = await maintenance(coordinator).compact(T)
-    assert optimized.changed and optimized.fragments_after == 1
+    assert optimized.changed
+    assert optimized.fragments_after == 1
     final = await coordinator.describe_table(T)
     dataset = lance.dataset(final.location, version=final.engine_version)
     assert dataset.stats.index_stats("id_idx")["num_unindexed_fragments"] == 0
@@ -215,16 +217,19 @@ async def test_maintenance_over_flight_needs_admin_and_returns_typed_errors(
     await table_with_appends(coordinator, 3)
     registered = (await coordinator.describe_table(T)).engine_version
     user = Principal(principal_id="u", tenant_id="t", role="user", namespaces=frozenset({"robots"}))
-    async with kit.serve_handler(coordinator, authenticate=lambda *_: user) as as_user:
-        async with MetaClient(as_user.url) as client:
-            with pytest.raises(PermissionDenied):
-                await client.optimize_table(T)
-            with pytest.raises(PermissionDenied):
-                await client.create_index(T, "id")
+    async with (
+        kit.serve_handler(coordinator, authenticate=lambda *_: user) as as_user,
+        MetaClient(as_user.url) as client,
+    ):
+        with pytest.raises(PermissionDenied):
+            await client.optimize_table(T)
+        with pytest.raises(PermissionDenied):
+            await client.create_index(T, "id")
     assert (await coordinator.describe_table(T)).engine_version == registered
     async with MetaClient(served.url) as client:
         optimized = await client.optimize_table(T)
-        assert optimized.changed and optimized.descriptor.version == 3
+        assert optimized.changed
+        assert optimized.descriptor.version == 3
         indexed = await client.create_index(T, "id")
         assert indexed.indexes == ["id_idx"]
         with pytest.raises(InvalidArgument):

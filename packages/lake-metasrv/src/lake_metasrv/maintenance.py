@@ -310,9 +310,14 @@ def _make_durable(dataset: Path, since_ns: int) -> None:
         wrote = False
         for name in files:
             path = os.path.join(root, name)
-            if os.stat(path).st_mtime_ns >= since_ns:
-                _fsync_file(path)
-                wrote = True
+            try:
+                if os.stat(path).st_mtime_ns >= since_ns:
+                    _fsync_file(path)
+                    wrote = True
+            except FileNotFoundError:
+                # A temporary file of a concurrent append's fragment write
+                # (those run outside the table lock); not ours to make durable.
+                continue
         if wrote or root == str(dataset):
             fsync_dir(Path(root))
     fsync_dir(dataset.parent)
