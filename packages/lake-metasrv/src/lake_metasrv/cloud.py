@@ -18,7 +18,7 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -67,6 +67,15 @@ class S3SidecarStore(SidecarStore):
     def write_delta(self, delta: ReferenceDelta) -> str:  # type: ignore[override]
         key = self.key(delta.incarnation, delta.version, delta.operation_id)
         return self._put(key, delta)
+
+    def write_deltas(self, deltas: Sequence[ReferenceDelta]) -> None:
+        """Put a group's sidecars concurrently; returns once every one is stored."""
+        if len(deltas) == 1:
+            self.write_delta(deltas[0])
+            return
+        with ThreadPoolExecutor(max_workers=min(8, len(deltas))) as pool:
+            for _ in pool.map(self.write_delta, deltas):
+                pass
 
     def write_drop(self, marker: DropMarker) -> str:  # type: ignore[override]
         key = f"{self.prefix}/{marker.incarnation}/dropped.json"

@@ -8,14 +8,20 @@ write running while the next commit starts.
 An append, in order::
 
     validate (UUIDv7 id, retention horizon, rows, empty batches)      no I/O
-    lock table
+    queue it for the table's committer, which takes the table lock and
+    commits whatever is queued as a group, each append its own version:
       replay: id already committed -> the original result, replayed=True
       table exists, exact schema, read_version is current, FILE cells valid
         and inside the appending tenant's managed-stage prefix (no storage I/O)
-      write the reference-delta sidecar (fsync'd)
-      Lance append on top of the registered version       [orphan restored first]
-      registry compare-and-swap: version -> version + 1    <- visibility point
+      write the reference-delta sidecars (fsync'd)
+      Lance: each append's fragments committed on the previous version,
+        a compare-and-swap that restores over unregistered orphans  (fsync'd)
+      registry compare-and-swap: version -> version + n    <- visibility point
       retention (failure logged, never fails the commit)
+
+Grouping is what makes many small appends cheap: one registry transaction
+and one fsync pass serve the whole group, while each append keeps its own
+version, its own checks and its own outcome.
 """
 
 from __future__ import annotations
@@ -23,7 +29,9 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -45,8 +53,8 @@ from lake_core.protocol import MAX_APPEND_ROWS, AppendCommand, AppendResult, Dro
 from lake_core.schemas import check_exact_schema, schema_to_ipc, validate_table_schema
 from lake_metasrv.config import MetaConfig
 from lake_metasrv.datadir import DataDir
-from lake_metasrv.engine import LanceEngine
-from lake_metasrv.registry.base import AppendCommit, RegistryStore, TableRecord
+from lake_metasrv.engine import LanceEngine, PreparedAppend
+from lake_metasrv.registry.base import AppendCommit, OperationRecord, RegistryStore, TableRecord
 from lake_metasrv.sidecars import DropMarker, ReferenceDelta, SidecarStore, file_uris
 from lake_objects.scope import TenantScope
 from lake_objects.settings import StageSettings
@@ -60,6 +68,8 @@ T = TypeVar("T")
 #: otherwise outlive the retention horizon by the amount of the skew.
 MAX_FUTURE_SKEW_MS = 24 * 3600 * 1000
 PRUNE_INTERVAL_S = 60.0
+#: Appends to one table committed together at most (each its own version).
+MAX_GROUP = 64
 CRASH_EXIT_CODE = 137
 
 
@@ -83,6 +93,8 @@ class CommitCoordinator:
         self.sidecars = sidecars
         self._clock = clock
         self._locks: dict[TableRef, asyncio.Lock] = {}
+        self._queues: dict[TableRef, deque[_Queued]] = {}
+        self._committers: set[TableRef] = set()
         self._tasks: set[asyncio.Task[Any]] = set()
         self._last_prune = float("-inf")
         self._crash_point = config.crash_point
@@ -203,14 +215,45 @@ class CommitCoordinator:
         The caller enforces the 64 MiB encoded-payload cap (the Flight decoder
         does); everything else about the append is checked here. ``tenant_id``
         is the appending principal's tenant: FILE cells must name objects in
-        its managed-stage prefix.
+        its managed-stage prefix. Concurrent appends to one table are
+        committed as a group (see :meth:`_commit_group`); each still gets its
+        own version and its own outcome.
         """
         op_time = self._check_operation_id(command.operation_id)
         rows = _check_shape(batches)
         scope = self.stage.scope(tenant_id)
-        return await self._exclusive(
-            command.table, self._append_locked(command, schema, batches, rows, op_time, scope)
+        # Runs to completion even if our caller goes away: once started, an
+        # append is never abandoned half-way.
+        return await self._shielded(self._append(command, schema, batches, rows, op_time, scope))
+
+    async def _append(
+        self,
+        command: AppendCommand,
+        schema: pa.Schema,
+        batches: Sequence[pa.RecordBatch],
+        rows: int,
+        op_time: int,
+        scope: TenantScope,
+    ) -> AppendResult:
+        prior = await self.registry.get_operation(command.operation_id)
+        if prior is not None:
+            return self._replay(prior, command.table)
+        # Checked and written as fragments outside the lock, concurrently with
+        # other appends; the committer only has to commit them.
+        record = await self.describe_table(command.table)
+        # Refused early when already stale; checked again under the lock.
+        _check_read_version(command, record.version)
+        checked = _check_rows(record, schema, batches, scope)
+        prepared = await self.engine.prepare(
+            record.location, record.incarnation, record.engine_version, checked.data
         )
+        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+        future.add_done_callback(_retrieve)
+        self._queues.setdefault(command.table, deque()).append(
+            _Queued(command, schema, batches, rows, op_time, scope, checked, prepared, future)
+        )
+        self._start_committer(command.table)
+        return await future
 
     def _check_operation_id(self, operation_id: str) -> int:
         parse_operation_id(operation_id)
@@ -225,89 +268,191 @@ class CommitCoordinator:
             raise InvalidAppend(f"operation id {operation_id} is stamped in the future")
         return op_time
 
-    async def _append_locked(
-        self,
-        command: AppendCommand,
-        schema: pa.Schema,
-        batches: Sequence[pa.RecordBatch],
-        rows: int,
-        op_time: int,
-        scope: TenantScope,
-    ) -> AppendResult:
-        table, operation_id = command.table, command.operation_id
-        prior = await self.registry.get_operation(operation_id)
-        if prior is not None:
-            if prior.table != table:
-                raise InvalidAppend(
-                    f"operation id {operation_id} was already used for another table"
-                )
-            log.info("append replayed", table=str(table), version=prior.version)
-            return prior.result(replayed=True)
+    def _start_committer(self, table: TableRef) -> None:
+        if table in self._committers:
+            return
+        self._committers.add(table)
+        task = asyncio.ensure_future(self._committer(table))
+        self._tasks.add(task)
+        task.add_done_callback(_forget(self._tasks))
 
-        record = await self.describe_table(table)
-        table_schema = record.schema
-        check_exact_schema(table_schema, schema, table)
-        if command.read_version is not None and command.read_version != record.version:
-            raise StaleReadVersion(
-                f"append to {table} read version {command.read_version}, "
-                f"the table is at version {record.version}"
-            )
-        data = _conform(batches, schema, table_schema)
-        version = record.version + 1
-        adds = file_uris(data, table_schema)
-        for uri in adds:
-            scope.check(uri)
-        delta = ReferenceDelta(
-            table=table,
-            incarnation=record.incarnation,
-            version=version,
-            operation_id=operation_id,
-            adds=adds,
-        )
-        await asyncio.to_thread(self.sidecars.write_delta, delta)
+    async def _committer(self, table: TableRef) -> None:
+        """Commit the table's queued appends, a group at a time, under its lock."""
+        queue = self._queues[table]
+        try:
+            async with self._locks.setdefault(table, asyncio.Lock()):
+                while queue:
+                    group = [queue.popleft() for _ in range(min(len(queue), MAX_GROUP))]
+                    try:
+                        retry = await self._commit_group(table, group)
+                    except BaseException as exc:
+                        # A bug, or cancellation at shutdown: nobody may wait forever.
+                        for queued in group:
+                            _fail(
+                                queued,
+                                exc
+                                if isinstance(exc, Exception)
+                                else Unavailable(
+                                    "Metasrv is shutting down; retry with the same operation id"
+                                ),
+                            )
+                        raise
+                    queue.extendleft(reversed(retry))
+        finally:
+            self._committers.discard(table)
+            if queue:
+                self._start_committer(table)
+            else:
+                self._queues.pop(table, None)
+
+    async def _commit_group(self, table: TableRef, group: list[_Queued]) -> list[_Queued]:
+        """Commit ``group`` in order, each append its own version; return those to retry.
+
+        The group shares one registry read, one sidecar directory fsync, one
+        run of Lance commits with one fsync pass, one registry transaction
+        (where the registry has multi-append transactions) and one retention
+        pass. Every append is validated on its own, exactly as if it came
+        alone: a bad one fails by itself and does not hold a version number.
+        """
+        try:
+            record = await self.describe_table(table)
+        except Exception as exc:
+            for queued in group:
+                _fail(queued, exc)
+            return []
+        staged, retry = await self._stage(record, group)
+        if not staged:
+            return retry
+        try:
+            await asyncio.to_thread(self.sidecars.write_deltas, [s.delta for s in staged])
+        except Exception as exc:
+            for item in staged:
+                _fail(item.queued, exc)
+            return retry
 
         self._maybe_crash("before_lance_commit")
-        engine_version = await self.engine.append(
-            record.location, record.incarnation, record.engine_version, data
+        outcome = await self.engine.append_many(
+            record.location,
+            record.incarnation,
+            record.engine_version,
+            [s.queued.prepared for s in staged],
         )
         self._maybe_crash("after_lance_commit")
-        commit = AppendCommit(
-            table=table,
-            incarnation=record.incarnation,
-            expected_version=record.version,
-            engine_version=engine_version,
-            operation_id=operation_id,
-            operation_time_ms=op_time,
-            committed_at_ms=self._now_ms(),
-        )
-        try:
-            updated = await self.registry.commit_append(commit)
-        except (InvalidAppend, StaleReadVersion, TableNotFound, Unavailable):
-            # A definite "no" (a registry raises Unavailable only when the
-            # visibility point was not reached): the Lance version stays an
-            # invisible orphan.
-            raise
-        except Exception as exc:
-            log.error("registry commit failed", table=str(table), error=repr(exc))
-            raise CommitStateUnknown(
-                f"append to {table} may or may not have committed; retry with the same operation id"
-            ) from None
-        self._maybe_crash("after_registry_commit")
-        log.info(
-            "append committed",
-            table=str(table),
-            version=updated.version,
-            engine_version=engine_version,
-            rows=rows,
-        )
-        await self._retain(updated)
+        written = staged[: len(outcome.versions)]
+        if outcome.error is not None:
+            # The Lance write of this one failed; those after it were never tried.
+            _fail(staged[len(written)].queued, outcome.error)
+            retry.extend(s.queued for s in staged[len(written) + 1 :])
+        committed_at = self._now_ms()
+        commits = [
+            AppendCommit(
+                table=table,
+                incarnation=record.incarnation,
+                expected_version=item.version - 1,
+                engine_version=engine_version,
+                operation_id=item.queued.command.operation_id,
+                operation_time_ms=item.queued.op_time,
+                committed_at_ms=committed_at,
+            )
+            for item, engine_version in zip(written, outcome.versions, strict=True)
+        ]
+        done: list[tuple[_Staged, TableRecord]] = []
+        batch = self.registry.atomic_append_batch
+        for start in range(0, len(commits), batch):
+            chunk = written[start : start + batch]
+            try:
+                updated = await self.registry.commit_appends(commits[start : start + batch])
+            except Exception as exc:
+                error = _registry_failure(table, exc)
+                for item in chunk:
+                    _fail(item.queued, error)
+                # Never tried: their Lance versions are orphans, restored over on retry.
+                retry.extend(s.queued for s in written[start + batch :])
+                break
+            self._maybe_crash("after_registry_commit")
+            done.extend(zip(chunk, updated, strict=True))
+        if done:
+            last = done[-1][1]
+            log.info(
+                "appends committed",
+                table=str(table),
+                count=len(done),
+                version=last.version,
+                engine_version=last.engine_version,
+                rows=sum(item.queued.rows for item, _ in done),
+            )
+            # Before replying, so an acknowledged append's retention already happened.
+            await self._retain(last)
+        for item, result in done:
+            item.queued.future.set_result(
+                AppendResult(
+                    table=table,
+                    operation_id=item.queued.command.operation_id,
+                    version=result.version,
+                    descriptor=result.descriptor(),
+                )
+            )
         await self._prune_operations()
-        return AppendResult(
-            table=table,
-            operation_id=operation_id,
-            version=updated.version,
-            descriptor=updated.descriptor(),
+        return retry
+
+    async def _stage(
+        self, record: TableRecord, group: list[_Queued]
+    ) -> tuple[list[_Staged], list[_Queued]]:
+        """Check each queued append against the table; assign versions to the good ones.
+
+        Returns the staged appends and those to retry after this group (a
+        second use of an operation id that is in this very group).
+        """
+        staged: list[_Staged] = []
+        retry: list[_Queued] = []
+        in_group: set[str] = set()
+        version = record.version
+        for queued in group:
+            command = queued.command
+            if command.operation_id in in_group:
+                retry.append(queued)  # answered as a replay once the first one lands
+                continue
+            try:
+                prior = await self.registry.get_operation(command.operation_id)
+                if prior is not None:
+                    queued.future.set_result(self._replay(prior, record.table))
+                    continue
+                if queued.prepared.incarnation != record.incarnation:
+                    # The table was dropped and recreated since: check and write again.
+                    checked = _check_rows(record, queued.schema, queued.batches, queued.scope)
+                    prepared = await self.engine.prepare(
+                        record.location, record.incarnation, record.engine_version, checked.data
+                    )
+                    queued = replace(queued, checked=checked, prepared=prepared)
+                delta = self._stage_version(record, queued, version + 1)
+            except Exception as exc:
+                _fail(queued, exc)
+                continue
+            version += 1
+            in_group.add(command.operation_id)
+            staged.append(_Staged(queued, version, delta))
+        return staged, retry
+
+    def _stage_version(self, record: TableRecord, queued: _Queued, version: int) -> ReferenceDelta:
+        """Check ``queued`` may become ``version``; its reference delta. No I/O."""
+        command = queued.command
+        _check_read_version(command, version - 1)
+        return ReferenceDelta(
+            table=record.table,
+            incarnation=record.incarnation,
+            version=version,
+            operation_id=command.operation_id,
+            adds=queued.checked.adds,
         )
+
+    @staticmethod
+    def _replay(prior: OperationRecord, table: TableRef) -> AppendResult:
+        if prior.table != table:
+            raise InvalidAppend(
+                f"operation id {prior.operation_id} was already used for another table"
+            )
+        log.info("append replayed", table=str(table), version=prior.version)
+        return prior.result(replayed=True)
 
     # -- housekeeping -----------------------------------------------------------
 
@@ -357,7 +502,11 @@ class CommitCoordinator:
             async with lock:
                 return await work
 
-        task = asyncio.ensure_future(locked())
+        return await self._shielded(locked())
+
+    async def _shielded(self, work: Coroutine[Any, Any, T]) -> T:
+        """Run ``work`` as a task that finishes even if our caller is cancelled."""
+        task = asyncio.ensure_future(work)
         self._tasks.add(task)
         task.add_done_callback(_forget(self._tasks))
         return await asyncio.shield(task)
@@ -371,6 +520,86 @@ def _forget(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None
             log.debug("table change failed", error=repr(task.exception()))
 
     return done
+
+
+@dataclass(frozen=True)
+class _Queued:
+    """An append waiting for its table's committer."""
+
+    command: AppendCommand
+    schema: pa.Schema
+    batches: Sequence[pa.RecordBatch]
+    rows: int
+    op_time: int
+    scope: TenantScope
+    checked: _CheckedRows
+    prepared: PreparedAppend
+    future: asyncio.Future[AppendResult]
+
+
+@dataclass(frozen=True)
+class _CheckedRows:
+    """An append's rows in the table's exact schema, and the managed objects they name."""
+
+    data: pa.Table
+    adds: list[str]
+
+
+@dataclass(frozen=True)
+class _Staged:
+    """A checked append with its version number, ready for the engine."""
+
+    queued: _Queued
+    version: int
+    delta: ReferenceDelta
+
+
+def _fail(queued: _Queued, error: BaseException) -> None:
+    if not queued.future.done():
+        queued.future.set_exception(error)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark an outcome seen: a caller that went away must not cause a warning."""
+    if not future.cancelled():
+        future.exception()
+
+
+def _registry_failure(table: TableRef, exc: Exception) -> Exception:
+    """What a failed registry commit means to the appender."""
+    if isinstance(exc, InvalidAppend | StaleReadVersion | TableNotFound | Unavailable):
+        # A definite "no" (a registry raises Unavailable only when the
+        # visibility point was not reached): the Lance version stays an
+        # invisible orphan.
+        return exc
+    log.error("registry commit failed", table=str(table), error=repr(exc))
+    return CommitStateUnknown(
+        f"append to {table} may or may not have committed; retry with the same operation id"
+    )
+
+
+def _check_read_version(command: AppendCommand, current: int) -> None:
+    if command.read_version is not None and command.read_version != current:
+        raise StaleReadVersion(
+            f"append to {command.table} read version {command.read_version}, "
+            f"the table is at version {current}"
+        )
+
+
+def _check_rows(
+    record: TableRecord,
+    schema: pa.Schema,
+    batches: Sequence[pa.RecordBatch],
+    scope: TenantScope,
+) -> _CheckedRows:
+    """Exact schema; FILE cells well-formed and inside the tenant's stage. No I/O."""
+    table_schema = record.schema
+    check_exact_schema(table_schema, schema, record.table)
+    data = _conform(batches, schema, table_schema)
+    adds = file_uris(data, table_schema)
+    for uri in adds:
+        scope.check(uri)
+    return _CheckedRows(data, adds)
 
 
 def _check_shape(batches: Sequence[pa.RecordBatch]) -> int:

@@ -3,10 +3,17 @@
 The registry is the visibility boundary. The engine may hold a version the
 registry never recorded (a crash between the Lance commit and the registry
 commit); such an orphan must never become visible, not even through a later
-append that Lance would happily stack on top of it. So every append first
-checks that Lance's latest version is the registered one, and if it is not,
-restores the registered version (a new Lance version with exactly its
-content) before writing. Lake versions stay gap-free; Lance versions may skip.
+append that Lance would happily stack on top of it. So an append is a
+compare-and-swap on the Lance version: the pre-written fragments are
+committed at ``read_version = registered`` and the result is kept only if it
+is exactly ``registered + 1``. Otherwise Lance rebased it over an orphan: the
+registered version is restored (a new Lance version with exactly its
+content) and the fragments are committed again on top. Lake versions stay
+gap-free; Lance versions may skip.
+
+Appends come in groups (the commit coordinator batches concurrent appends
+to one table): each append is still its own Lance version, but the group's
+files are fsync'd together and retention runs once per group.
 """
 
 from __future__ import annotations
@@ -15,7 +22,8 @@ import asyncio
 import os
 import shutil
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +31,11 @@ import lance
 import pyarrow as pa
 import structlog
 
-from lake_core.errors import Internal, InvalidSchema, VersionReclaimed
+from lake_core.errors import Internal, InvalidSchema, Unavailable, VersionReclaimed
 from lake_core.models import Engine, incarnation_metadata, incarnation_of
 from lake_metasrv.datadir import fsync_dir
 
-__all__ = ["LanceEngine"]
+__all__ = ["AppendOutcome", "LanceEngine", "NothingToSync", "PreparedAppend", "WrittenFiles"]
 
 log = structlog.get_logger("lake_metasrv.engine")
 
@@ -42,10 +50,30 @@ class LanceEngine:
 
     name: Engine = "lance"
 
-    def __init__(self, retain_versions: int) -> None:
+    def __init__(
+        self,
+        retain_versions: int,
+        *,
+        cleanup_every: int | None = None,
+        fence: Callable[[], object] | None = None,
+    ) -> None:
         if not 1 <= retain_versions <= 10_000:
             raise ValueError("retain_versions must be in 1..=10000")
         self.retain_versions = retain_versions
+        #: Retention runs once this many versions were committed since its last run,
+        #: so between runs a table holds up to ``retain + cleanup_every - 1`` versions
+        #: (never fewer than ``retain``). Default: half the window, at least 1.
+        self.cleanup_every = cleanup_every or max(1, retain_versions // 2)
+        #: Raises unless this node may still commit (checked before each Lance commit).
+        self.fence: Callable[[], object] = fence or (lambda: None)
+        # location -> (incarnation, the dataset at the version this engine last committed).
+        # Metasrv is the only writer, so the handle stays current until it commits again.
+        self._datasets: dict[str, tuple[str, Any]] = {}
+        self._since_cleanup: dict[str, int] = {}
+
+    def forget(self) -> None:
+        """Drop cached dataset handles (the next append reopens from the registry's version)."""
+        self._datasets.clear()
 
     # -- create / drop ----------------------------------------------------
 
@@ -74,10 +102,13 @@ class LanceEngine:
             raise InvalidSchema(f"Lance cannot store this schema: {exc}") from None
         _make_durable(path, started)
         fsync_dir(path.parent)
+        self._datasets[location] = (incarnation, dataset)
         return int(dataset.version)
 
     async def remove(self, location: str) -> None:
         """Delete a dropped table's dataset (best effort; the registry already forgot it)."""
+        self._datasets.pop(location, None)
+        self._since_cleanup.pop(location, None)
         await asyncio.to_thread(shutil.rmtree, location, True)
 
     # -- append -----------------------------------------------------------
@@ -86,46 +117,171 @@ class LanceEngine:
         self, location: str, incarnation: str, registered_version: int, data: pa.Table
     ) -> int:
         """Append ``data`` on top of the registered version; return the new Lance version."""
+        prepared = await self.prepare(location, incarnation, registered_version, data)
+        outcome = await self.append_many(location, incarnation, registered_version, [prepared])
+        if outcome.error is not None:
+            raise outcome.error
+        return outcome.versions[0]
+
+    async def prepare(
+        self, location: str, incarnation: str, registered_version: int, data: pa.Table
+    ) -> PreparedAppend:
+        """Write ``data`` as fragments (durable, in no version yet), outside any table lock.
+
+        Until a commit references them the files are invisible; Lance's
+        cleanup leaves recent unreferenced files alone, so a concurrent
+        retention pass cannot take them.
+        """
         return await asyncio.to_thread(
-            self._append, location, incarnation, registered_version, data
+            self._prepare, location, incarnation, registered_version, data
         )
 
-    def _append(
+    def _prepare(
         self, location: str, incarnation: str, registered_version: int, data: pa.Table
-    ) -> int:
-        started = time.time_ns()
-        self._restore_registered(location, incarnation, registered_version)
-        dataset = lance.write_dataset(data, location, mode="append")
-        _make_durable(Path(location), started)
-        return int(dataset.version)
+    ) -> PreparedAppend:
+        owner, cached = self._datasets.get(location, ("", None))
+        try:
+            # Any version of this incarnation has the right schema and storage format.
+            target = cached if cached is not None and owner == incarnation else None
+            if target is None:
+                target = self._open_uncached(location, incarnation, registered_version)
+            fragments = lance.fragment.write_fragments(
+                data, target, storage_options=self._options(location)
+            )
+            self._written_tracker(location).sync_data(fragments)
+        except (ValueError, OSError, pa.ArrowException) as exc:
+            raise self._storage_error(location, exc) from None
+        return PreparedAppend(incarnation, fragments)
 
-    def _restore_registered(self, location: str, incarnation: str, registered: int) -> None:
-        latest = lance.dataset(location)
-        owner = incarnation_of(latest.schema.metadata)
+    async def append_many(
+        self,
+        location: str,
+        incarnation: str,
+        registered_version: int,
+        prepared: list[PreparedAppend],
+    ) -> AppendOutcome:
+        """Commit each prepared append as its own Lance version, in order, on the registered one.
+
+        Stops at the first failure: the versions committed before it are
+        returned (durable) with the error, so the caller can register them.
+        """
+        return await asyncio.to_thread(
+            self._append_many, location, incarnation, registered_version, prepared
+        )
+
+    def _append_many(
+        self,
+        location: str,
+        incarnation: str,
+        registered_version: int,
+        prepared: list[PreparedAppend],
+    ) -> AppendOutcome:
+        options = self._options(location)
+        written = self._written_tracker(location)
+        versions: list[int] = []
+        error: BaseException | None = None
+        base: Any = None
+        try:
+            base = self._open(location, incarnation, registered_version)
+            for append in prepared:
+                if append.incarnation != incarnation:
+                    raise Internal(f"fragments written for another incarnation of {location}")
+                operation = lance.LanceOperation.Append(append.fragments)
+                self.fence()
+                committed = lance.LanceDataset.commit(
+                    base, operation, read_version=base.version, storage_options=options
+                )
+                if committed.version != base.version + 1:
+                    committed = self._restore_then_commit(
+                        location, base.version, committed, operation
+                    )
+                base = committed
+                versions.append(int(committed.version))
+        except (ValueError, OSError, pa.ArrowException) as exc:
+            error = self._storage_error(location, exc)
+        except Exception as exc:
+            error = exc
+        if versions:
+            try:
+                written.sync_commits()
+            except OSError as exc:
+                # Nothing may be registered that might not survive a crash.
+                self._datasets.pop(location, None)
+                return AppendOutcome([], self._storage_error(location, exc))
+            self._datasets[location] = (incarnation, base)
+            self._since_cleanup[location] = self._since_cleanup.get(location, 0) + len(versions)
+        elif error is not None:
+            self._datasets.pop(location, None)
+        return AppendOutcome(versions, error)
+
+    def _open(self, location: str, incarnation: str, version: int) -> Any:
+        """The dataset at the registered ``version``; cached while this engine is its writer."""
+        owner, cached = self._datasets.get(location, ("", None))
+        if cached is not None and owner == incarnation and cached.version == version:
+            return cached
+        dataset = self._open_uncached(location, incarnation, version)
+        self._datasets[location] = (incarnation, dataset)
+        return dataset
+
+    def _open_uncached(self, location: str, incarnation: str, version: int) -> Any:
+        try:
+            dataset = lance.dataset(
+                self._uri(location), version=version, storage_options=self._options(location)
+            )
+        except (ValueError, OSError) as exc:
+            error = self._storage_error(location, exc)
+            if isinstance(error, Unavailable):
+                raise error from None
+            raise Internal(
+                f"cannot open {location} at registered version {version}: {exc}"
+            ) from None
+        owner = incarnation_of(dataset.schema.metadata)
         if owner != incarnation:
             raise Internal(
                 f"dataset {location} belongs to incarnation {owner or '?'}, "
                 f"the registry says {incarnation}"
             )
-        if latest.latest_version == registered:
-            return
-        if latest.latest_version < registered:
-            raise Internal(
-                f"dataset {location} is at Lance version {latest.latest_version}, "
-                f"behind the registered {registered}: versions were lost"
-            )
-        # An orphan: written by Lance, never registered. Make the registered
-        # version the latest again so the next append does not inherit it.
+        return dataset
+
+    def _restore_then_commit(
+        self, location: str, registered: int, latest: Any, operation: Any
+    ) -> Any:
+        """Our commit landed on unregistered versions: restore the registered one, retry."""
+        options = self._options(location)
         log.warning(
             "restoring registered version over unregistered Lance versions",
             location=location,
             registered=registered,
-            latest=latest.latest_version,
+            latest=latest.version,
         )
-        try:
-            lance.dataset(location, version=registered).restore()  # type: ignore[no-untyped-call]
-        except ValueError as exc:
-            raise Internal(f"cannot restore {location} to version {registered}: {exc}") from None
+        restore = lance.LanceOperation.Restore(registered)
+        self.fence()
+        restored = lance.LanceDataset.commit(
+            latest, restore, read_version=latest.version, storage_options=options
+        )
+        if restored.version != latest.version + 1:
+            raise Unavailable(f"another writer is committing to {location}; retry")
+        committed = lance.LanceDataset.commit(
+            restored, operation, read_version=restored.version, storage_options=options
+        )
+        if committed.version != restored.version + 1:
+            raise Unavailable(f"another writer is committing to {location}; retry")
+        return committed
+
+    # -- storage hooks (the S3 engine overrides these) ----------------------
+
+    def _uri(self, location: str) -> str:
+        return location
+
+    def _options(self, location: str) -> dict[str, str] | None:
+        return None
+
+    def _storage_error(self, location: str, exc: BaseException) -> BaseException:
+        """What a storage-level failure means to the caller (local: itself)."""
+        return exc
+
+    def _written_tracker(self, location: str) -> WrittenFiles:
+        return WrittenFiles(Path(location))
 
     # -- reads and retention ----------------------------------------------
 
@@ -145,9 +301,15 @@ class LanceEngine:
         return await asyncio.to_thread(self._cleanup, location, registered_version)
 
     def _cleanup(self, location: str, registered_version: int) -> int:
-        removed = reclaim_old_versions(
-            lance.dataset(location), location, registered_version, self.retain_versions
-        )
+        if self._since_cleanup.get(location, 0) < self.cleanup_every:
+            return 0
+        self._since_cleanup[location] = 0
+        return self.cleanup_now(location, registered_version)
+
+    def cleanup_now(self, location: str, registered_version: int) -> int:
+        """Keep the newest ``retain_versions`` plus tagged versions; reclaim the rest."""
+        dataset = lance.dataset(self._uri(location), storage_options=self._options(location))
+        removed = reclaim_old_versions(dataset, location, registered_version, self.retain_versions)
         return removed or 0
 
 
@@ -161,6 +323,75 @@ def _read_version(location: str, engine_version: int) -> pa.Table:
             ) from None
         raise
     return dataset.to_table()
+
+
+@dataclass(frozen=True)
+class AppendOutcome:
+    """The Lance versions a group of appends produced, and what stopped it early."""
+
+    versions: list[int]
+    error: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class PreparedAppend:
+    """An append's rows written as durable fragments that no version references yet."""
+
+    incarnation: str
+    fragments: list[Any]
+
+
+class WrittenFiles:
+    """What local Lance writes must fsync before the registry may point at them.
+
+    Lance's local store does not fsync; the registry does (synchronous=FULL),
+    so without this a power loss could leave the registry pointing at a
+    manifest or data file that never reached the disk. Data files are known
+    from their fragments; manifests and transaction files are the names that
+    appeared since the tracker was made (those directories stay small:
+    retention prunes them).
+    """
+
+    _LISTED = ("_versions", "_transactions")
+
+    def __init__(self, dataset: Path) -> None:
+        self.dataset = dataset
+        self._before = {name: _names(dataset / name) for name in self._LISTED}
+
+    def sync_data(self, fragments: Iterable[Any]) -> None:
+        for fragment in fragments:
+            for data_file in fragment.files:
+                _fsync_file(str(self.dataset / "data" / data_file.path))
+        fsync_dir(self.dataset / "data")
+        fsync_dir(self.dataset)
+
+    def sync_commits(self) -> None:
+        for name in self._LISTED:
+            directory = self.dataset / name
+            for entry in _names(directory) - self._before[name]:
+                _fsync_file(str(directory / entry))
+            if directory.is_dir():
+                fsync_dir(directory)
+
+
+class NothingToSync(WrittenFiles):
+    """Object stores make a write durable before acknowledging it."""
+
+    def __init__(self) -> None:
+        pass
+
+    def sync_data(self, fragments: Iterable[Any]) -> None:
+        pass
+
+    def sync_commits(self) -> None:
+        pass
+
+
+def _names(directory: Path) -> set[str]:
+    try:
+        return set(os.listdir(directory))
+    except FileNotFoundError:
+        return set()
 
 
 def _fsync_file(path: str) -> None:

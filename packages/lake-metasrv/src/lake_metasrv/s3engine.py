@@ -5,15 +5,12 @@ A table at ``s3://bucket/prefix/ns/t.lance`` is opened by Lance as
 writes each manifest to S3 and claims its version number with a conditional
 put in the manifest table, so version numbers cannot be taken twice.
 
-Appends are a compare-and-swap on the Lance version. Lance itself rebases an
-append whose read version is stale (it would silently carry an unregistered
-orphan's rows, or another writer's, into the new version), so the engine
-commits the pre-written fragments at ``read_version = registered`` and keeps
-the result only if it is exactly ``registered + 1``. Otherwise the
-registered version is restored (a Restore commit that must land at
-``latest + 1``) and the fragments are committed again on top of it. The
-registry remains the visibility point: anything not registered stays an
-invisible orphan.
+Appends use :class:`LanceEngine`'s compare-and-swap on the Lance version
+(pre-written fragments committed at ``read_version = registered``, kept only
+at exactly ``registered + 1``, else the registered version is restored
+first); here every commit also claims its version number in DynamoDB, so a
+second writer cannot take it. Nothing needs an fsync: S3 acknowledges a
+write once it is durable.
 
 I/O failures (S3 or DynamoDB unreachable, timeouts) become
 :class:`~lake_core.errors.Unavailable`: every request is bounded by
@@ -34,8 +31,8 @@ import structlog
 
 from lake_core.cloud import DatasetStorage, split_s3_uri
 from lake_core.errors import Internal, InvalidSchema, Unavailable, VersionReclaimed
-from lake_core.models import incarnation_metadata, incarnation_of
-from lake_metasrv.engine import LanceEngine, reclaim_old_versions
+from lake_core.models import incarnation_metadata
+from lake_metasrv.engine import LanceEngine, NothingToSync, WrittenFiles, reclaim_old_versions
 
 __all__ = ["MANIFEST_TABLE_SCHEMA", "S3LanceEngine", "is_storage_outage"]
 
@@ -91,14 +88,8 @@ class S3LanceEngine(LanceEngine):
         cleanup_every: int = CLEANUP_EVERY,
         fence: Callable[[], object] | None = None,
     ) -> None:
-        super().__init__(retain_versions)
+        super().__init__(retain_versions, cleanup_every=cleanup_every, fence=fence)
         self.storage = storage
-        self.cleanup_every = cleanup_every
-        #: Raises unless this node may still commit (checked before each Lance commit).
-        self.fence: Callable[[], object] = fence or (lambda: None)
-        # location -> (incarnation, the dataset at the version this engine last committed)
-        self._datasets: dict[str, tuple[str, Any]] = {}
-        self._since_cleanup: dict[str, int] = {}
         self._clients: dict[str, Any] = {}
         self._clients_lock = threading.Lock()
 
@@ -138,32 +129,11 @@ class S3LanceEngine(LanceEngine):
                 self._clients[service] = client
             return client
 
-    def forget(self) -> None:
-        """Drop cached dataset handles (a new leadership term starts from the registry)."""
-        self._datasets.clear()
+    def _storage_error(self, location: str, exc: BaseException) -> BaseException:
+        return _outage(location, exc) if is_storage_outage(exc) else exc
 
-    def _open(self, location: str, incarnation: str, version: int) -> Any:
-        owner, cached = self._datasets.get(location, ("", None))
-        if cached is not None and owner == incarnation and cached.version == version:
-            return cached
-        try:
-            dataset = lance.dataset(
-                self._uri(location), version=version, storage_options=self._options(location)
-            )
-        except (ValueError, OSError) as exc:
-            if is_storage_outage(exc):
-                raise _outage(location, exc) from None
-            raise Internal(
-                f"cannot open {location} at registered version {version}: {exc}"
-            ) from None
-        owner = incarnation_of(dataset.schema.metadata)
-        if owner != incarnation:
-            raise Internal(
-                f"dataset {location} belongs to incarnation {owner or '?'}, "
-                f"the registry says {incarnation}"
-            )
-        self._datasets[location] = (incarnation, dataset)
-        return dataset
+    def _written_tracker(self, location: str) -> WrittenFiles:
+        return NothingToSync()
 
     # -- create / drop --------------------------------------------------------------
 
@@ -254,57 +224,6 @@ class S3LanceEngine(LanceEngine):
                     break
                 time.sleep(0.05)
 
-    # -- append -----------------------------------------------------------------------
-
-    def _append(
-        self, location: str, incarnation: str, registered_version: int, data: pa.Table
-    ) -> int:
-        options = self._options(location)
-        try:
-            base = self._open(location, incarnation, registered_version)
-            fragments = lance.fragment.write_fragments(data, base, storage_options=options)
-            operation = lance.LanceOperation.Append(fragments)
-            self.fence()
-            committed = lance.LanceDataset.commit(
-                base, operation, read_version=registered_version, storage_options=options
-            )
-            if committed.version != registered_version + 1:
-                committed = self._restore_then_commit(
-                    location, registered_version, committed, operation
-                )
-        except (ValueError, OSError, pa.ArrowException) as exc:
-            if is_storage_outage(exc):
-                raise _outage(location, exc) from None
-            raise
-        self._datasets[location] = (incarnation, committed)
-        self._since_cleanup[location] = self._since_cleanup.get(location, 0) + 1
-        return int(committed.version)
-
-    def _restore_then_commit(
-        self, location: str, registered: int, latest: Any, operation: Any
-    ) -> Any:
-        """Our commit landed on unregistered versions: restore the registered one, retry."""
-        options = self._options(location)
-        log.warning(
-            "restoring registered version over unregistered Lance versions",
-            location=location,
-            registered=registered,
-            latest=latest.version,
-        )
-        restore = lance.LanceOperation.Restore(registered)
-        self.fence()
-        restored = lance.LanceDataset.commit(
-            latest, restore, read_version=latest.version, storage_options=options
-        )
-        if restored.version != latest.version + 1:
-            raise Unavailable(f"another writer is committing to {location}; retry")
-        committed = lance.LanceDataset.commit(
-            restored, operation, read_version=restored.version, storage_options=options
-        )
-        if committed.version != restored.version + 1:
-            raise Unavailable(f"another writer is committing to {location}; retry")
-        return committed
-
     # -- reads and retention ------------------------------------------------------------
 
     async def latest_version(self, location: str) -> int:
@@ -331,12 +250,6 @@ class S3LanceEngine(LanceEngine):
             return dataset.to_table()
 
         return await asyncio.to_thread(read)
-
-    def _cleanup(self, location: str, registered_version: int) -> int:
-        if self._since_cleanup.get(location, 0) < self.cleanup_every:
-            return 0
-        self._since_cleanup[location] = 0
-        return self.cleanup_now(location, registered_version)
 
     def cleanup_now(self, location: str, registered_version: int) -> int:
         """Keep the newest ``retain_versions`` plus tagged versions; reclaim the rest.

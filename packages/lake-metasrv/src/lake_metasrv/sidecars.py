@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -100,18 +101,28 @@ class SidecarStore:
     def write_delta(self, delta: ReferenceDelta) -> Path:
         return self._write(self.path(delta.incarnation, delta.version), delta)
 
+    def write_deltas(self, deltas: Sequence[ReferenceDelta]) -> None:
+        """Write several deltas, each fsync'd, with one fsync per directory at the end."""
+        directories: set[Path] = set()
+        for delta in deltas:
+            target = self.path(delta.incarnation, delta.version)
+            self._write(target, delta, sync_dir=False)
+            directories.add(target.parent)
+        for directory in directories:
+            fsync_dir(directory)
+
     def write_drop(self, marker: DropMarker) -> Path:
         return self._write(self.root / marker.incarnation / "dropped.json", marker)
 
     def read_delta(self, incarnation: str, version: int) -> ReferenceDelta:
         return ReferenceDelta.model_validate_json(self.path(incarnation, version).read_bytes())
 
-    def _write(self, target: Path, model: BaseModel) -> Path:
+    def _write(self, target: Path, model: BaseModel, *, sync_dir: bool = True) -> Path:
         directory = target.parent
         fresh_dir = not directory.exists()
         directory.mkdir(parents=True, exist_ok=True)
         if fresh_dir:
             fsync_dir(directory.parent)
         data = json.dumps(model.model_dump(mode="json"), sort_keys=True).encode()
-        replace_synced(target, [data], mode=0o644)
+        replace_synced(target, [data], mode=0o644, sync_dir=sync_dir)
         return target

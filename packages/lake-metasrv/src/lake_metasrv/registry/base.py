@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import abc
 import base64
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -202,6 +204,31 @@ class RegistryStore(abc.ABC):
         incarnation is gone, StaleReadVersion if the version moved, and
         InvalidAppend if the operation id is already committed.
         """
+
+    #: How many consecutive appends one :meth:`commit_appends` call applies atomically.
+    atomic_append_batch: int = 1
+
+    async def commit_appends(self, commits: Sequence[AppendCommit]) -> list[TableRecord]:
+        """Apply consecutive appends to one table atomically: all of them, or none.
+
+        ``commits[i + 1].expected_version`` is ``commits[i].expected_version + 1``;
+        at most :attr:`atomic_append_batch` of them. Returns the table after each.
+        Stores without multi-append transactions keep the default (one at a time).
+        """
+        self._check_append_batch(commits)
+        return [await self.commit_append(commits[0])]
+
+    def _check_append_batch(self, commits: Sequence[AppendCommit]) -> None:
+        if not 1 <= len(commits) <= self.atomic_append_batch:
+            raise ValueError(
+                f"{type(self).__name__} commits 1..={self.atomic_append_batch} appends at once, "
+                f"got {len(commits)}"
+            )
+        for before, after in itertools.pairwise(commits):
+            if (after.table, after.incarnation) != (before.table, before.incarnation) or (
+                after.expected_version != before.expected_version + 1
+            ):
+                raise ValueError("batched appends must be consecutive versions of one table")
 
     @abc.abstractmethod
     async def commit_maintenance(self, commit: MaintenanceCommit) -> TableRecord:

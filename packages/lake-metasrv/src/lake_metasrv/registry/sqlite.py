@@ -11,7 +11,7 @@ import asyncio
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar, cast
@@ -365,74 +365,88 @@ class SqliteRegistry(RegistryStore):
 
         return self._generation_text(await self._run(drop))
 
+    atomic_append_batch = 64
+
     async def commit_append(self, commit: AppendCommit) -> TableRecord:
-        def cas(conn: sqlite3.Connection) -> TableRecord:
-            table = commit.table
+        return (await self.commit_appends([commit]))[0]
+
+    async def commit_appends(self, commits: Sequence[AppendCommit]) -> list[TableRecord]:
+        """Apply consecutive appends to one table in one transaction (one fsync)."""
+        self._check_append_batch(commits)
+
+        def cas(conn: sqlite3.Connection) -> list[TableRecord]:
+            records = []
             with self._write(conn):
-                row = conn.execute(
-                    f"SELECT {_TABLE_COLUMNS} FROM tables WHERE namespace = ? AND name = ?",
-                    (table.namespace, table.name),
-                ).fetchone()
-                if row is None or row["incarnation"] != commit.incarnation:
-                    raise TableNotFound(table)
-                if row["version"] != commit.expected_version:
-                    raise StaleReadVersion(
-                        f"table {table} is at version {row['version']}, "
-                        f"not {commit.expected_version}"
-                    )
-                seen = conn.execute(
-                    "SELECT 1 FROM append_operations WHERE operation_id = ?",
-                    (commit.operation_id,),
-                ).fetchone()
-                if seen:
-                    raise InvalidAppend(f"operation id {commit.operation_id} is already committed")
-                version = commit.expected_version + 1
-                conn.execute(
-                    "UPDATE tables SET version = ?, engine_version = ? "
-                    "WHERE namespace = ? AND name = ? AND incarnation = ? AND version = ?",
-                    (
-                        version,
-                        commit.engine_version,
-                        table.namespace,
-                        table.name,
-                        commit.incarnation,
-                        commit.expected_version,
-                    ),
-                )
-                conn.execute(
-                    "INSERT INTO table_versions VALUES (?, ?, ?, ?, ?)",
-                    (
-                        commit.incarnation,
-                        version,
-                        commit.engine_version,
-                        commit.committed_at_ms,
-                        commit.operation_id,
-                    ),
-                )
-                conn.execute(
-                    f"INSERT INTO append_operations ({_OPERATION_COLUMNS}) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        commit.operation_id,
-                        table.namespace,
-                        table.name,
-                        commit.incarnation,
-                        row["location"],
-                        row["engine"],
-                        version,
-                        commit.engine_version,
-                        commit.operation_time_ms,
-                        commit.committed_at_ms,
-                    ),
-                )
+                for commit in commits:
+                    records.append(self._apply_append(conn, commit))
                 self._bump_generation(conn)
-                updated = conn.execute(
-                    f"SELECT {_TABLE_COLUMNS} FROM tables WHERE namespace = ? AND name = ?",
-                    (table.namespace, table.name),
-                ).fetchone()
-            return _table_record(updated)
+            return records
 
         return await self._run(cas)
+
+    @staticmethod
+    def _apply_append(conn: sqlite3.Connection, commit: AppendCommit) -> TableRecord:
+        table = commit.table
+        row = conn.execute(
+            f"SELECT {_TABLE_COLUMNS} FROM tables WHERE namespace = ? AND name = ?",
+            (table.namespace, table.name),
+        ).fetchone()
+        if row is None or row["incarnation"] != commit.incarnation:
+            raise TableNotFound(table)
+        if row["version"] != commit.expected_version:
+            raise StaleReadVersion(
+                f"table {table} is at version {row['version']}, not {commit.expected_version}"
+            )
+        seen = conn.execute(
+            "SELECT 1 FROM append_operations WHERE operation_id = ?",
+            (commit.operation_id,),
+        ).fetchone()
+        if seen:
+            raise InvalidAppend(f"operation id {commit.operation_id} is already committed")
+        version = commit.expected_version + 1
+        conn.execute(
+            "UPDATE tables SET version = ?, engine_version = ? "
+            "WHERE namespace = ? AND name = ? AND incarnation = ? AND version = ?",
+            (
+                version,
+                commit.engine_version,
+                table.namespace,
+                table.name,
+                commit.incarnation,
+                commit.expected_version,
+            ),
+        )
+        conn.execute(
+            "INSERT INTO table_versions VALUES (?, ?, ?, ?, ?)",
+            (
+                commit.incarnation,
+                version,
+                commit.engine_version,
+                commit.committed_at_ms,
+                commit.operation_id,
+            ),
+        )
+        conn.execute(
+            f"INSERT INTO append_operations ({_OPERATION_COLUMNS}) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (
+                commit.operation_id,
+                table.namespace,
+                table.name,
+                commit.incarnation,
+                row["location"],
+                row["engine"],
+                version,
+                commit.engine_version,
+                commit.operation_time_ms,
+                commit.committed_at_ms,
+            ),
+        )
+        updated = conn.execute(
+            f"SELECT {_TABLE_COLUMNS} FROM tables WHERE namespace = ? AND name = ?",
+            (table.namespace, table.name),
+        ).fetchone()
+        return _table_record(updated)
 
     async def commit_maintenance(self, commit: MaintenanceCommit) -> TableRecord:
         def cas(conn: sqlite3.Connection) -> TableRecord:
