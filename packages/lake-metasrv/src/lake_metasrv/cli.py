@@ -31,7 +31,7 @@ from lake_metasrv.datadir import DataDir
 from lake_metasrv.maintenance import CompactionSettings, Maintenance
 from lake_metasrv.registry.base import TableRecord
 from lake_metasrv.service import MetaHandler
-from lake_metasrv.serving import serve_and_drain
+from lake_metasrv.serving import serve_and_drain, use_io_threads
 
 __all__ = ["configure_logging", "meta", "run_server", "table"]
 
@@ -98,6 +98,7 @@ async def run_server(
         from lake_metasrv.cloud import run_cloud_server
 
         return await run_cloud_server(config, stop=stop, on_started=on_started)
+    use_io_threads()
     data_dir = DataDir(config.data_dir)
     data_dir.lock()
     coordinator = CommitCoordinator.local(config)

@@ -36,15 +36,13 @@ from lake_metasrv.forwarding import ForwardingMetaHandler, PeerClients
 from lake_metasrv.lease import Leadership
 from lake_metasrv.registry.dynamo import DynamoRegistry, dynamo_client_config, ensure_table
 from lake_metasrv.s3engine import MANIFEST_TABLE_SCHEMA, S3LanceEngine, is_storage_outage
-from lake_metasrv.serving import serve_and_drain
+from lake_metasrv.serving import serve_and_drain, use_io_threads
 from lake_metasrv.sidecars import DropMarker, ReferenceDelta, SidecarStore
 
 __all__ = ["CloudCommitCoordinator", "S3SidecarStore", "run_cloud_server"]
 
 log = structlog.get_logger("lake_metasrv.cloud")
 T = TypeVar("T")
-#: Worker threads for Lance and S3 calls (the default pool has cpu+4).
-STORAGE_THREADS = 32
 
 
 class S3SidecarStore(SidecarStore):
@@ -192,8 +190,7 @@ async def run_cloud_server(
     cloud = config.cloud
     if cloud is None:
         raise Internal("run_cloud_server needs cloud settings")
-    loop = asyncio.get_running_loop()
-    loop.set_default_executor(ThreadPoolExecutor(STORAGE_THREADS, thread_name_prefix="lake-io"))
+    use_io_threads()
     session = aioboto3.Session()
     async with session.client(
         "dynamodb",

@@ -53,7 +53,7 @@ from lake_core.protocol import MAX_APPEND_ROWS, AppendCommand, AppendResult, Dro
 from lake_core.schemas import check_exact_schema, schema_to_ipc, validate_table_schema
 from lake_metasrv.config import MetaConfig
 from lake_metasrv.datadir import DataDir
-from lake_metasrv.engine import LanceEngine, PreparedAppend
+from lake_metasrv.engine import AppendOutcome, LanceEngine, PreparedAppend
 from lake_metasrv.registry.base import AppendCommit, OperationRecord, RegistryStore, TableRecord
 from lake_metasrv.sidecars import DropMarker, ReferenceDelta, SidecarStore, file_uris
 from lake_objects.scope import TenantScope
@@ -323,20 +323,25 @@ class CommitCoordinator:
         staged, retry = await self._stage(record, group)
         if not staged:
             return retry
-        try:
-            await asyncio.to_thread(self.sidecars.write_deltas, [s.delta for s in staged])
-        except Exception as exc:
-            for item in staged:
-                _fail(item.queued, exc)
-            return retry
-
+        # Sidecars and Lance commits are independent; both must be durable
+        # before the registry moves. A failure of either leaves only orphans.
         self._maybe_crash("before_lance_commit")
-        outcome = await self.engine.append_many(
-            record.location,
-            record.incarnation,
-            record.engine_version,
-            [s.queued.prepared for s in staged],
+        sidecars, outcome = await asyncio.gather(
+            asyncio.to_thread(self.sidecars.write_deltas, [s.delta for s in staged]),
+            self.engine.append_many(
+                record.location,
+                record.incarnation,
+                record.engine_version,
+                [s.queued.prepared for s in staged],
+            ),
+            return_exceptions=True,
         )
+        for failure in (sidecars, outcome):
+            if isinstance(failure, BaseException):
+                for item in staged:
+                    _fail(item.queued, failure)
+                return retry
+        assert isinstance(outcome, AppendOutcome)
         self._maybe_crash("after_lance_commit")
         written = staged[: len(outcome.versions)]
         if outcome.error is not None:
@@ -407,13 +412,14 @@ class CommitCoordinator:
         retry: list[_Queued] = []
         in_group: set[str] = set()
         version = record.version
+        priors = await self.registry.get_operations([q.command.operation_id for q in group])
         for queued in group:
             command = queued.command
             if command.operation_id in in_group:
                 retry.append(queued)  # answered as a replay once the first one lands
                 continue
             try:
-                prior = await self.registry.get_operation(command.operation_id)
+                prior = priors.get(command.operation_id)
                 if prior is not None:
                     queued.future.set_result(self._replay(prior, record.table))
                     continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import structlog
@@ -14,9 +15,21 @@ from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.config import MetaConfig
 from lake_metasrv.maintenance import AutoCompactor, CompactionSettings, Maintenance
 
-__all__ = ["serve_and_drain"]
+__all__ = ["IO_THREADS", "serve_and_drain", "use_io_threads"]
 
 log = structlog.get_logger("lake_metasrv.serving")
+
+#: Threads for blocking storage work (Lance writes, fsyncs, SQLite, boto3). A
+#: commit's own steps must not queue behind the fragment writes of the
+#: appends waiting for it, so this is well above the core count.
+IO_THREADS = 32
+
+
+def use_io_threads() -> None:
+    """Give the running loop's ``to_thread`` calls :data:`IO_THREADS` threads."""
+    asyncio.get_running_loop().set_default_executor(
+        ThreadPoolExecutor(IO_THREADS, thread_name_prefix="lake-io")
+    )
 
 
 async def serve_and_drain(

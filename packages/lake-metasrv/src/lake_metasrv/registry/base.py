@@ -246,6 +246,15 @@ class RegistryStore(abc.ABC):
     @abc.abstractmethod
     async def get_operation(self, operation_id: str) -> OperationRecord | None: ...
 
+    async def get_operations(self, operation_ids: Sequence[str]) -> dict[str, OperationRecord]:
+        """The committed operations among ``operation_ids`` (stores may answer in one read)."""
+        found: dict[str, OperationRecord] = {}
+        for operation_id in operation_ids:
+            record = await self.get_operation(operation_id)
+            if record is not None:
+                found[operation_id] = record
+        return found
+
     @abc.abstractmethod
     async def prune_operations(self, older_than_ms: int) -> int:
         """Forget operation ids whose UUIDv7 time is before ``older_than_ms``."""

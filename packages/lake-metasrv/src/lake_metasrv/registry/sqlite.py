@@ -271,6 +271,24 @@ class SqliteRegistry(RegistryStore):
 
         return await self._run(get)
 
+    async def get_operations(self, operation_ids: Sequence[str]) -> dict[str, OperationRecord]:
+        def get(conn: sqlite3.Connection) -> dict[str, OperationRecord]:
+            found: dict[str, OperationRecord] = {}
+            ids = list(dict.fromkeys(operation_ids))
+            for start in range(0, len(ids), 500):  # under SQLite's bound-parameter limit
+                chunk = ids[start : start + 500]
+                rows = conn.execute(
+                    f"SELECT {_OPERATION_COLUMNS} FROM append_operations "
+                    f"WHERE operation_id IN ({', '.join('?' * len(chunk))})",
+                    chunk,
+                ).fetchall()
+                for row in rows:
+                    record = _operation_record(row)
+                    found[record.operation_id] = record
+            return found
+
+        return await self._run(get)
+
     async def versions(self, incarnation: str) -> list[VersionRecord]:
         def get(conn: sqlite3.Connection) -> list[VersionRecord]:
             rows = conn.execute(
