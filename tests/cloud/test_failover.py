@@ -257,3 +257,25 @@ def test_a_fenced_old_leader_cannot_commit_after_it_resumes(make_cloud_lake) -> 
     assert lake.leader() is new
     assert "fenced" in old.log()
     nothing_lost(lake, acknowledged)
+
+
+def test_maintenance_sent_to_the_follower_is_forwarded_to_the_leader(make_cloud_lake) -> None:
+    lake = make_cloud_lake()
+    leader = two_node_lake(lake)
+    follower = next(node for node in lake.metas if node is not leader)
+    query = lake.start_query()
+    lake.admin(lambda c: c.create_table(EPISODES, EPISODES_SCHEMA), target=leader)
+    with lake.sdk(query) as client:
+        for n in range(3):
+            client.append_batches(EPISODES, [episodes(n * ROWS, ROWS)])
+
+    indexed = lake.admin(lambda c: c.create_index(EPISODES, "steps"), target=follower)
+    assert indexed.changed and indexed.descriptor.version == 3
+    optimized = lake.admin(lambda c: c.optimize_table(EPISODES), target=follower)
+    assert optimized.descriptor.version == 3
+    assert optimized.fragments_after == 1 < optimized.fragments_before == 3
+    described = lake.admin(lambda c: c.describe_table(EPISODES), target=leader)
+    assert described.entry.descriptor == optimized.descriptor
+    with lake.sdk(query) as client:
+        rows = client.query_table("SELECT steps FROM robots.episodes WHERE steps = 12")
+    assert rows["steps"].to_pylist() == [12]

@@ -47,7 +47,9 @@ Context = Any  # grpc.aio.ServicerContext
 #: Marks a call one Metasrv forwarded to another.
 FORWARDED_HEADER = "x-lake-forwarded"
 _RELAYED = ("authorization", ON_BEHALF_OF_HEADER)
-_WRITE_ACTIONS = frozenset({protocol.CREATE_TABLE, protocol.DROP_TABLE})
+_WRITE_ACTIONS = frozenset(
+    {protocol.CREATE_TABLE, protocol.DROP_TABLE, protocol.OPTIMIZE_TABLE, protocol.CREATE_INDEX}
+)
 
 
 class PeerClient(MetaClient):
