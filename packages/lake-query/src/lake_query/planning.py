@@ -50,6 +50,7 @@ from lake_core.errors import (
 from lake_core.models import CatalogEntry, TableDescriptor, incarnation_of
 from lake_core.names import DEFAULT_CATALOG, TableRef
 from lake_core.principal import Principal
+from lake_query.pinned import PinnedDatasets
 from lake_query.results import TARGET_BATCH_BYTES, coalesce_batches
 from lake_query.statements import reject_writes, sql_error
 
@@ -178,6 +179,9 @@ def _is_outage(exc: BaseException) -> bool:
     return "not found" not in text.lower() and any(marker in text for marker in _OUTAGE_MARKERS)
 
 
+#: Datasets opened at pinned versions, shared by every request of this process.
+_opened = PinnedDatasets()
+
 _OUTAGE_MARKERS = ("LanceError(IO)", "error sending request", "timed out", "dispatch failure")
 
 
@@ -194,12 +198,17 @@ def open_pinned(
             f"{table.qualified}: table engine {descriptor.engine!r} is not supported"
         )
     storage = storage or _storage
-    try:
-        dataset = lance.dataset(
-            storage.lance_uri(descriptor.location),
+    uri = storage.lance_uri(descriptor.location)
+
+    def opener() -> Any:
+        return lance.dataset(
+            uri,
             version=descriptor.engine_version,
             storage_options=storage.storage_options(descriptor.location),
         )
+
+    try:
+        dataset = _opened.open(uri, descriptor.incarnation, descriptor.engine_version, opener)
     except (ValueError, OSError) as exc:
         if _is_outage(exc):
             raise Unavailable(
