@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -121,3 +123,23 @@ async def test_prefetch_stops_its_producer_when_the_reader_leaves() -> None:
         await asyncio.sleep(0.3)
         # The producer stopped within its queue depth, not at a billion.
         assert len(produced) < 20
+
+
+@pytest.mark.asyncio
+async def test_prefetch_producer_runs_ahead_while_the_loop_is_busy() -> None:
+    # While the event loop is busy (writing the previous message to a socket),
+    # the producer must keep filling its buffer instead of waiting for the loop.
+    produced: list[int] = []
+
+    def counting() -> Iterator[int]:
+        for i in range(100):
+            produced.append(i)
+            yield i
+
+    with ThreadPoolExecutor(1) as pool:
+        async with contextlib.aclosing(prefetch(counting(), pool, depth=4)) as stream:
+            assert await stream.__anext__() == 0
+            time.sleep(0.3)  # noqa: ASYNC251 - blocks the loop, as a long socket write does
+            assert len(produced) >= 5  # the item taken, plus a full buffer
+            assert len(produced) <= 6  # and no further than its depth
+            assert [x async for x in stream] == list(range(1, 100))

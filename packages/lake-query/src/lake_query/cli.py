@@ -23,6 +23,7 @@ from lake_query.admission import Admission
 from lake_query.catalog_cache import CatalogCache
 from lake_query.config import DEFAULT_ADDR, DEFAULT_METADATA_ADDR, QueryConfig
 from lake_query.flightsql import QueryHandler
+from lake_query.memory import tune_allocator
 from lake_query.planning import configure_storage
 from lake_query.stage import QueryStage
 
@@ -141,6 +142,7 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
 def query(addr: str, metadata_addr: str, log_level: str, data_dir: str | None) -> None:
     """Run a Lake Query replica (Flight SQL over DataFusion)."""
     configure_logging(getattr(logging, log_level.upper(), logging.INFO))
+    tune_allocator()
     try:
         config = QueryConfig.load(addr, metadata_addr, data_dir=data_dir)
         asyncio.run(run(config))

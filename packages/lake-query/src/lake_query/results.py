@@ -9,11 +9,11 @@ exceed ADBC's default 16 MiB limit. Batches are therefore merged up to
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import threading
+from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator
 from concurrent.futures import Executor
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 import pyarrow as pa
 
@@ -107,6 +107,63 @@ class _End:
         self.error = error
 
 
+class _Handoff(Generic[T]):
+    """Bounded producer-thread -> event-loop handoff.
+
+    The producer only waits when ``depth`` items are already waiting; it
+    never waits for the event loop itself, which is busy writing to sockets
+    during a stream. The loop is woken only when its consumer is waiting.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, depth: int) -> None:
+        self._loop = loop
+        self._items: deque[T | _End] = deque()
+        self._slots = threading.Semaphore(depth)
+        self._lock = threading.Lock()
+        self._waiter: asyncio.Future[None] | None = None
+        self.stopped = threading.Event()
+
+    def put(self, item: T | _End) -> bool:
+        """Producer side: False once the consumer has gone."""
+        while not self._slots.acquire(timeout=1.0):
+            if self.stopped.is_set() or self._loop.is_closed():
+                return False
+        if self.stopped.is_set():
+            return False
+        with self._lock:
+            self._items.append(item)
+            waiter, self._waiter = self._waiter, None
+        if waiter is not None:
+            try:
+                self._loop.call_soon_threadsafe(_wake, waiter)
+            except RuntimeError:  # the loop closed under us
+                return False
+        return True
+
+    async def get(self) -> T | _End:
+        """Consumer side (event loop)."""
+        while True:
+            with self._lock:
+                if self._items:
+                    item = self._items.popleft()
+                    break
+                waiter = self._waiter = self._loop.create_future()
+            await waiter
+        self._slots.release()
+        return item
+
+    def stop(self) -> None:
+        self.stopped.set()
+        with self._lock:
+            self._items.clear()
+        self._slots.release()  # a producer waiting for room sees ``stopped``
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
+
+
 async def prefetch(
     items: Iterator[T], executor: Executor, depth: int = PREFETCH_DEPTH
 ) -> AsyncIterator[T]:
@@ -116,42 +173,27 @@ async def prefetch(
     When the consumer stops early, the producer stops after its current item.
     """
     loop = asyncio.get_running_loop()
-    queue: asyncio.Queue[T | _End] = asyncio.Queue(maxsize=depth)
-    stopped = threading.Event()
-
-    def put(item: T | _End) -> bool:
-        future = asyncio.run_coroutine_threadsafe(queue.put(item), loop)
-        while True:
-            try:
-                future.result(timeout=1.0)
-                return True
-            except concurrent.futures.TimeoutError:
-                # A slow reader just waits; a gone one (or loop) ends the producer.
-                if stopped.is_set() or loop.is_closed():
-                    future.cancel()
-                    return False
+    handoff: _Handoff[T] = _Handoff(loop, depth)
 
     def produce() -> None:
         try:
             for item in items:
-                if stopped.is_set() or not put(item):
+                if handoff.stopped.is_set() or not handoff.put(item):
                     return
-            put(_End())
+            handoff.put(_End())
         except BaseException as exc:  # handed to the consumer, raised there
-            if not stopped.is_set():
-                put(_End(exc))
+            if not handoff.stopped.is_set():
+                handoff.put(_End(exc))
 
     producer = loop.run_in_executor(executor, produce)
     try:
         while True:
-            item = await queue.get()
+            item = await handoff.get()
             if isinstance(item, _End):
                 if item.error is not None:
                     raise item.error
                 return
             yield item
     finally:
-        stopped.set()
-        while not queue.empty():  # unblock a producer waiting for room
-            queue.get_nowait()
+        handoff.stop()
         del producer  # it ends by itself after its current item
