@@ -70,6 +70,8 @@ MAX_FUTURE_SKEW_MS = 24 * 3600 * 1000
 PRUNE_INTERVAL_S = 60.0
 #: Appends to one table committed together at most (each its own version).
 MAX_GROUP = 64
+#: Under a steady stream of appends, retention runs at most this often per table.
+RETENTION_INTERVAL_S = 1.0
 CRASH_EXIT_CODE = 137
 
 
@@ -95,6 +97,7 @@ class CommitCoordinator:
         self._locks: dict[TableRef, asyncio.Lock] = {}
         self._queues: dict[TableRef, deque[_Queued]] = {}
         self._committers: set[TableRef] = set()
+        self._retained_at: dict[TableRef, float] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
         self._last_prune = float("-inf")
         self._crash_point = config.crash_point
@@ -284,7 +287,7 @@ class CommitCoordinator:
                 while queue:
                     group = [queue.popleft() for _ in range(min(len(queue), MAX_GROUP))]
                     try:
-                        retry = await self._commit_group(table, group)
+                        retry = await self._commit_group(table, group, busy=bool(queue))
                     except BaseException as exc:
                         # A bug, or cancellation at shutdown: nobody may wait forever.
                         for queued in group:
@@ -305,7 +308,9 @@ class CommitCoordinator:
             else:
                 self._queues.pop(table, None)
 
-    async def _commit_group(self, table: TableRef, group: list[_Queued]) -> list[_Queued]:
+    async def _commit_group(
+        self, table: TableRef, group: list[_Queued], *, busy: bool
+    ) -> list[_Queued]:
         """Commit ``group`` in order, each append its own version; return those to retry.
 
         The group shares one registry read, one sidecar directory fsync, one
@@ -313,6 +318,9 @@ class CommitCoordinator:
         (where the registry has multi-append transactions) and one retention
         pass. Every append is validated on its own, exactly as if it came
         alone: a bad one fails by itself and does not hold a version number.
+        While more appends are ``busy`` waiting, retention runs at most every
+        :data:`RETENTION_INTERVAL_S` (a table then briefly keeps more than
+        its window, never fewer versions).
         """
         try:
             record = await self.describe_table(table)
@@ -386,8 +394,12 @@ class CommitCoordinator:
                 engine_version=last.engine_version,
                 rows=sum(item.queued.rows for item, _ in done),
             )
-            # Before replying, so an acknowledged append's retention already happened.
-            await self._retain(last)
+            now = time.monotonic()
+            if not busy or now - self._retained_at.get(table, 0.0) >= RETENTION_INTERVAL_S:
+                # Before replying: once a lone append is acknowledged, its
+                # retention has happened.
+                self._retained_at[table] = now
+                await self._retain(last)
         for item, result in done:
             item.queued.future.set_result(
                 AppendResult(

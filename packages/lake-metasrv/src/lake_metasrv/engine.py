@@ -359,19 +359,21 @@ class WrittenFiles:
         self._before = {name: _names(dataset / name) for name in self._LISTED}
 
     def sync_data(self, fragments: Iterable[Any]) -> None:
+        """The data files themselves (their directory entries: :meth:`sync_commits`)."""
         for fragment in fragments:
             for data_file in fragment.files:
                 _fsync_file(str(self.dataset / "data" / data_file.path))
-        fsync_dir(self.dataset / "data")
-        fsync_dir(self.dataset)
 
     def sync_commits(self) -> None:
+        """New manifests and transactions, and every directory entry, once per group."""
         for name in self._LISTED:
             directory = self.dataset / name
             for entry in _names(directory) - self._before[name]:
                 _fsync_file(str(directory / entry))
-            if directory.is_dir():
-                fsync_dir(directory)
+        for name in ("data", *self._LISTED):
+            if (self.dataset / name).is_dir():
+                fsync_dir(self.dataset / name)
+        fsync_dir(self.dataset)
 
 
 class NothingToSync(WrittenFiles):
