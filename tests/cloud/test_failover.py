@@ -270,7 +270,8 @@ def test_maintenance_sent_to_the_follower_is_forwarded_to_the_leader(make_cloud_
             client.append_batches(EPISODES, [episodes(n * ROWS, ROWS)])
 
     indexed = lake.admin(lambda c: c.create_index(EPISODES, "steps"), target=follower)
-    assert indexed.changed and indexed.descriptor.version == 3
+    assert indexed.changed
+    assert indexed.descriptor.version == 3
     optimized = lake.admin(lambda c: c.optimize_table(EPISODES), target=follower)
     assert optimized.descriptor.version == 3
     assert optimized.fragments_after == 1 < optimized.fragments_before == 3
