@@ -287,7 +287,7 @@ class CommitCoordinator:
                 while queue:
                     group = [queue.popleft() for _ in range(min(len(queue), MAX_GROUP))]
                     try:
-                        retry = await self._commit_group(table, group, busy=bool(queue))
+                        retry = await self._commit_group(table, group)
                     except BaseException as exc:
                         # A bug, or cancellation at shutdown: nobody may wait forever.
                         for queued in group:
@@ -308,9 +308,7 @@ class CommitCoordinator:
             else:
                 self._queues.pop(table, None)
 
-    async def _commit_group(
-        self, table: TableRef, group: list[_Queued], *, busy: bool
-    ) -> list[_Queued]:
+    async def _commit_group(self, table: TableRef, group: list[_Queued]) -> list[_Queued]:
         """Commit ``group`` in order, each append its own version; return those to retry.
 
         The group shares one registry read, one sidecar directory fsync, one
@@ -318,7 +316,7 @@ class CommitCoordinator:
         (where the registry has multi-append transactions) and one retention
         pass. Every append is validated on its own, exactly as if it came
         alone: a bad one fails by itself and does not hold a version number.
-        While more appends are ``busy`` waiting, retention runs at most every
+        While more appends are waiting, retention runs at most every
         :data:`RETENTION_INTERVAL_S` (a table then briefly keeps more than
         its window, never fewer versions).
         """
@@ -395,6 +393,7 @@ class CommitCoordinator:
                 rows=sum(item.queued.rows for item, _ in done),
             )
             now = time.monotonic()
+            busy = bool(self._queues.get(table))  # appends arrived while this group committed
             if not busy or now - self._retained_at.get(table, 0.0) >= RETENTION_INTERVAL_S:
                 # Before replying: once a lone append is acknowledged, its
                 # retention has happened.

@@ -357,6 +357,7 @@ class WrittenFiles:
     def __init__(self, dataset: Path) -> None:
         self.dataset = dataset
         self._before = {name: _names(dataset / name) for name in self._LISTED}
+        self._had_data_dir = (dataset / "data").is_dir()
 
     def sync_data(self, fragments: Iterable[Any]) -> None:
         """The data files themselves (their directory entries: :meth:`sync_commits`)."""
@@ -373,7 +374,8 @@ class WrittenFiles:
         for name in ("data", *self._LISTED):
             if (self.dataset / name).is_dir():
                 fsync_dir(self.dataset / name)
-        fsync_dir(self.dataset)
+        if not self._had_data_dir:  # the first append created data/
+            fsync_dir(self.dataset)
 
 
 class NothingToSync(WrittenFiles):
