@@ -27,7 +27,7 @@ import asyncio
 import base64
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Protocol, TypeVar, cast
 
@@ -365,9 +365,14 @@ class QueryHandler(FlightHandler):
                 # Authentic, so sealed by a replica of another Lake version.
                 raise InvalidArgument("ticket from an incompatible Lake Query version") from None
 
+            def produce() -> Iterator[bytes]:
+                # Opening the pinned tables and producing their messages run on
+                # one stream thread, with no hop back to the loop in between.
+                stream = self.planner.execute(spec, principal)
+                yield from encode_stream(stream.schema, stream)
+
             async def start() -> AsyncIterator[bytes]:
-                stream = await self._blocking(self.planner.execute, spec, principal)
-                return prefetch(encode_stream(stream.schema, stream), self._streams)
+                return prefetch(produce(), self._streams)
 
             if self._admission is None:
                 messages = await start()
