@@ -210,6 +210,38 @@ async def test_background_compactor_waits_for_enough_small_fragments(
 
 
 @pytest.mark.asyncio
+async def test_a_stream_of_appends_gets_compacted_without_waiting_for_the_timer(
+    coordinator: CommitCoordinator,
+) -> None:
+    # The timer and the per-table gap would hold it off for an hour: only the
+    # append count can start this compaction, and only if a continuous
+    # stream of appends lets maintenance take the table lock between groups.
+    settings = {"min_small_fragments": 8, "appends_per_look": 24}
+    compactor = AutoCompactor(maintenance(coordinator, interval_s=3600, min_gap_s=3600, **settings))
+    await table_with_appends(coordinator, 1)
+    compactor.start()
+    try:
+
+        async def writer(base: int) -> None:
+            for i in range(15):
+                await append(coordinator, base + 10 * i)
+
+        await asyncio.gather(*(writer(10_000 * (w + 1)) for w in range(4)))
+        for _ in range(200):  # the nudge runs on the compactor's own task
+            record = await coordinator.describe_table(T)
+            if record.engine_version != record.version + 1:
+                break
+            await asyncio.sleep(0.05)
+    finally:
+        await compactor.stop()
+    record = await coordinator.describe_table(T)
+    assert record.version == 61, "every append is kept"
+    fragments = lance.dataset(record.location, version=record.engine_version).get_fragments()
+    assert len(fragments) < 61, "compacted while the appends streamed in"
+    assert sorted_rows(record.location, record.engine_version).num_rows == 610
+
+
+@pytest.mark.asyncio
 async def test_maintenance_over_flight_needs_admin_and_returns_typed_errors(
     served: Any, kit: Any
 ) -> None:

@@ -98,6 +98,9 @@ class CommitCoordinator:
         self._queues: dict[TableRef, deque[_Queued]] = {}
         self._committers: set[TableRef] = set()
         self._retained_at: dict[TableRef, float] = {}
+        self._appended: dict[TableRef, int] = {}
+        self._watch_every = 0
+        self._on_many_appends: Callable[[TableRef], None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._last_prune = float("-inf")
         self._crash_point = config.crash_point
@@ -282,23 +285,26 @@ class CommitCoordinator:
     async def _committer(self, table: TableRef) -> None:
         """Commit the table's queued appends, a group at a time, under its lock."""
         queue = self._queues[table]
+        lock = self._locks.setdefault(table, asyncio.Lock())
         try:
-            async with self._locks.setdefault(table, asyncio.Lock()):
-                while queue:
+            while queue:
+                # The lock is taken per group: a create, drop or maintenance
+                # waiting for it (the lock is FIFO) goes before the next group.
+                async with lock:
                     group = [queue.popleft() for _ in range(min(len(queue), MAX_GROUP))]
                     try:
                         retry = await self._commit_group(table, group)
                     except BaseException as exc:
                         # A bug, or cancellation at shutdown: nobody may wait forever.
-                        for queued in group:
-                            _fail(
-                                queued,
-                                exc
-                                if isinstance(exc, Exception)
-                                else Unavailable(
-                                    "Metasrv is shutting down; retry with the same operation id"
-                                ),
+                        error = (
+                            exc
+                            if isinstance(exc, Exception)
+                            else Unavailable(
+                                "Metasrv is shutting down; retry with the same operation id"
                             )
+                        )
+                        for queued in group:
+                            _fail(queued, error)
                         raise
                     queue.extendleft(reversed(retry))
         finally:
@@ -408,6 +414,8 @@ class CommitCoordinator:
                     descriptor=result.descriptor(),
                 )
             )
+        if done:
+            self._count_appends(table, len(done))
         await self._prune_operations()
         return retry
 
@@ -470,6 +478,20 @@ class CommitCoordinator:
             )
         log.info("append replayed", table=str(table), version=prior.version)
         return prior.result(replayed=True)
+
+    def watch_appends(self, every: int, callback: Callable[[TableRef], None] | None) -> None:
+        """Call ``callback(table)`` each time a table took ``every`` more appends (0: stop)."""
+        self._watch_every, self._on_many_appends = every, callback
+        self._appended.clear()
+
+    def _count_appends(self, table: TableRef, count: int) -> None:
+        if self._on_many_appends is None or self._watch_every <= 0:
+            return
+        total = self._appended.get(table, 0) + count
+        if total >= self._watch_every:
+            total = 0
+            self._on_many_appends(table)
+        self._appended[table] = total
 
     # -- housekeeping -----------------------------------------------------------
 

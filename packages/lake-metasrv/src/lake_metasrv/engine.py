@@ -178,6 +178,7 @@ class LanceEngine:
     ) -> AppendOutcome:
         options = self._options(location)
         written = self._written_tracker(location)
+        written.before_commits()
         versions: list[int] = []
         error: BaseException | None = None
         base: Any = None
@@ -356,8 +357,13 @@ class WrittenFiles:
 
     def __init__(self, dataset: Path) -> None:
         self.dataset = dataset
-        self._before = {name: _names(dataset / name) for name in self._LISTED}
-        self._had_data_dir = (dataset / "data").is_dir()
+        self._before: dict[str, set[str]] = {}
+        self._had_data_dir = True
+
+    def before_commits(self) -> None:
+        """Note what exists now, so :meth:`sync_commits` can tell what is new."""
+        self._before = {name: _names(self.dataset / name) for name in self._LISTED}
+        self._had_data_dir = (self.dataset / "data").is_dir()
 
     def sync_data(self, fragments: Iterable[Any]) -> None:
         """The data files themselves (their directory entries: :meth:`sync_commits`)."""
@@ -369,7 +375,7 @@ class WrittenFiles:
         """New manifests and transactions, and every directory entry, once per group."""
         for name in self._LISTED:
             directory = self.dataset / name
-            for entry in _names(directory) - self._before[name]:
+            for entry in _names(directory) - self._before.get(name, set()):
                 _fsync_file(str(directory / entry))
         for name in ("data", *self._LISTED):
             if (self.dataset / name).is_dir():
@@ -382,6 +388,9 @@ class NothingToSync(WrittenFiles):
     """Object stores make a write durable before acknowledging it."""
 
     def __init__(self) -> None:
+        pass
+
+    def before_commits(self) -> None:
         pass
 
     def sync_data(self, fragments: Iterable[Any]) -> None:

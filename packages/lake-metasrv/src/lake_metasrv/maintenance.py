@@ -97,9 +97,13 @@ class CompactionSettings:
     min_small_fragments: int = 64
     small_fragment_rows: int = 100_000
     #: How often the compactor looks for work, and the least time between two
-    #: automatic compactions of one table.
+    #: automatic compactions of one table found by looking.
     interval_s: float = 10.0
     min_gap_s: float = 60.0
+    #: A table that took this many appends since it was last looked at is
+    #: looked at right away (every append is a fragment, and each Lance commit,
+    #: fragment write and retention pass costs time in proportion to them).
+    appends_per_look: int = 256
     #: Source rows one automatic run rewrites at most (the table lock is held
     #: meanwhile, so this bounds how long an append can wait).
     max_source_rows: int = 4 * TARGET_ROWS_PER_FRAGMENT
@@ -487,10 +491,18 @@ class AutoCompactor:
         self._records: list[TableRecord] = []
         self._examined: dict[TableRef, tuple[str, int]] = {}
         self._last_run: dict[TableRef, float] = {}
+        self._nudged: set[TableRef] = set()
+        self._wake = asyncio.Event()
+
+    def nudge(self, table: TableRef) -> None:
+        """Look at ``table`` now: it took many appends (see ``appends_per_look``)."""
+        self._nudged.add(table)
+        self._wake.set()
 
     def start(self) -> None:
         if self.settings.enabled and self._task is None:
             self._task = asyncio.create_task(self._loop(), name="lake-auto-compaction")
+            self.maintenance.coordinator.watch_appends(self.settings.appends_per_look, self.nudge)
             log.info(
                 "background compaction on",
                 min_small_fragments=self.settings.min_small_fragments,
@@ -500,6 +512,7 @@ class AutoCompactor:
     async def stop(self) -> None:
         """Stop looking for work; a compaction already running finishes (the coordinator drains it)."""
         task, self._task = self._task, None
+        self.maintenance.coordinator.watch_appends(0, None)
         if task is not None:
             task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -507,7 +520,9 @@ class AutoCompactor:
 
     async def _loop(self) -> None:
         while True:
-            await asyncio.sleep(self.settings.interval_s)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), self.settings.interval_s)
+            self._wake.clear()
             try:
                 await self.tick()
             except asyncio.CancelledError:
@@ -527,12 +542,14 @@ class AutoCompactor:
             self._examined = {t: v for t, v in self._examined.items() if t in live}
             self._last_run = {t: v for t, v in self._last_run.items() if t in live}
         compacted: list[TableRef] = []
+        nudged, self._nudged = self._nudged, set()
         for record in self._records:
             seen = (record.incarnation, record.engine_version)
             if self._examined.get(record.table) == seen:
                 continue
             now = time.monotonic()
-            if now - self._last_run.get(record.table, float("-inf")) < self.settings.min_gap_s:
+            recent = now - self._last_run.get(record.table, float("-inf")) < self.settings.min_gap_s
+            if recent and record.table not in nudged:
                 continue  # looked at again on a later pass
             self._examined[record.table] = seen
             try:
