@@ -68,6 +68,9 @@ Machine: {machine()}.
 
 ![ratios against their goals](performance.png)
 
+What each missed figure costs and why, and how the figures moved as the
+slow paths were fixed: [performance-analysis.md](performance-analysis.md).
+
 ## Reproduce
 
 ```
