@@ -27,6 +27,7 @@ from __future__ import annotations
 import base64
 import threading
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -298,6 +299,11 @@ class _Binder(ABC):
         self.pinned(ref, descriptor)
         return dataset
 
+    def opened(self) -> list[Any]:
+        """The datasets opened so far."""
+        with self._lock:
+            return list(self._datasets.values())
+
     def open_all(self, refs: Iterable[TableRef]) -> list[Any]:
         """Authorize and open ``refs`` now (before the session exists)."""
         with self._lock:
@@ -420,10 +426,18 @@ def _result_schema(df: Any) -> pa.Schema:
     return schema.remove_metadata()
 
 
-def _direct_scan(
-    df: Any, datasets: list[Any], schema: pa.Schema
-) -> Iterator[pa.RecordBatch] | None:
-    """Batches straight from Lance when the plan is a scan of one table.
+@dataclass(frozen=True)
+class _DirectScan:
+    """A query Lance's scanner answers alone: columns of one table, maybe a filter."""
+
+    columns: list[str]
+    row_filter: Any  # a pyarrow.compute.Expression, or None
+    batch_rows: int
+    schema: pa.Schema
+
+
+def _direct_plan(df: Any, datasets: list[Any], schema: pa.Schema) -> _DirectScan | None:
+    """The direct scan for ``df`` when its plan is a scan of one table, else None.
 
     A plain projection (``SELECT a, b FROM t``), optionally filtered by a
     WHERE clause DataFusion pushed into the scan, needs nothing else from
@@ -450,17 +464,50 @@ def _direct_scan(
             return None
     row_bytes = sum(_estimated_width(field.type) for field in schema) or 1
     rows = max(1024, min(1 << 20, int(TARGET_BATCH_BYTES * 1.75) // row_bytes))
+    return _DirectScan(columns, row_filter, rows, schema)
+
+
+def _scan_directly(dataset: Any, plan: _DirectScan) -> Iterator[pa.RecordBatch] | None:
+    """Run ``plan`` on ``dataset``; None if Lance refuses its filter (DataFusion can run it)."""
     try:
-        scanner = datasets[0].scanner(columns=columns, filter=row_filter, batch_size=rows)
+        scanner = dataset.scanner(
+            columns=plan.columns, filter=plan.row_filter, batch_size=plan.batch_rows
+        )
     except Exception as exc:
-        if row_filter is not None:
-            return None  # Lance cannot take this filter: DataFusion can
+        if plan.row_filter is not None:
+            return None
         raise _execution_error(exc) from None
     try:
         batches = scanner.to_batches()
     except Exception as exc:
         raise _execution_error(exc) from None
     return (batch for batch in batches if batch.num_rows)
+
+
+class _DirectPlans:
+    """Direct scans found while planning, for the DoGet that follows on this replica.
+
+    Keyed by the whole planned spec (SQL, parameters, pinned versions), from
+    which the direct scan follows deterministically: a hit spares DoGet a
+    DataFusion session and a second planning. A miss (another replica, or
+    an evicted entry) plans again, as before. Authorization is never cached.
+    """
+
+    def __init__(self, capacity: int = 1024) -> None:
+        self.capacity = capacity
+        self._plans: OrderedDict[QuerySpec, _DirectScan] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def remember(self, spec: QuerySpec, plan: _DirectScan) -> None:
+        with self._lock:
+            self._plans[spec] = plan
+            self._plans.move_to_end(spec)
+            while len(self._plans) > self.capacity:
+                self._plans.popitem(last=False)
+
+    def recall(self, spec: QuerySpec) -> _DirectScan | None:
+        with self._lock:
+            return self._plans.get(spec)
 
 
 def _estimated_width(data_type: pa.DataType) -> int:
@@ -480,6 +527,7 @@ class Planner:
     def __init__(self, resolve: Resolver, list_tables: Lister = tuple) -> None:
         self._resolve = resolve
         self._list = list_tables
+        self._direct = _DirectPlans()
 
     def plan(
         self,
@@ -501,18 +549,28 @@ class Planner:
             PinnedTable(table=ref, descriptor=binder.pins[ref])
             for ref in sorted(binder.pins, key=lambda r: (r.namespace, r.name))
         )
-        return PlannedQuery(spec=spec.model_copy(update={"pins": pins}), schema=schema)
+        planned = spec.model_copy(update={"pins": pins})
+        direct = _direct_plan(df, binder.opened(), schema)
+        if direct is not None:
+            self._direct.remember(planned, direct)
+        return PlannedQuery(spec=planned, schema=schema)
 
     def execute(self, spec: QuerySpec, principal: Principal) -> ResultStream:
         """Run a planned query from its pinned set alone."""
         binder = _PinnedBinder(principal, spec.pins)
-        datasets = binder.open_all(p.table for p in spec.pins)
+        datasets = binder.open_all(p.table for p in spec.pins)  # authorizes every table
+        known = self._direct.recall(spec)
+        if known is not None and len(datasets) == 1:
+            batches = _scan_directly(datasets[0], known)
+            if batches is not None:
+                return ResultStream(known.schema, coalesce_batches(batches, known.schema))
         session = _session(binder, join_reordering=not _conflicting_metadata(datasets))
         df = _plan(session, spec)
         schema = _result_schema(df)
-        direct = _direct_scan(df, datasets, schema)
-        if direct is not None:
-            return ResultStream(schema, coalesce_batches(direct, schema), session)
+        direct = _direct_plan(df, datasets, schema)
+        batches = None if direct is None else _scan_directly(datasets[0], direct)
+        if batches is not None:
+            return ResultStream(schema, coalesce_batches(batches, schema), session)
         try:
             # The C stream interface moves batches with less Python per batch
             # than execute_stream() + to_pyarrow().
