@@ -52,7 +52,7 @@ from lake_core.models import CatalogEntry, TableDescriptor, incarnation_of
 from lake_core.names import DEFAULT_CATALOG, TableRef
 from lake_core.principal import Principal
 from lake_query.pinned import PinnedDatasets
-from lake_query.pushdown import to_arrow_filter
+from lake_query.pushdown import to_lance_filter
 from lake_query.results import TARGET_BATCH_BYTES, coalesce_batches
 from lake_query.statements import reject_writes, sql_error
 
@@ -431,7 +431,7 @@ class _DirectScan:
     """A query Lance's scanner answers alone: columns of one table, maybe a filter."""
 
     columns: list[str]
-    row_filter: Any  # a pyarrow.compute.Expression, or None
+    row_filter: str | None  # Lance filter SQL
     batch_rows: int
     schema: pa.Schema
 
@@ -459,7 +459,7 @@ def _direct_plan(df: Any, datasets: list[Any], schema: pa.Schema) -> _DirectScan
         return None
     row_filter = None
     if scan.filters():
-        row_filter = to_arrow_filter(scan.filters(), datasets[0].schema)
+        row_filter = to_lance_filter(scan.filters(), datasets[0].schema)
         if row_filter is None:
             return None
     row_bytes = sum(_estimated_width(field.type) for field in schema) or 1
