@@ -267,3 +267,34 @@ async def test_cancelled_caller_does_not_abandon_the_commit(
     replay = await coordinator.append(command(kit, op), kit.schema, [kit.make_batch(2)])
     assert replay.replayed
     assert replay.version == 1
+
+
+@pytest.mark.asyncio
+async def test_appends_follow_a_table_recreated_behind_this_coordinators_back(
+    make_coordinator: Any, kit: Any
+) -> None:
+    # Two coordinators on one registry and data directory, as two leadership
+    # terms would be: the first keeps what it last saw of the table, the
+    # second drops it and recreates it with another schema.
+    first, second = make_coordinator(), make_coordinator()
+    await first.open()
+    await second.open()
+    try:
+        await first.create_table(kit.episodes, kit.schema)
+        assert (await first.append(command(kit), kit.schema, [kit.make_batch(2)])).version == 1
+        await second.drop_table(kit.episodes)
+        recreated = await second.create_table(kit.episodes, kit.file_schema)
+
+        with pytest.raises(SchemaMismatch):  # the old schema, which `first` last saw
+            await first.append(command(kit), kit.schema, [kit.make_batch(1)])
+        result = await first.append(
+            command(kit), kit.file_schema, [kit.make_batch(3, schema=kit.file_schema)]
+        )
+        assert result.version == 1
+        assert result.descriptor.incarnation == recreated.incarnation
+        table = await first.engine.read(recreated.location, result.descriptor.engine_version)
+        assert table.schema.names == kit.file_schema.names
+        assert table.num_rows == 3
+    finally:
+        await first.close()
+        await second.close()

@@ -98,6 +98,9 @@ class CommitCoordinator:
         self._queues: dict[TableRef, deque[_Queued]] = {}
         self._committers: set[TableRef] = set()
         self._retained_at: dict[TableRef, float] = {}
+        #: Each table as this coordinator last read or wrote it (a hint: appends
+        #: prepare against it, and the committer checks them against the registry).
+        self._seen: dict[TableRef, TableRecord] = {}
         self._appended: dict[TableRef, int] = {}
         self._watch_every = 0
         self._on_many_appends: Callable[[TableRef], None] | None = None
@@ -179,6 +182,7 @@ class CommitCoordinator:
             created_at_ms=self._now_ms(),
         )
         generation = await self.registry.create_table(record)
+        self._seen[table] = record
         log.info("table created", table=str(table), incarnation=incarnation, generation=generation)
         return record
 
@@ -190,6 +194,7 @@ class CommitCoordinator:
         record = await self.describe_table(table)
         dropped_at = self._now_ms()
         generation = await self.registry.drop_table(table, record.incarnation, dropped_at)
+        self._seen.pop(table, None)
         # Only after the registry forgot the table: a marker for a live table
         # would let GC delete objects it still references.
         marker = DropMarker(
@@ -246,9 +251,14 @@ class CommitCoordinator:
             return self._replay(prior, command.table)
         # Checked and written as fragments outside the lock, concurrently with
         # other appends; the committer only has to commit them.
-        record = await self.describe_table(command.table)
-        # Refused early when already stale; checked again under the lock.
-        _check_read_version(command, record.version)
+        # The table as last seen is enough here (everything is checked again
+        # under the lock), and spares every append a registry read.
+        record = self._seen.get(command.table)
+        if record is None:
+            record = await self.describe_table(command.table)
+            self._seen[command.table] = record
+        if command.read_version is not None and command.read_version < record.version:
+            _check_read_version(command, record.version)  # stale already: versions only grow
         checked = _check_rows(record, schema, batches, scope)
         prepared = await self.engine.prepare(
             record.location, record.incarnation, record.engine_version, checked.data
@@ -329,9 +339,11 @@ class CommitCoordinator:
         try:
             record = await self.describe_table(table)
         except Exception as exc:
+            self._seen.pop(table, None)
             for queued in group:
                 _fail(queued, exc)
             return []
+        self._seen[table] = record
         staged, retry = await self._stage(record, group)
         if not staged:
             return retry
@@ -415,6 +427,7 @@ class CommitCoordinator:
                 )
             )
         if done:
+            self._seen[table] = done[-1][1]
             self._count_appends(table, len(done))
         await self._prune_operations()
         return retry
