@@ -10,12 +10,21 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["fsync_dir", "replace_synced", "write_synced"]
+__all__ = ["fsync_dir", "fsync_file", "replace_synced", "write_synced"]
 
 
 def fsync_dir(path: str | Path) -> None:
     """Make a directory entry (a create or rename inside ``path``) durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def fsync_file(path: str | Path) -> None:
+    """Make a file's contents durable (one written by someone else, e.g. Lance)."""
+    fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
     finally:

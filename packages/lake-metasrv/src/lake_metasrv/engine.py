@@ -31,9 +31,9 @@ import lance
 import pyarrow as pa
 import structlog
 
+from lake_core.durable import fsync_dir, fsync_file
 from lake_core.errors import Internal, InvalidSchema, Unavailable, VersionReclaimed
 from lake_core.models import Engine, incarnation_metadata, incarnation_of
-from lake_metasrv.datadir import fsync_dir
 
 __all__ = ["AppendOutcome", "LanceEngine", "NothingToSync", "PreparedAppend", "WrittenFiles"]
 
@@ -369,14 +369,14 @@ class WrittenFiles:
         """The data files themselves (their directory entries: :meth:`sync_commits`)."""
         for fragment in fragments:
             for data_file in fragment.files:
-                _fsync_file(str(self.dataset / "data" / data_file.path))
+                fsync_file(str(self.dataset / "data" / data_file.path))
 
     def sync_commits(self) -> None:
         """New manifests and transactions, and every directory entry, once per group."""
         for name in self._LISTED:
             directory = self.dataset / name
             for entry in _names(directory) - self._before.get(name, set()):
-                _fsync_file(str(directory / entry))
+                fsync_file(str(directory / entry))
         for name in ("data", *self._LISTED):
             if (self.dataset / name).is_dir():
                 fsync_dir(self.dataset / name)
@@ -407,14 +407,6 @@ def _names(directory: Path) -> set[str]:
         return set()
 
 
-def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _make_durable(dataset: Path, since_ns: int) -> None:
     """fsync the files a Lance commit wrote, and their directories.
 
@@ -430,7 +422,7 @@ def _make_durable(dataset: Path, since_ns: int) -> None:
             continue
         for entry in os.scandir(directory):
             if entry.is_file(follow_symlinks=False) and entry.stat().st_mtime_ns >= since_ns:
-                _fsync_file(entry.path)
+                fsync_file(entry.path)
         fsync_dir(directory)
     fsync_dir(dataset)
 

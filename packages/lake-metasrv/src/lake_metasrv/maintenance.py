@@ -44,6 +44,7 @@ import pyarrow as pa
 import structlog
 from lance.optimize import Compaction, CompactionOptions
 
+from lake_core.durable import fsync_dir, fsync_file
 from lake_core.errors import (
     ConfigError,
     Internal,
@@ -58,7 +59,6 @@ from lake_core.models import incarnation_of
 from lake_core.names import TableRef
 from lake_core.protocol import IndexKind, MaintenanceResult
 from lake_metasrv.commits import CommitCoordinator
-from lake_metasrv.datadir import fsync_dir
 from lake_metasrv.registry.base import MaintenanceCommit, TableRecord
 from lake_metasrv.s3engine import S3LanceEngine
 
@@ -295,14 +295,6 @@ def _create_index(target: _Dataset, record: TableRecord, column: str, kind: str)
     return _finish(target, record, before, target.open(), started)
 
 
-def _fsync_file(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _make_durable(dataset: Path, since_ns: int) -> None:
     """fsync every file Lance wrote under ``dataset`` (index directories included).
 
@@ -316,7 +308,7 @@ def _make_durable(dataset: Path, since_ns: int) -> None:
             path = os.path.join(root, name)
             try:
                 if os.stat(path).st_mtime_ns >= since_ns:
-                    _fsync_file(path)
+                    fsync_file(path)
                     wrote = True
             except FileNotFoundError:
                 # A temporary file of a concurrent append's fragment write
