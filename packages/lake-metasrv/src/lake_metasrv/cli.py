@@ -22,6 +22,7 @@ import structlog
 from lake_core.errors import LakeError
 from lake_core.filetype import is_file_field
 from lake_core.flight.server import FlightServer
+from lake_core.logs import configure_logging
 from lake_core.names import TableRef
 from lake_core.principal import DEV_PRINCIPAL, Principal
 from lake_core.schemas import parse_column_spec, validate_table_schema
@@ -41,35 +42,6 @@ log = structlog.get_logger("lake_metasrv")
 
 class LakeCommandError(click.ClickException):
     exit_code = 2
-
-
-def configure_logging(level: int = logging.INFO) -> None:
-    """JSON log lines on stderr, for structlog and stdlib loggers alike."""
-    shared: list[Any] = [
-        structlog.contextvars.merge_contextvars,
-        structlog.stdlib.add_log_level,
-        structlog.stdlib.add_logger_name,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-    ]
-    structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=True,
-    )
-    formatter = structlog.stdlib.ProcessorFormatter(
-        foreign_pre_chain=shared,
-        processors=[
-            structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-            structlog.processors.format_exc_info,
-            structlog.processors.JSONRenderer(),
-        ],
-    )
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(formatter)
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
 
 
 def _load_config(**kwargs: Any) -> MetaConfig:

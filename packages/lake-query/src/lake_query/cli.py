@@ -17,6 +17,7 @@ import structlog
 
 from lake_core.errors import LakeError
 from lake_core.flight.server import FlightServer, UncleanShutdown, serve
+from lake_core.logs import configure_logging
 from lake_core.metaclient import MetaClient
 from lake_core.tickets import TicketSealer
 from lake_query.admission import Admission
@@ -34,36 +35,6 @@ log = structlog.get_logger("lake_query")
 #: Prepared-statement handles live longer than result tickets: ADBC keeps
 #: them for the life of a cursor.
 HANDLE_TTL_SECS = 3600
-
-
-def configure_logging(level: int = logging.INFO) -> None:
-    """structlog and stdlib logging as JSON lines on stderr."""
-    shared: list[structlog.types.Processor] = [
-        structlog.contextvars.merge_contextvars,
-        structlog.stdlib.add_log_level,
-        structlog.stdlib.add_logger_name,
-        structlog.processors.TimeStamper(fmt="iso", utc=True),
-    ]
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=shared,
-            processors=[
-                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                structlog.processors.format_exc_info,
-                structlog.processors.JSONRenderer(),
-            ],
-        )
-    )
-    root = logging.getLogger()
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
-        logger_factory=structlog.stdlib.LoggerFactory(),
-        wrapper_class=structlog.stdlib.BoundLogger,
-        cache_logger_on_first_use=True,
-    )
 
 
 async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
