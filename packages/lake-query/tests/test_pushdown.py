@@ -113,8 +113,10 @@ def test_simple_filters_are_translated_and_others_are_not(
     context.register_table("t", lance.FFILanceTableProvider(dataset))
 
     def translated(where: str) -> bool:
-        scan = context.sql(f"SELECT * FROM t WHERE {where}").optimized_logical_plan()
-        return to_lance_filter(scan.to_variant().filters(), dataset.schema) is not None
+        # The plan as Query reads it: Projection, Filter, TableScan.
+        plan = context.sql(f"SELECT * FROM t WHERE {where}").logical_plan()
+        predicate = plan.to_variant().input()[0].to_variant().predicate()
+        return to_lance_filter([predicate], dataset.schema) is not None
 
     assert translated("id IN (3, 5, 8)")
     assert translated("score >= 1.5 AND robot = 'robot-3'")

@@ -440,7 +440,7 @@ def _direct_plan(df: Any, datasets: list[Any], schema: pa.Schema) -> _DirectScan
     """The direct scan for ``df`` when its plan is a scan of one table, else None.
 
     A plain projection (``SELECT a, b FROM t``), optionally filtered by a
-    WHERE clause DataFusion pushed into the scan, needs nothing else from
+    WHERE clause Lance's filter SQL can express, needs nothing else from
     DataFusion, whose Lance provider yields 8192-row batches that then have
     to be merged and adds its own per-query set-up. Lance's own scanner reads
     the same pinned version at the batch size Flight wants, using scalar
@@ -448,18 +448,32 @@ def _direct_plan(df: Any, datasets: list[Any], schema: pa.Schema) -> _DirectScan
     """
     if len(datasets) != 1:
         return None
+    # The plan as written (analyzed, not optimized: the optimizer costs more
+    # than the whole direct scan decision): Projection [Filter] TableScan.
     try:
-        scan = df.optimized_logical_plan().to_variant()
+        projection = df.logical_plan().to_variant()
+        if type(projection).__name__ != "Projection":
+            return None
+        columns = []
+        for expr in projection.projections():
+            column = expr.to_variant()
+            if type(column).__name__ != "Column":
+                return None  # an expression, alias or literal
+            columns.append(column.name())
+        below = projection.input()[0].to_variant()
+        predicate = None
+        if type(below).__name__ == "Filter":
+            predicate = below.predicate()
+            below = below.input()[0].to_variant()
+        if type(below).__name__ != "TableScan" or below.fetch() is not None or below.filters():
+            return None
     except Exception:
         return None
-    if type(scan).__name__ != "TableScan" or scan.fetch() is not None:
-        return None
-    columns = [name for _, name in scan.projection()]
-    if columns != schema.names:
+    if columns != schema.names or len(set(columns)) != len(columns):
         return None
     row_filter = None
-    if scan.filters():
-        row_filter = to_lance_filter(scan.filters(), datasets[0].schema)
+    if predicate is not None:
+        row_filter = to_lance_filter([predicate], datasets[0].schema)
         if row_filter is None:
             return None
     row_bytes = sum(_estimated_width(field.type) for field in schema) or 1
