@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -17,6 +18,7 @@ from lake_core.names import TableRef
 from lake_metasrv.cli import loopback_principal
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.config import MetaConfig
+from lake_metasrv.registry.dynamo import DynamoRegistry
 from lake_metasrv.service import MetaHandler
 from tools.lake_testing.dynalite import Dynalite
 
@@ -153,3 +155,20 @@ def dynalite(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dynalite]:
         yield server
     finally:
         server.stop()
+
+
+@pytest_asyncio.fixture
+async def dynamo_registry(
+    dynalite: Dynalite, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[DynamoRegistry]:
+    """An open DynamoDB registry in a table of its own on the module's dynalite."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "dynalite")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "dynalite")
+    store = DynamoRegistry(
+        f"reg_{uuid.uuid4().hex[:10]}", endpoint_url=dynalite.endpoint, region=dynalite.region
+    )
+    await store.open()
+    try:
+        yield store
+    finally:
+        await store.close()

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import uuid
-from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import pyarrow as pa
 import pytest
-import pytest_asyncio
 
 from lake_core.errors import StaleReadVersion, TableNotFound
 from lake_core.ids import new_operation_id, operation_time_ms
@@ -23,20 +20,9 @@ pytestmark = pytest.mark.dynamodb
 T = TableRef("robots", "episodes")
 
 
-@pytest_asyncio.fixture
-async def registry(
-    dynalite: Dynalite, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[DynamoRegistry]:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "dynalite")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "dynalite")
-    store = DynamoRegistry(
-        f"reg_{uuid.uuid4().hex[:10]}", endpoint_url=dynalite.endpoint, region=dynalite.region
-    )
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
+@pytest.fixture
+def registry(dynamo_registry: DynamoRegistry) -> DynamoRegistry:
+    return dynamo_registry
 
 
 async def table_at_version_2(registry: DynamoRegistry) -> tuple[TableRecord, list[str]]:

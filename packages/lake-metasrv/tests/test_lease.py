@@ -8,35 +8,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
-from collections.abc import AsyncIterator
 
 import pytest
-import pytest_asyncio
 
 from lake_metasrv.lease import DEFAULT_LEASE_TTL_S, Leadership
 from lake_metasrv.registry.dynamo import DynamoRegistry, NotLeader
-from tools.lake_testing.dynalite import Dynalite
 
 pytestmark = pytest.mark.dynamodb
 
 TTL_S = 1.5
 
 
-@pytest_asyncio.fixture
-async def registry(
-    dynalite: Dynalite, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[DynamoRegistry]:
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "dynalite")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "dynalite")
-    store = DynamoRegistry(
-        f"lease_{uuid.uuid4().hex[:10]}", endpoint_url=dynalite.endpoint, region=dynalite.region
-    )
-    await store.open()
-    try:
-        yield store
-    finally:
-        await store.close()
+@pytest.fixture
+def registry(dynamo_registry: DynamoRegistry) -> DynamoRegistry:
+    return dynamo_registry
 
 
 def node(registry: DynamoRegistry, name: str) -> Leadership:
