@@ -112,19 +112,6 @@ def list_tables(addr: str) -> None:
         click.echo(f"{entry.table}\tversion {entry.descriptor.version}")
 
 
-def _maintained(result: Any) -> dict[str, Any]:
-    return {
-        "table": str(result.table),
-        "changed": result.changed,
-        "version": result.descriptor.version,
-        "engine_version": result.descriptor.engine_version,
-        "previous_engine_version": result.previous_engine_version,
-        "fragments_before": result.fragments_before,
-        "fragments_after": result.fragments_after,
-        "indexes": result.indexes,
-    }
-
-
 @client.command("optimize-table")
 @click.argument("table")
 @click.pass_obj
@@ -132,7 +119,7 @@ def optimize_table(addr: str, table: str) -> None:
     """Compact TABLE's small fragments and refresh its indexes (same rows, same version)."""
     ref = TableRef.parse(table)
     result = _run(addr, lambda c: c.optimize_table(ref), MAINTENANCE_TIMEOUT_S)
-    click.echo(json.dumps(_maintained(result), indent=2))
+    click.echo(json.dumps(result.summary(), indent=2))
 
 
 @client.command("create-index")
@@ -150,4 +137,4 @@ def create_index(addr: str, table: str, column: str, kind: str) -> None:
     """Build a scalar index on TABLE's COLUMN (Query's key lookups then use it)."""
     ref = TableRef.parse(table)
     result = _run(addr, lambda c: c.create_index(ref, column, kind.upper()), MAINTENANCE_TIMEOUT_S)
-    click.echo(json.dumps(_maintained(result), indent=2))
+    click.echo(json.dumps(result.summary(), indent=2))

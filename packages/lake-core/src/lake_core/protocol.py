@@ -7,7 +7,7 @@ and whose one ``PutResult`` carries an :class:`AppendResult`.
 
 from __future__ import annotations
 
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -105,6 +105,19 @@ class MaintenanceResult(WireModel):
     fragments_before: int
     fragments_after: int
     indexes: list[str] = Field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        """The result as the CLIs print it (one flat JSON object)."""
+        return {
+            "table": str(self.table),
+            "changed": self.changed,
+            "version": self.descriptor.version,
+            "engine_version": self.descriptor.engine_version,
+            "previous_engine_version": self.previous_engine_version,
+            "fragments_before": self.fragments_before,
+            "fragments_after": self.fragments_after,
+            "indexes": self.indexes,
+        }
 
 
 class AppendCommand(WireModel):

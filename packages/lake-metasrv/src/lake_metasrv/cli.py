@@ -245,19 +245,6 @@ def drop_table(name: str, data_dir: str) -> None:
     click.echo(f"dropped {result.table} at version {result.dropped_version}")
 
 
-def _maintained(result: Any) -> dict[str, Any]:
-    return {
-        "table": str(result.table),
-        "changed": result.changed,
-        "version": result.descriptor.version,
-        "engine_version": result.descriptor.engine_version,
-        "previous_engine_version": result.previous_engine_version,
-        "fragments_before": result.fragments_before,
-        "fragments_after": result.fragments_after,
-        "indexes": result.indexes,
-    }
-
-
 @table.command("optimize")
 @click.argument("name")
 @_data_dir_option
@@ -265,7 +252,7 @@ def optimize_table(name: str, data_dir: str) -> None:
     """Compact NAME's small fragments and refresh its indexes (same rows, same version)."""
     ref = _parse_table(name)
     result = _local(data_dir, lambda c: Maintenance(c).compact(ref))
-    _echo(_maintained(result))
+    _echo(result.summary())
 
 
 @table.command("index")
@@ -283,4 +270,4 @@ def index_table(name: str, column: str, kind: str, data_dir: str) -> None:
     """Build a scalar index on NAME's COLUMN (key lookups through Query then use it)."""
     ref = _parse_table(name)
     result = _local(data_dir, lambda c: Maintenance(c).create_index(ref, column, kind.upper()))
-    _echo(_maintained(result))
+    _echo(result.summary())
