@@ -124,11 +124,16 @@ def test_retry_after_a_crash_at_each_commit_step_gives_exactly_one_version(
     )
     op_id = new_operation_id()
     with lake_sdk.connect(lake_cluster.query.url, append_attempts=1) as client:
-        with pytest.raises(LakeError) as lost:
-            client.append_batches(EPISODES, [episodes(1000, ROWS_PER_APPEND)], operation_id=op_id)
-        assert lost.value.retryable, f"a lost reply must be retryable, got {lost.value!r}"
-        assert armed.proc is not None
-        assert armed.proc.wait(timeout=30) == 137
+        try:
+            with pytest.raises(LakeError) as lost:
+                client.append_batches(
+                    EPISODES, [episodes(1000, ROWS_PER_APPEND)], operation_id=op_id
+                )
+            assert lost.value.retryable, f"a lost reply must be retryable, got {lost.value!r}"
+            assert armed.proc is not None
+            assert armed.proc.wait(timeout=30) == 137
+        finally:
+            armed.stop()  # a no-op once it crashed as armed; never left running
 
         lake_cluster.meta.start()
         version = _append_until_acknowledged(client, 1000, op_id, time.monotonic() + 60)
