@@ -12,7 +12,7 @@ import asyncio
 import json
 import os
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, get_args
 
 import click
 import pyarrow as pa
@@ -21,11 +21,21 @@ from lake_core.auth import METADATA_AUTH_TOKEN_FILE
 from lake_core.errors import LakeError
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
+from lake_core.protocol import IndexKind
 from lake_core.schemas import parse_column_spec, schema_from_base64, validate_table_schema
 from lake_core.security import optional_token
 from lake_core.tls import METADATA_CA_FILE, METADATA_SERVER_NAME, load_client_tls
 
 T = TypeVar("T")
+
+#: ``--kind`` of an index command: one of :data:`lake_core.protocol.IndexKind`.
+index_kind_option = click.option(
+    "--kind",
+    type=click.Choice(list(get_args(IndexKind)), case_sensitive=False),
+    default="BTREE",
+    show_default=True,
+    help="Scalar index kind.",
+)
 
 
 #: Maintenance rewrites data: allow it far longer than a metadata call.
@@ -125,13 +135,7 @@ def optimize_table(addr: str, table: str) -> None:
 @client.command("create-index")
 @click.argument("table")
 @click.argument("column")
-@click.option(
-    "--kind",
-    type=click.Choice(["BTREE", "BITMAP"], case_sensitive=False),
-    default="BTREE",
-    show_default=True,
-    help="Scalar index kind.",
-)
+@index_kind_option
 @click.pass_obj
 def create_index(addr: str, table: str, column: str, kind: str) -> None:
     """Build a scalar index on TABLE's COLUMN (Query's key lookups then use it)."""

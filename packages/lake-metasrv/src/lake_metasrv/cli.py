@@ -19,6 +19,7 @@ import click
 import pyarrow as pa
 import structlog
 
+from lake_core.admin_cli import index_kind_option
 from lake_core.errors import LakeError
 from lake_core.filetype import is_file_field
 from lake_core.flight.server import FlightServer
@@ -258,13 +259,7 @@ def optimize_table(name: str, data_dir: str) -> None:
 @table.command("index")
 @click.argument("name")
 @click.argument("column")
-@click.option(
-    "--kind",
-    type=click.Choice(["BTREE", "BITMAP"], case_sensitive=False),
-    default="BTREE",
-    show_default=True,
-    help="Scalar index kind.",
-)
+@index_kind_option
 @_data_dir_option
 def index_table(name: str, column: str, kind: str, data_dir: str) -> None:
     """Build a scalar index on NAME's COLUMN (key lookups through Query then use it)."""
