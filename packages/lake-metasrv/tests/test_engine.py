@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import lance
@@ -138,3 +139,27 @@ async def test_drop_and_recreate_gets_a_new_incarnation(
     assert lance.dataset(second.location).count_rows() == 0
     marker = coordinator.sidecars.root / first.incarnation / "dropped.json"
     assert marker.exists()
+
+
+@pytest.mark.asyncio
+async def test_retention_catches_up_once_a_stream_of_appends_drains(
+    make_coordinator: Any, kit: Any
+) -> None:
+    # While appends queue up, retention is deferred (at most once a second);
+    # the group that empties the queue must still apply it before replying.
+    coord = make_coordinator(retain_versions=2)
+    await coord.open()
+    try:
+        record = await coord.create_table(kit.episodes, kit.schema)
+
+        async def writer(w: int) -> None:
+            for i in range(6):
+                await append(coord, kit, 1, start=100 * w + i)
+
+        await asyncio.gather(*(writer(w) for w in range(8)))
+        current = await coord.describe_table(kit.episodes)
+        assert current.version == 48
+        kept = sorted(v["version"] for v in lance.dataset(record.location).versions())
+        assert kept == [current.engine_version - 1, current.engine_version]
+    finally:
+        await coord.close()
