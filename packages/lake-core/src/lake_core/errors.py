@@ -1,8 +1,10 @@
-"""Lake's error tree.
+"""Lake's error tree, and how an error's class travels across the wire.
 
 Every error knows the gRPC status it travels as and whether a caller may retry
 it unchanged. Messages name the table, config key or object concerned, never a
-secret.
+secret. Every class that a Lake server can send lives in this module, so that
+one table (:data:`WIRE_CLASSES`) derived from the tree rebuilds it on the
+client side.
 
     LakeError
     ├── InvalidArgument            INVALID_ARGUMENT
@@ -11,67 +13,143 @@ secret.
     │   ├── SchemaMismatch
     │   ├── InvalidAppend
     │   ├── SqlError
-    │   └── ReadOnlySql
+    │   ├── ReadOnlySql
+    │   ├── InvalidFlightData            a DoPut stream that is not well-formed Arrow IPC
+    │   ├── InvalidRange                 empty, reversed or out-of-bounds byte range
+    │   ├── InvalidUpload                bad media type, unreadable source, bad options
+    │   └── TooManyParts                 an upload would need more than 10,000 parts
     ├── ConfigError                (startup only)
     ├── NotFound                   NOT_FOUND
-    │   └── TableNotFound
+    │   ├── TableNotFound
+    │   └── ObjectNotFound
     ├── AlreadyExists              ALREADY_EXISTS
     │   └── TableExists
     ├── FailedPrecondition         FAILED_PRECONDITION
     │   ├── VersionReclaimed
-    │   └── OperationExpired
+    │   ├── OperationExpired
+    │   ├── StageUnavailable             no stage (query-only client, none configured)
+    │   ├── PresignUnsupported           the stage cannot mint read capabilities
+    │   ├── UploadCheckpointMismatch     source or stage changed since the checkpoint
+    │   └── UploadInProgress             another process holds the checkpoint lock
     ├── Aborted                    ABORTED (refresh, then retry)
     │   └── StaleReadVersion
     ├── Unauthenticated            UNAUTHENTICATED
     ├── PermissionDenied           PERMISSION_DENIED
-    ├── ResourceExhausted          RESOURCE_EXHAUSTED
+    │   ├── LocationOutsideStage         a DataLocation outside the tenant's child prefix
+    │   └── CapabilityRejected           storage refused a capability, or redirected
+    ├── ResourceExhausted          RESOURCE_EXHAUSTED (retryable)
+    │   └── PayloadTooLarge              over a byte cap (not retryable unchanged)
     ├── DeadlineExceeded           DEADLINE_EXCEEDED
     ├── Unavailable                UNAVAILABLE (retryable)
+    │   ├── NotLeader                    this Metasrv may not write now
+    │   └── ObjectStoreUnavailable       object storage did not answer
     ├── CommitStateUnknown         UNKNOWN (retry with the same operation id)
     ├── Unimplemented              UNIMPLEMENTED
+    ├── DataCorrupted              DATA_LOSS (a stored file is not what was written)
     └── Internal                   INTERNAL
+        └── ObjectIntegrityError         the bytes are not the ones the DataLocation names
+            ├── PrematureEof
+            ├── ObjectOverlong
+            ├── HashMismatch
+            └── RangeMismatch            a ranged response that is not exactly the range
+
+On the wire a server sends the gRPC status (what ADBC and pyarrow users see),
+the message (for people), and two trailing metadata entries:
+``lake-error-code`` (the exact class name) and ``lake-retryable``
+(``true``/``false``). :func:`error_from_wire` turns them back into the class.
+No code decides an error's class or retryability from its message.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar, Final
+
 import grpc
 
 __all__ = [
+    "ERROR_CODE_KEY",
+    "RETRYABLE_KEY",
+    "WIRE_CLASSES",
     "Aborted",
     "AlreadyExists",
+    "CapabilityRejected",
     "CommitStateUnknown",
     "ConfigError",
+    "DataCorrupted",
     "DeadlineExceeded",
     "FailedPrecondition",
+    "HashMismatch",
     "Internal",
     "InvalidAppend",
     "InvalidArgument",
+    "InvalidFlightData",
     "InvalidName",
+    "InvalidRange",
     "InvalidSchema",
+    "InvalidUpload",
     "LakeError",
+    "LocationOutsideStage",
     "NotFound",
+    "NotLeader",
+    "ObjectIntegrityError",
+    "ObjectNotFound",
+    "ObjectOverlong",
+    "ObjectStoreUnavailable",
     "OperationExpired",
+    "PayloadTooLarge",
     "PermissionDenied",
+    "PrematureEof",
+    "PresignUnsupported",
+    "RangeMismatch",
     "ReadOnlySql",
     "ResourceExhausted",
     "SchemaMismatch",
     "SqlError",
+    "StageUnavailable",
     "StaleReadVersion",
     "TableExists",
     "TableNotFound",
+    "TooManyParts",
     "Unauthenticated",
     "Unavailable",
     "Unimplemented",
+    "UploadCheckpointMismatch",
+    "UploadInProgress",
     "VersionReclaimed",
-    "error_for_status",
+    "error_from_wire",
+    "wire_code",
+    "wire_trailers",
 ]
+
+#: Trailing metadata key naming the exact Lake error class of a failed call.
+ERROR_CODE_KEY: Final = "lake-error-code"
+#: Trailing metadata key saying whether the caller may retry the call unchanged.
+RETRYABLE_KEY: Final = "lake-retryable"
 
 
 class LakeError(Exception):
     """Root of every error Lake raises on purpose."""
 
-    grpc_status: grpc.StatusCode = grpc.StatusCode.INTERNAL
+    grpc_status: ClassVar[grpc.StatusCode] = grpc.StatusCode.INTERNAL
     retryable: bool = False
+
+    @property
+    def code(self) -> str:
+        """The stable wire code of this error: its class name."""
+        return type(self).__name__
+
+    @classmethod
+    def from_wire(cls, message: str, *, retryable: bool) -> LakeError:
+        """This class rebuilt on the client from a server's message.
+
+        Bypasses subclass constructors (``TableNotFound(table)``...): the
+        server already formatted the message.
+        """
+        error = cls.__new__(cls)
+        Exception.__init__(error, message)
+        error.retryable = retryable
+        return error
 
 
 class InvalidArgument(LakeError):
@@ -91,7 +169,7 @@ class SchemaMismatch(InvalidArgument):
 
 
 class InvalidAppend(InvalidArgument):
-    """An append outside Lake's bounds (rows, bytes, empty batches, ids)."""
+    """An append outside Lake's bounds (rows, bytes, empty batches, ids, values)."""
 
 
 class SqlError(InvalidArgument):
@@ -108,6 +186,22 @@ class ReadOnlySql(InvalidArgument):
         super().__init__(message)
 
 
+class InvalidRange(InvalidArgument):
+    """A byte range that is empty, reversed or outside the object."""
+
+
+class InvalidUpload(InvalidArgument):
+    """An upload that cannot start: bad media type, source or option."""
+
+
+class TooManyParts(InvalidArgument):
+    """An upload that would need more multipart parts than S3 allows (10,000)."""
+
+
+class InvalidFlightData(InvalidArgument):
+    """A FlightData stream that is not a well-formed Arrow IPC stream."""
+
+
 class ConfigError(LakeError):
     """Invalid process configuration; raised before any listener binds."""
 
@@ -119,9 +213,16 @@ class NotFound(LakeError):
 
 
 class TableNotFound(NotFound):
+    #: The table the caller named (None when rebuilt from the wire).
+    table: object = None
+
     def __init__(self, table: object) -> None:
         super().__init__(f"table not found: {table}")
         self.table = table
+
+
+class ObjectNotFound(NotFound):
+    """The object a DataLocation names does not exist."""
 
 
 class AlreadyExists(LakeError):
@@ -129,6 +230,9 @@ class AlreadyExists(LakeError):
 
 
 class TableExists(AlreadyExists):
+    #: The table the caller named (None when rebuilt from the wire).
+    table: object = None
+
     def __init__(self, table: object) -> None:
         super().__init__(f"table already exists: {table}")
         self.table = table
@@ -144,6 +248,22 @@ class VersionReclaimed(FailedPrecondition):
 
 class OperationExpired(FailedPrecondition):
     """An append operation id older than the server's retention horizon."""
+
+
+class StageUnavailable(FailedPrecondition):
+    """No managed stage to use: a query-only client, or a Query without one."""
+
+
+class PresignUnsupported(FailedPrecondition):
+    """The stage cannot mint read capabilities (local stages)."""
+
+
+class UploadCheckpointMismatch(FailedPrecondition):
+    """An upload checkpoint that no longer matches its source file or stage."""
+
+
+class UploadInProgress(FailedPrecondition):
+    """Another process holds the lock of this upload checkpoint."""
 
 
 class Aborted(LakeError):
@@ -163,9 +283,23 @@ class PermissionDenied(LakeError):
     grpc_status = grpc.StatusCode.PERMISSION_DENIED
 
 
+class LocationOutsideStage(PermissionDenied):
+    """A DataLocation whose URI is not inside the caller's tenant child prefix."""
+
+
+class CapabilityRejected(PermissionDenied):
+    """Object storage refused a read capability (expired or tampered), or redirected it."""
+
+
 class ResourceExhausted(LakeError):
     grpc_status = grpc.StatusCode.RESOURCE_EXHAUSTED
     retryable = True
+
+
+class PayloadTooLarge(ResourceExhausted):
+    """A FlightData stream larger than the caller's byte cap (not retryable unchanged)."""
+
+    retryable = False
 
 
 class DeadlineExceeded(LakeError):
@@ -175,6 +309,14 @@ class DeadlineExceeded(LakeError):
 class Unavailable(LakeError):
     grpc_status = grpc.StatusCode.UNAVAILABLE
     retryable = True
+
+
+class NotLeader(Unavailable):
+    """This Metasrv may not write: it holds no valid lease, or a newer leader fenced it."""
+
+
+class ObjectStoreUnavailable(Unavailable):
+    """Object storage did not answer; the operation may be retried."""
 
 
 class CommitStateUnknown(LakeError):
@@ -188,26 +330,142 @@ class Unimplemented(LakeError):
     grpc_status = grpc.StatusCode.UNIMPLEMENTED
 
 
+class DataCorrupted(LakeError):
+    """A stored table data file is not what was written (or cannot be decoded).
+
+    The message names the table and version; never the storage URI, the
+    engine's panic text or its build paths.
+    """
+
+    grpc_status = grpc.StatusCode.DATA_LOSS
+
+
 class Internal(LakeError):
     grpc_status = grpc.StatusCode.INTERNAL
 
 
-_BY_STATUS: dict[grpc.StatusCode, type[LakeError]] = {
+class ObjectIntegrityError(Internal):
+    """The bytes read are not the ones the DataLocation describes."""
+
+    #: The object's URI ("" when rebuilt from the wire).
+    uri: str = ""
+
+    def __init__(self, message: str, *, uri: str) -> None:
+        super().__init__(message)
+        self.uri = uri
+
+
+class PrematureEof(ObjectIntegrityError):
+    """The object (or range) ended before its declared size."""
+
+
+class ObjectOverlong(ObjectIntegrityError):
+    """The object is longer than its declared size."""
+
+
+class HashMismatch(ObjectIntegrityError):
+    """The object has its declared size but not its declared SHA-256."""
+
+
+class RangeMismatch(ObjectIntegrityError):
+    """A ranged response whose status, Content-Range or length is not exactly the range."""
+
+
+def _tree(root: type[LakeError]) -> Iterable[type[LakeError]]:
+    yield root
+    for sub in root.__subclasses__():
+        yield from _tree(sub)
+
+
+#: Every class a Lake server may send, by its wire code. Derived from the tree
+#: above (only classes of this module: one table for every client).
+WIRE_CLASSES: Final[Mapping[str, type[LakeError]]] = {
+    cls.__name__: cls for cls in _tree(LakeError) if cls.__module__ == __name__
+}
+
+#: The base class for a gRPC status that came without a Lake code (a proxy, a
+#: foreign server). UNKNOWN is absent: it means "unknown" for reads, and an
+#: ambiguous outcome for commits (see :func:`error_from_wire`).
+_BY_STATUS: Final[Mapping[grpc.StatusCode, type[LakeError]]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.NOT_FOUND: NotFound,
     grpc.StatusCode.ALREADY_EXISTS: AlreadyExists,
     grpc.StatusCode.FAILED_PRECONDITION: FailedPrecondition,
+    grpc.StatusCode.OUT_OF_RANGE: InvalidArgument,
     grpc.StatusCode.ABORTED: Aborted,
     grpc.StatusCode.UNAUTHENTICATED: Unauthenticated,
     grpc.StatusCode.PERMISSION_DENIED: PermissionDenied,
     grpc.StatusCode.RESOURCE_EXHAUSTED: ResourceExhausted,
     grpc.StatusCode.DEADLINE_EXCEEDED: DeadlineExceeded,
     grpc.StatusCode.UNAVAILABLE: Unavailable,
-    grpc.StatusCode.UNKNOWN: CommitStateUnknown,
+    grpc.StatusCode.CANCELLED: Unavailable,
     grpc.StatusCode.UNIMPLEMENTED: Unimplemented,
+    grpc.StatusCode.DATA_LOSS: DataCorrupted,
 }
 
+#: Statuses that, on a commit without a Lake code, leave its outcome unknown:
+#: the request may have been applied before the failure was reported.
+_AMBIGUOUS_FOR_COMMITS: Final = frozenset(
+    {
+        grpc.StatusCode.UNKNOWN,
+        grpc.StatusCode.INTERNAL,
+        grpc.StatusCode.DEADLINE_EXCEEDED,
+        grpc.StatusCode.CANCELLED,
+    }
+)
 
-def error_for_status(status: grpc.StatusCode, message: str) -> LakeError:
-    """The Lake error a client raises for a gRPC status received from a server."""
-    return _BY_STATUS.get(status, Internal)(message)
+
+def wire_trailers(error: LakeError) -> tuple[tuple[str, str], ...]:
+    """The trailing metadata a server sends with ``error``."""
+    return (
+        (ERROR_CODE_KEY, error.code),
+        (RETRYABLE_KEY, "true" if error.retryable else "false"),
+    )
+
+
+def _trailer(trailers: Any, key: str) -> str | None:
+    """One trailer's value from grpc metadata pairs, a mapping, or pyarrow's lists."""
+    if trailers is None:
+        return None
+    items = trailers.items() if isinstance(trailers, Mapping) else trailers
+    for name, value in items:
+        if name != key:
+            continue
+        if isinstance(value, list | tuple):
+            value = value[0] if value else ""
+        return value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
+    return None
+
+
+def wire_code(trailers: Any) -> str | None:
+    """The ``lake-error-code`` a failed call's trailing metadata carries, if any."""
+    return _trailer(trailers, ERROR_CODE_KEY)
+
+
+def error_from_wire(
+    status: grpc.StatusCode,
+    message: str,
+    trailers: Any = None,
+    *,
+    commit: bool = False,
+) -> LakeError:
+    """The Lake error a client raises for a failed call.
+
+    ``trailers`` are the call's trailing metadata (grpc's pairs, or a mapping
+    of key to value or list of values). A known ``lake-error-code`` rebuilds
+    exactly that class with the server's retryability. Without one (a proxy or
+    a foreign server), the status maps to its base class and only UNAVAILABLE
+    is retryable; for a commit (``commit=True``) a status that leaves the
+    outcome open is :class:`CommitStateUnknown`, to retry with the same
+    operation id.
+    """
+    message = message or status.name
+    cls = WIRE_CLASSES.get(wire_code(trailers) or "")
+    if cls is not None:
+        retryable = _trailer(trailers, RETRYABLE_KEY)
+        flag = cls.retryable if retryable is None else retryable == "true"
+        return cls.from_wire(message, retryable=flag)
+    if commit and (status in _AMBIGUOUS_FOR_COMMITS or status is grpc.StatusCode.UNAVAILABLE):
+        return CommitStateUnknown.from_wire(message, retryable=True)
+    base = _BY_STATUS.get(status, Internal)
+    return base.from_wire(message, retryable=base is Unavailable)

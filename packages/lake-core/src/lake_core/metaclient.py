@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from lake_core import protocol
 from lake_core.auth import ON_BEHALF_OF_HEADER, Secret, encode_on_behalf_of
-from lake_core.errors import LakeError, Unavailable, error_for_status
+from lake_core.errors import LakeError, error_from_wire, wire_code
 from lake_core.flight.encoding import encode_stream
 from lake_core.names import TableRef
 from lake_core.principal import Principal
@@ -111,7 +111,7 @@ class MetaClient:
                 payload = item.body
                 break
         except grpc.aio.AioRpcError as exc:
-            raise _lake_error(exc) from None
+            raise lake_error(exc) from None
         return protocol.decode(result, payload)
 
     async def create_table(
@@ -165,7 +165,7 @@ class MetaClient:
             async for item in call:
                 payload = item.app_metadata
         except grpc.aio.AioRpcError as exc:
-            raise _lake_error(exc) from None
+            raise lake_error(exc, commit=True) from None
         return protocol.decode(protocol.AppendResult, payload)
 
     async def append(
@@ -190,9 +190,18 @@ class MetaClient:
         return await self.append_messages(messages(), on_behalf_of=on_behalf_of)
 
 
-def _lake_error(exc: grpc.aio.AioRpcError) -> LakeError:
+def lake_error(exc: grpc.aio.AioRpcError, *, commit: bool = False) -> LakeError:
+    """The Lake error for a failed call to a Lake server, rebuilt from its wire code.
+
+    ``commit`` marks calls whose outcome may be unknown after a failure
+    (appends): without a Lake code those become :class:`CommitStateUnknown`.
+    """
     code = exc.code()
     details = exc.details() or code.name
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-        return Unavailable(f"metadata service unavailable: {details}")
-    return error_for_status(code, details)
+    trailers = exc.trailing_metadata()
+    if wire_code(trailers) is None and code in (
+        grpc.StatusCode.UNAVAILABLE,
+        grpc.StatusCode.CANCELLED,
+    ):
+        details = f"metadata service unavailable: {details}"
+    return error_from_wire(code, details, trailers, commit=commit)

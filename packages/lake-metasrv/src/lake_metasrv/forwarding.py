@@ -30,7 +30,7 @@ import structlog
 from lake_core import protocol
 from lake_core.auth import ON_BEHALF_OF_HEADER, Secret
 from lake_core.errors import InvalidAppend, Unavailable
-from lake_core.metaclient import MetaClient, _lake_error
+from lake_core.metaclient import MetaClient, lake_error
 from lake_core.principal import Principal
 from lake_core.proto import flight_pb2 as pb
 from lake_core.tls import ClientTLS
@@ -68,7 +68,7 @@ class PeerClient(MetaClient):
             )
             return [item async for item in call]
         except grpc.aio.AioRpcError as exc:
-            raise _lake_error(exc) from None
+            raise lake_error(exc) from None
 
 
 class PeerClients:

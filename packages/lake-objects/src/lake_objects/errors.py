@@ -1,5 +1,9 @@
 """Errors of the managed object stage, under Lake's ``LakeError`` root.
 
+The classes live in :mod:`lake_core.errors` (every class a server can send
+lives there, so one table rebuilds it on any client); this module names the
+stage's part of the tree.
+
     LakeError
     ├── InvalidArgument
     │   ├── InvalidRange                 empty, reversed or out-of-bounds range
@@ -31,12 +35,22 @@ credential, a presigned URL or a header value.
 from __future__ import annotations
 
 from lake_core.errors import (
-    FailedPrecondition,
-    Internal,
-    InvalidArgument,
-    NotFound,
-    PermissionDenied,
-    Unavailable,
+    CapabilityRejected,
+    HashMismatch,
+    InvalidRange,
+    InvalidUpload,
+    LocationOutsideStage,
+    ObjectIntegrityError,
+    ObjectNotFound,
+    ObjectOverlong,
+    ObjectStoreUnavailable,
+    PrematureEof,
+    PresignUnsupported,
+    RangeMismatch,
+    StageUnavailable,
+    TooManyParts,
+    UploadCheckpointMismatch,
+    UploadInProgress,
 )
 
 __all__ = [
@@ -58,75 +72,6 @@ __all__ = [
     "UploadInProgress",
 ]
 
-
-#: Stable message starts, so a client can re-type these errors after gRPC.
+#: Messages for people (no client decides anything from them).
 NO_STAGE_MESSAGE = "this Query has no managed object stage"
 NO_ISSUER_MESSAGE = "this Query issues read capabilities only for an S3 stage"
-
-
-class InvalidRange(InvalidArgument):
-    """A byte range that is empty, reversed or outside the object."""
-
-
-class InvalidUpload(InvalidArgument):
-    """An upload that cannot start: bad media type, source or option."""
-
-
-class TooManyParts(InvalidArgument):
-    """An upload that would need more multipart parts than S3 allows (10,000)."""
-
-
-class LocationOutsideStage(PermissionDenied):
-    """A DataLocation whose URI is not inside the caller's tenant child prefix."""
-
-
-class CapabilityRejected(PermissionDenied):
-    """Object storage refused a read capability (expired or tampered), or redirected it."""
-
-
-class StageUnavailable(FailedPrecondition):
-    """No managed stage to use: a query-only client, or a Query without one."""
-
-
-class PresignUnsupported(FailedPrecondition):
-    """The stage cannot mint read capabilities (local stages)."""
-
-
-class UploadCheckpointMismatch(FailedPrecondition):
-    """An upload checkpoint that no longer matches its source file or stage."""
-
-
-class UploadInProgress(FailedPrecondition):
-    """Another process holds the lock of this upload checkpoint."""
-
-
-class ObjectNotFound(NotFound):
-    """The object a DataLocation names does not exist."""
-
-
-class ObjectStoreUnavailable(Unavailable):
-    """Object storage did not answer; the operation may be retried."""
-
-
-class ObjectIntegrityError(Internal):
-    """The bytes read are not the ones the DataLocation describes."""
-
-    def __init__(self, message: str, *, uri: str) -> None:
-        super().__init__(message)
-        self.uri = uri
-
-
-class PrematureEof(ObjectIntegrityError):
-    """The object (or range) ended before its declared size."""
-
-
-class ObjectOverlong(ObjectIntegrityError):
-    """The object is longer than its declared size."""
-
-
-class HashMismatch(ObjectIntegrityError):
-    """The object has its declared size but not its declared SHA-256."""
-
-
-class RangeMismatch(ObjectIntegrityError):
-    """A ranged response whose status, Content-Range or length is not exactly the range."""

@@ -26,6 +26,7 @@ import pyarrow.flight as flight
 
 from lake_core.auth import Secret
 from lake_core.errors import InvalidArgument
+from lake_sdk._errors import TrailerCapture
 
 if TYPE_CHECKING:
     from lake_sdk.client import LakeClient
@@ -84,13 +85,14 @@ class ConnectOptions:
             raise InvalidArgument(
                 f"a CA certificate or server name needs a TLS endpoint (https://), got {url!r}"
             )
-        kwargs: dict[str, Any] = {}
+        middleware: list[flight.ClientMiddlewareFactory] = [TrailerCapture()]
+        kwargs: dict[str, Any] = {"middleware": middleware}
         if self.ca_pem is not None:
             kwargs["tls_root_certs"] = self.ca_pem
         if self.server_name is not None:
             kwargs["override_hostname"] = self.server_name
         if self.bearer_token is not None:
-            kwargs["middleware"] = [_BearerFactory(self.bearer_token)]
+            middleware.append(_BearerFactory(self.bearer_token))
         return flight.FlightClient(location, **kwargs)
 
 

@@ -25,7 +25,7 @@ from lake_core.schemas import check_exact_schema, schema_from_base64
 from lake_objects.progress import ProgressCallback
 from lake_objects.s3 import DEFAULT_UPLOAD_CONCURRENCY
 from lake_objects.store import ManagedObjectStore
-from lake_sdk._errors import lake_error
+from lake_sdk._errors import Trailers, calling, lake_error
 from lake_sdk.builder import ConnectOptions, LakeClientBuilder
 from lake_sdk.files import FileOptions, validate_file_options
 from lake_sdk.objects import ClientState, ObjectMethods, new_state
@@ -62,8 +62,11 @@ def _location(url: str) -> str:
 class QueryResult:
     """A stream of record batches; iterate it, or collect it with :meth:`to_table`."""
 
-    def __init__(self, reader: flight.FlightStreamReader, schema: pa.Schema) -> None:
+    def __init__(
+        self, reader: flight.FlightStreamReader, schema: pa.Schema, trailers: Trailers
+    ) -> None:
         self._reader = reader
+        self._trailers = trailers
         self.schema = schema
 
     def __aiter__(self) -> AsyncIterator[pa.RecordBatch]:
@@ -74,7 +77,7 @@ class QueryResult:
             try:
                 batch = await asyncio.to_thread(self._next_batch)
             except (flight.FlightError, pa.ArrowException) as exc:
-                raise lake_error(exc) from None
+                raise lake_error(exc, self._trailers) from None
             if batch is None:
                 return
             yield batch
@@ -167,11 +170,14 @@ class LakeClient(ObjectMethods):
         validate_file_options(files, schema_cache_capacity, schema_cache_ttl_s)
         location = _location(url)
         client = (options or ConnectOptions()).flight_client(url, location)
-        try:
-            await asyncio.to_thread(client.wait_for_available, timeout_s)
-        except (flight.FlightError, pa.ArrowException) as exc:
+        error: LakeError | None = None
+        with calling() as trailers:
+            try:
+                await asyncio.to_thread(client.wait_for_available, timeout_s)
+            except (flight.FlightError, pa.ArrowException) as exc:
+                error = lake_error(exc, trailers)
+        if error is not None:
             client.close()
-            error = lake_error(exc)
             if isinstance(error, Unavailable):
                 raise Unavailable(f"Lake Query at {url} is not reachable: {error}") from None
             raise error from None  # e.g. Unauthenticated: a wrong or missing token
@@ -216,10 +222,11 @@ class LakeClient(ObjectMethods):
         await self.close()
 
     async def _call(self, fn: Any, *args: Any) -> Any:
-        try:
-            return await asyncio.to_thread(fn, *args)
-        except (flight.FlightError, pa.ArrowException) as exc:
-            raise lake_error(exc) from None
+        with calling() as trailers:
+            try:
+                return await asyncio.to_thread(fn, *args)
+            except (flight.FlightError, pa.ArrowException) as exc:
+                raise lake_error(exc, trailers) from None
 
     # -- SQL ---------------------------------------------------------------
 
@@ -231,8 +238,12 @@ class LakeClient(ObjectMethods):
         descriptor = flight.FlightDescriptor.for_command(_any(command))
         info: flight.FlightInfo = await self._call(self._client.get_flight_info, descriptor)
         endpoint = info.endpoints[0]
-        reader = await self._call(self._client.do_get, endpoint.ticket)
-        return QueryResult(reader, info.schema)
+        with calling() as trailers:
+            try:
+                reader = await asyncio.to_thread(self._client.do_get, endpoint.ticket)
+            except (flight.FlightError, pa.ArrowException) as exc:
+                raise lake_error(exc, trailers) from None
+        return QueryResult(reader, info.schema, trailers)
 
     async def query_table(self, sql: str) -> pa.Table:
         """Run SQL and collect the whole result."""
@@ -281,11 +292,12 @@ class LakeClient(ObjectMethods):
         descriptor = flight.FlightDescriptor.for_command(protocol.encode(command))
         last: LakeError | None = None
         for attempt in range(self._append_attempts):
-            try:
-                result = await asyncio.to_thread(self._put, descriptor, schema, items)
-                return result.version
-            except (flight.FlightError, pa.ArrowException) as exc:
-                error = lake_error(exc)
+            with calling() as trailers:
+                try:
+                    result = await asyncio.to_thread(self._put, descriptor, schema, items)
+                    return result.version
+                except (flight.FlightError, pa.ArrowException) as exc:
+                    error = lake_error(exc, trailers, commit=True)
                 if not error.retryable or isinstance(error, InvalidArgument):
                     if isinstance(error, InvalidArgument):
                         self.invalidate_table_schema(ref)

@@ -17,7 +17,6 @@ from datetime import timedelta
 from pathlib import Path
 
 from lake_core import protocol
-from lake_core.errors import LakeError
 from lake_core.models import DataLocation
 from lake_objects.capability import ReadCapability, open_capability
 from lake_objects.descriptor import (
@@ -29,9 +28,6 @@ from lake_objects.descriptor import (
     StageRequest,
 )
 from lake_objects.errors import (
-    NO_ISSUER_MESSAGE,
-    NO_STAGE_MESSAGE,
-    PresignUnsupported,
     StageUnavailable,
 )
 from lake_objects.progress import ProgressCallback
@@ -97,22 +93,10 @@ class FileAccess:
 
     def __init__(self, options: FileOptions, action: Action) -> None:
         self.options = options
-        self._raw_action = action
+        self._action = action
         self._store = options.store
         self._lock = asyncio.Lock()
         self.discoveries = 0
-
-    async def _action(self, name: str, body: bytes) -> bytes:
-        """A Lake action whose stage errors come back with their own types."""
-        try:
-            return await self._raw_action(name, body)
-        except LakeError as exc:
-            message = str(exc)
-            if message.startswith(NO_STAGE_MESSAGE):
-                raise StageUnavailable(message) from None
-            if message.startswith(NO_ISSUER_MESSAGE):
-                raise PresignUnsupported(message) from None
-            raise
 
     async def descriptor(self) -> StageDescriptor:
         return (await self.store()).descriptor

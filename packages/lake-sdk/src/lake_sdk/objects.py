@@ -24,7 +24,6 @@ from lake_core.errors import (
     InvalidArgument,
     LakeError,
     NotFound,
-    OperationExpired,
     PermissionDenied,
     StaleReadVersion,
     Unimplemented,
@@ -44,9 +43,6 @@ from lake_sdk.schema_cache import SchemaCache
 __all__ = ["ClientState", "ObjectMethods", "is_conclusive"]
 
 log = structlog.get_logger("lake_sdk")
-
-#: How Metasrv words an operation id past its retention horizon (lake_metasrv.commits).
-EXPIRED_MARKER = "is older than the retention horizon"
 
 
 def is_conclusive(error: LakeError) -> bool:
@@ -125,8 +121,7 @@ class ObjectMethods:
         pending = self._state.pending
         try:
             version = await self._append_with_retries(table, schema, batches, operation_id)
-        except LakeError as raw:
-            error = _retyped(raw)
+        except LakeError as error:
             if pending is not None and is_conclusive(error):
                 pending.remove(operation_id)
             elif pending is not None:
@@ -136,9 +131,7 @@ class ObjectMethods:
                     error=type(error).__name__,
                 )
             error.operation_id = operation_id  # type: ignore[attr-defined]
-            if error is raw:
-                raise
-            raise error from None
+            raise
         maybe_crash("after_append_commit")
         if pending is not None:
             pending.remove(operation_id)
@@ -243,13 +236,6 @@ class ObjectMethods:
         if directory is None:
             return False
         return await (await self.object_store()).cancel_upload(path, directory)
-
-
-def _retyped(error: LakeError) -> LakeError:
-    """Restore OperationExpired, which pyarrow's Flight client reports as a plain invalid argument."""
-    if not isinstance(error, OperationExpired) and EXPIRED_MARKER in str(error):
-        return OperationExpired(str(error))
-    return error
 
 
 def _ref(table: TableRef | str) -> TableRef:

@@ -13,9 +13,9 @@ import struct
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 
-import grpc
 import pyarrow as pa
 
+from lake_core.errors import InvalidFlightData, PayloadTooLarge
 from lake_core.proto import flight_pb2
 
 __all__ = [
@@ -43,18 +43,6 @@ _PAD = bytes(8)
 _HEADER_SCHEMA = 1
 _HEADER_DICTIONARY = 2
 _HEADER_RECORD_BATCH = 3
-
-
-class InvalidFlightData(ValueError):
-    """A FlightData stream that is not a well-formed Arrow IPC stream."""
-
-    grpc_status = grpc.StatusCode.INVALID_ARGUMENT
-
-
-class PayloadTooLarge(ValueError):
-    """A FlightData stream larger than the caller's byte cap."""
-
-    grpc_status = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 def varint(value: int) -> bytes:

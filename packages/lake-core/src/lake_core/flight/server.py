@@ -25,7 +25,14 @@ from typing import Any, NoReturn, TypeAlias, TypeVar
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from lake_core.errors import ConfigError, Unimplemented
+from lake_core.errors import (
+    ConfigError,
+    Internal,
+    LakeError,
+    Unauthenticated,
+    Unimplemented,
+    wire_trailers,
+)
 from lake_core.proto import flight_pb2 as pb
 
 __all__ = [
@@ -37,6 +44,7 @@ __all__ = [
     "FlightServer",
     "LakeServerInterceptor",
     "UncleanShutdown",
+    "abort_with",
     "current_principal",
     "flight_generic_handler",
     "serve",
@@ -60,7 +68,7 @@ DEFAULT_GRACE_MS = 30_000
 Context: TypeAlias = "grpc.aio.ServicerContext[Any, Any]"
 Metadata: TypeAlias = dict[str, str | bytes]
 #: ``authenticate(metadata, peer, method)`` returns the principal (or an
-#: awaitable of it); it raises an exception carrying ``.grpc_status`` to reject.
+#: awaitable of it); it raises a :class:`LakeError` to reject.
 Authenticator: TypeAlias = Callable[[Metadata, str, str], object]
 
 _T = TypeVar("_T")
@@ -91,14 +99,19 @@ class UncleanShutdown(RuntimeError):
         self.in_flight = in_flight
 
 
+async def abort_with(context: Context, error: LakeError) -> NoReturn:
+    """End the RPC with ``error``: its gRPC status, message and wire code."""
+    context.set_trailing_metadata(wire_trailers(error))
+    await context.abort(error.grpc_status, str(error))
+    raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+
+
 async def _abort(context: Context, exc: BaseException, method: str) -> NoReturn:
     """Abort the RPC for a handler exception without leaking internals."""
-    status = getattr(exc, "grpc_status", None)
-    if isinstance(status, grpc.StatusCode) and status is not grpc.StatusCode.OK:
-        await context.abort(status, str(exc))
+    if isinstance(exc, LakeError):
+        await abort_with(context, exc)
     logger.error("unhandled error in %s", method, exc_info=exc)
-    await context.abort(grpc.StatusCode.INTERNAL, "internal server error")
-    raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
+    await abort_with(context, Internal("internal server error"))
 
 
 def _unary(
@@ -169,8 +182,9 @@ class FlightHandler(abc.ABC):  # noqa: B024 - every method has a default
 
     Unary methods return a protobuf message; streaming methods are async
     generators. ``do_get`` yields already-encoded FlightData ``bytes``
-    (see :mod:`lake_core.flight.encoding`). Exceptions carrying
-    ``.grpc_status`` reach clients with that status and their message.
+    (see :mod:`lake_core.flight.encoding`). A :class:`LakeError` reaches the
+    client with its status, message and wire code (``lake-error-code``);
+    any other exception as INTERNAL "internal server error".
     """
 
     async def handshake(
@@ -393,7 +407,7 @@ class LakeServerInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc, u
             await _abort(context, exc, method)
         if principal is None:
             # Fail closed: an authenticator that returns nothing did not authenticate.
-            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "authentication required")
+            await abort_with(context, Unauthenticated("authentication required"))
         return principal
 
     def _leave(

@@ -56,6 +56,7 @@ from lake_core.errors import (
     FailedPrecondition,
     Internal,
     InvalidAppend,
+    NotLeader,
     ResourceExhausted,
     StaleReadVersion,
     TableExists,
@@ -114,10 +115,6 @@ log = structlog.get_logger("lake_metasrv.registry.dynamo")
 MAX_SNAPSHOT_BYTES = 128 * 1024 * 1024
 SNAPSHOT_ATTEMPTS = 5
 Fence = Callable[[], int]
-
-
-class NotLeader(Unavailable):
-    """This Metasrv may not write: it holds no valid lease, or a newer leader fenced it."""
 
 
 @dataclass(frozen=True)
