@@ -24,6 +24,7 @@ from lake_core.auth import Authenticator
 from lake_core.errors import (
     ERROR_CODE_KEY,
     RETRYABLE_KEY,
+    WANTS_CODES,
     WIRE_CLASSES,
     CommitStateUnknown,
     ConfigError,
@@ -286,3 +287,24 @@ def test_codeless_statuses_map_to_base_classes() -> None:
         ((ERROR_CODE_KEY, "NoSuchClass"), (RETRYABLE_KEY, "true")),
     )
     assert type(foreign) is InvalidArgument
+
+
+def test_codes_go_to_lake_clients_only(servers: Servers) -> None:
+    """ADBC and pyarrow users get the bare status (ADBC hides the code of any error
+    that carries metadata); a Lake client asking for codes gets both trailers."""
+    from lake_core.proto import flight_grpc
+
+    async def trailers(metadata: tuple[tuple[str, str], ...]) -> dict[str, str]:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{servers.raiser.port}") as channel:
+            stub = flight_grpc.FlightServiceStub(channel)
+            call = stub.DoAction(pb.Action(type="TableNotFound"), metadata=metadata)
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                async for _ in call:
+                    pass
+            assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+            return {key: value for key, value in caught.value.trailing_metadata() or ()}
+
+    assert ERROR_CODE_KEY not in servers.run(trailers(()))
+    asked = servers.run(trailers((WANTS_CODES,)))
+    assert asked[ERROR_CODE_KEY] == "TableNotFound"
+    assert asked[RETRYABLE_KEY] == "false"

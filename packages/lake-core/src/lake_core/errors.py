@@ -54,7 +54,8 @@ client side.
             └── RangeMismatch            a ranged response that is not exactly the range
 
 On the wire a server sends the gRPC status (what ADBC and pyarrow users see),
-the message (for people), and two trailing metadata entries:
+the message (for people), and, to Lake's own clients (which send the
+``lake-error-codes: 1`` request header), two trailing metadata entries:
 ``lake-error-code`` (the exact class name) and ``lake-retryable``
 (``true``/``false``). :func:`error_from_wire` turns them back into the class.
 No code decides an error's class or retryability from its message.
@@ -68,8 +69,10 @@ from typing import Any, ClassVar, Final
 import grpc
 
 __all__ = [
+    "CODES_HEADER",
     "ERROR_CODE_KEY",
     "RETRYABLE_KEY",
+    "WANTS_CODES",
     "WIRE_CLASSES",
     "Aborted",
     "AlreadyExists",
@@ -126,6 +129,13 @@ __all__ = [
 ERROR_CODE_KEY: Final = "lake-error-code"
 #: Trailing metadata key saying whether the caller may retry the call unchanged.
 RETRYABLE_KEY: Final = "lake-retryable"
+#: Request header by which a Lake client asks for the two trailers above.
+#: Clients that do not send it (ADBC, pyarrow, grpcurl) get the bare status:
+#: ADBC reports any error that carries metadata with ``vendor_code=None`` (the
+#: ADBC 1.1 "private data" sentinel), which would hide the gRPC status from them.
+CODES_HEADER: Final = "lake-error-codes"
+#: The request metadata pair every Lake client sends.
+WANTS_CODES: Final = (CODES_HEADER, "1")
 
 
 class LakeError(Exception):

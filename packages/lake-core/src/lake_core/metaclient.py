@@ -15,7 +15,7 @@ from pydantic import BaseModel
 
 from lake_core import protocol
 from lake_core.auth import ON_BEHALF_OF_HEADER, Secret, encode_on_behalf_of
-from lake_core.errors import LakeError, error_from_wire, wire_code
+from lake_core.errors import WANTS_CODES, LakeError, error_from_wire, wire_code
 from lake_core.flight.encoding import encode_stream
 from lake_core.names import TableRef
 from lake_core.principal import Principal
@@ -70,9 +70,8 @@ class MetaClient:
             self._channel = grpc.aio.insecure_channel(target, options=options)
         self._stub = flight_grpc.FlightServiceStub(self._channel)  # type: ignore[no-untyped-call]
         secret = token if isinstance(token, Secret) or token is None else Secret(token)
-        self._metadata: tuple[tuple[str, str], ...] = (
-            (("authorization", f"Bearer {secret.reveal()}"),) if secret is not None else ()
-        )
+        credentials = (("authorization", f"Bearer {secret.reveal()}"),) if secret else ()
+        self._metadata: tuple[tuple[str, str], ...] = (*credentials, WANTS_CODES)
         self._timeout = timeout_s
         self.addr = addr
 

@@ -29,7 +29,7 @@ import structlog
 
 from lake_core import protocol
 from lake_core.auth import ON_BEHALF_OF_HEADER, Secret
-from lake_core.errors import InvalidAppend, Unavailable
+from lake_core.errors import WANTS_CODES, InvalidAppend, Unavailable
 from lake_core.metaclient import MetaClient, lake_error
 from lake_core.principal import Principal
 from lake_core.proto import flight_pb2 as pb
@@ -64,7 +64,9 @@ class PeerClient(MetaClient):
         """Send ``action`` with the caller's own credentials (``metadata``)."""
         try:
             call = self._stub.DoAction(
-                action, metadata=(*metadata, (FORWARDED_HEADER, "1")), timeout=self._timeout
+                action,
+                metadata=(*metadata, (FORWARDED_HEADER, "1"), WANTS_CODES),
+                timeout=self._timeout,
             )
             return [item async for item in call]
         except grpc.aio.AioRpcError as exc:

@@ -2,7 +2,8 @@
 
 pyarrow's client hides a failed call's trailing metadata, so a client
 middleware (:class:`TrailerCapture`, installed on every FlightClient the SDK
-builds) copies it into the sink of the call in progress. :func:`calling`
+builds) asks the server for wire codes and copies the trailers into the sink
+of the call in progress. :func:`calling`
 opens that sink; :func:`lake_error` rebuilds the exact class the server sent
 (``lake-error-code``) from it. Without a code (a proxy, a foreign server) the
 pyarrow exception's family gives the gRPC status, and that status its base
@@ -21,7 +22,7 @@ import grpc
 import pyarrow as pa
 import pyarrow.flight as flight
 
-from lake_core.errors import LakeError, error_from_wire
+from lake_core.errors import WANTS_CODES, LakeError, error_from_wire
 
 __all__ = ["TrailerCapture", "Trailers", "calling", "lake_error"]
 
@@ -51,20 +52,25 @@ _STATUS_BY_TYPE: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
 
 
 class _Capture(flight.ClientMiddleware):  # type: ignore[misc]
-    def __init__(self, sink: Trailers) -> None:
+    def __init__(self, sink: Trailers | None) -> None:
         self._sink = sink
+
+    def sending_headers(self) -> dict[str, str]:
+        key, value = WANTS_CODES
+        return {key: value}
 
     def received_headers(self, headers: Trailers) -> None:
         # Called with the initial headers and again with the trailers.
-        self._sink.update(headers)
+        if self._sink is not None:
+            self._sink.update(headers)
 
 
 class TrailerCapture(flight.ClientMiddlewareFactory):  # type: ignore[misc]
-    """Copies each call's headers and trailers into the sink opened by :func:`calling`."""
+    """Asks for wire codes, and copies each call's headers and trailers into the
+    sink opened by :func:`calling`."""
 
-    def start_call(self, info: Any) -> _Capture | None:
-        sink = _sink.get()
-        return None if sink is None else _Capture(sink)
+    def start_call(self, info: Any) -> _Capture:
+        return _Capture(_sink.get())
 
 
 @contextlib.contextmanager

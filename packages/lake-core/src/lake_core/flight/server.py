@@ -26,6 +26,7 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from lake_core.errors import (
+    CODES_HEADER,
     ConfigError,
     Internal,
     LakeError,
@@ -99,9 +100,16 @@ class UncleanShutdown(RuntimeError):
         self.in_flight = in_flight
 
 
+def _wants_codes(context: Context) -> bool:
+    return any(
+        key == CODES_HEADER and value == "1" for key, value in context.invocation_metadata() or ()
+    )
+
+
 async def abort_with(context: Context, error: LakeError) -> NoReturn:
-    """End the RPC with ``error``: its gRPC status, message and wire code."""
-    context.set_trailing_metadata(wire_trailers(error))
+    """End the RPC with ``error``: its gRPC status, message and (to Lake clients) wire code."""
+    if _wants_codes(context):
+        context.set_trailing_metadata(wire_trailers(error))
     await context.abort(error.grpc_status, str(error))
     raise AssertionError("unreachable: context.abort raises")  # pragma: no cover
 
