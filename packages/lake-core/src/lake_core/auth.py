@@ -36,6 +36,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, get_args
 
+from lake_core.config import (
+    AUTH_PRINCIPALS_FILE,
+    AUTH_TOKEN_FILE,
+    METADATA_AUTH_TOKEN_FILE,
+    PEER_AUTH_TOKEN_FILE,
+)
 from lake_core.errors import ConfigError, InvalidArgument, PermissionDenied, Unauthenticated
 from lake_core.principal import DEV_PRINCIPAL, Principal, Role
 from lake_core.tickets import check_private_file
@@ -57,14 +63,6 @@ __all__ = [
     "read_token_file",
 ]
 
-#: JSON map of bearer tokens to principals (0600 regular file).
-AUTH_PRINCIPALS_FILE = "LAKE_AUTH_PRINCIPALS_FILE"
-#: One deployment-admin bearer token (0600 file); exclusive with the map.
-AUTH_TOKEN_FILE = "LAKE_AUTH_TOKEN_FILE"
-#: Query's client token for Metasrv (its ``query_service`` binding there).
-METADATA_AUTH_TOKEN_FILE = "LAKE_METADATA_AUTH_TOKEN_FILE"
-#: A Metasrv follower's client token for its leader (``metadata_peer``).
-PEER_AUTH_TOKEN_FILE = "LAKE_PEER_AUTH_TOKEN_FILE"
 
 #: gRPC metadata naming the end user a service calls on behalf of.
 ON_BEHALF_OF_HEADER = "x-lake-on-behalf-of"

@@ -36,7 +36,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from lake_core.config import env_int
+from lake_core.config import (
+    CLOUD_MODE,
+    DYNAMODB_TABLE,
+    MANIFEST_DYNAMODB_TABLE,
+    S3_BUCKET,
+    STORAGE_TIMEOUT_MS,
+    TABLE_PREFIX,
+    env_int,
+)
 from lake_core.errors import ConfigError
 from lake_core.names import TableRef
 
@@ -61,18 +69,6 @@ __all__ = [
     "split_s3_uri",
 ]
 
-#: ``true`` runs Metasrv on S3 + DynamoDB instead of a local data directory.
-CLOUD_MODE = "LAKE_CLOUD_MODE"
-#: The bucket of every table (shared with the managed stage).
-S3_BUCKET = "LAKE_S3_BUCKET"
-#: Key prefix of the tables inside the bucket (default: bucket root).
-TABLE_PREFIX = "LAKE_TABLE_PREFIX"
-#: Metasrv's registry table.
-DYNAMODB_TABLE = "LAKE_DYNAMODB_TABLE"
-#: Lance's manifest pointer/history table for S3 datasets.
-MANIFEST_DYNAMODB_TABLE = "LAKE_MANIFEST_DYNAMODB_TABLE"
-#: Bound of one S3 request made through Lance, in milliseconds.
-STORAGE_TIMEOUT_MS = "LAKE_STORAGE_TIMEOUT_MS"
 AWS_REGION = "AWS_REGION"
 AWS_DEFAULT_REGION = "AWS_DEFAULT_REGION"
 AWS_ENDPOINT_URL = "AWS_ENDPOINT_URL"

@@ -1,4 +1,11 @@
-"""Every ``LAKE_*`` environment variable Lake reads, with its parser.
+"""Every ``LAKE_*`` environment variable Lake reads: one documented constant each.
+
+Each constant is an :class:`EnvVar`, a ``str`` (its name, so
+``env.get(QUERY_TICKET_TTL_SECS)`` reads it) that also carries its default,
+range, owner and meaning. The modules that parse a variable import its name
+from here; no other module spells a ``LAKE_*`` name. ``docs/configuration.md``
+is generated from this module (``python -m tools.codegen.configuration``) and a
+test keeps the two, and the code, in sync.
 
 Processes parse their whole configuration before opening storage or binding
 a listener, so a bad value fails startup without side effects.
@@ -8,36 +15,334 @@ from __future__ import annotations
 
 import ipaddress
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 from lake_core.errors import ConfigError
 
 __all__ = [
+    "ALLOW_INSECURE",
     "APPEND_OPERATION_RETENTION_SECS",
+    "AUTH_PRINCIPALS_FILE",
+    "AUTH_TOKEN_FILE",
+    "CLOUD_MODE",
+    "COMPACTION",
+    "DYNAMODB_TABLE",
     "LANCE_RETAIN_VERSIONS",
+    "MANAGED_OBJECT_PREFIX",
+    "MANAGED_OBJECT_ROOT",
+    "MANIFEST_DYNAMODB_TABLE",
+    "METADATA_AUTH_TOKEN_FILE",
+    "METADATA_CA_FILE",
+    "METADATA_SERVER_NAME",
+    "PEER_ADVERTISE_URL",
+    "PEER_AUTH_TOKEN_FILE",
+    "PEER_CA_FILE",
+    "PEER_SERVER_NAME",
     "QUERY_CATALOG_REFRESH_MS",
+    "QUERY_EXECUTION_TIMEOUT_MS",
+    "QUERY_MAX_CONCURRENT",
+    "QUERY_MAX_CONCURRENT_PER_TENANT",
+    "QUERY_MAX_SQL_BYTES",
+    "QUERY_MAX_TRACKED_TENANTS",
+    "QUERY_QUEUE_TIMEOUT_MS",
     "QUERY_TICKET_AUDIENCE",
     "QUERY_TICKET_KEYS_FILE",
     "QUERY_TICKET_TTL_SECS",
+    "S3_BUCKET",
     "SHUTDOWN_GRACE_MS",
+    "STORAGE_TIMEOUT_MS",
+    "TABLE_PREFIX",
+    "TLS_CERT_FILE",
+    "TLS_KEY_FILE",
+    "EnvVar",
+    "all_variables",
     "env_int",
     "is_loopback_address",
 ]
 
-#: Drain window for SIGINT/SIGTERM, in milliseconds (positive; default 30 s).
-SHUTDOWN_GRACE_MS = "LAKE_SHUTDOWN_GRACE_MS"
-#: Lance versions kept per table besides tagged ones (1..=10000, default 10).
-LANCE_RETAIN_VERSIONS = "LAKE_LANCE_RETAIN_VERSIONS"
-#: How long Metasrv remembers an append operation id (default 7 days).
-APPEND_OPERATION_RETENTION_SECS = "LAKE_APPEND_OPERATION_RETENTION_SECS"
-#: Key ring shared by Query replicas to seal tickets (0600 JSON file).
-QUERY_TICKET_KEYS_FILE = "LAKE_QUERY_TICKET_KEYS_FILE"
-#: Ticket lifetime in seconds (1..=3600, default 300).
-QUERY_TICKET_TTL_SECS = "LAKE_QUERY_TICKET_TTL_SECS"
-#: The audience tickets are bound to: one value per Query fleet.
-QUERY_TICKET_AUDIENCE = "LAKE_QUERY_TICKET_AUDIENCE"
-#: How often a Query replica asks Metasrv whether its catalog changed (ms).
-QUERY_CATALOG_REFRESH_MS = "LAKE_QUERY_CATALOG_REFRESH_MS"
+#: Who reads a variable (the column "owner" of docs/configuration.md).
+QUERY = "lake query"
+METASRV = "lake meta"
+SERVERS = "lake query, lake meta"
+TESTS = "tests only"
+
+
+class EnvVar(str):
+    """The name of one ``LAKE_*`` variable, with what the docs say of it."""
+
+    default: str
+    range: str
+    owner: str
+    doc: str
+
+    def __new__(
+        cls, name: str, *, doc: str, owner: str, default: str = "unset", range: str = ""
+    ) -> EnvVar:
+        if not name.startswith("LAKE_") or not name.replace("_", "").isalnum():
+            raise ValueError(f"not a LAKE_* variable name: {name!r}")
+        var = super().__new__(cls, name)
+        var.default = default
+        var.range = range
+        var.owner = owner
+        var.doc = doc
+        return var
+
+    @property
+    def name(self) -> str:
+        return str.__str__(self)
+
+
+# -- listeners and security -------------------------------------------------
+
+SHUTDOWN_GRACE_MS = EnvVar(
+    "LAKE_SHUTDOWN_GRACE_MS",
+    doc="Drain window after SIGINT/SIGTERM before in-flight RPCs are cut off.",
+    owner=SERVERS,
+    default="30000",
+    range="positive integer, milliseconds",
+)
+AUTH_PRINCIPALS_FILE = EnvVar(
+    "LAKE_AUTH_PRINCIPALS_FILE",
+    doc="JSON map of bearer tokens to principals (0600 regular file); exclusive with "
+    "LAKE_AUTH_TOKEN_FILE. Required, or the token file, on a non-loopback listener.",
+    owner=SERVERS,
+    range="path",
+)
+AUTH_TOKEN_FILE = EnvVar(
+    "LAKE_AUTH_TOKEN_FILE",
+    doc="One deployment-admin bearer token (0600 file); exclusive with the principals map.",
+    owner=SERVERS,
+    range="path",
+)
+TLS_CERT_FILE = EnvVar(
+    "LAKE_TLS_CERT_FILE",
+    doc="The server's certificate chain (PEM); set together with LAKE_TLS_KEY_FILE. "
+    "Required on a non-loopback listener unless LAKE_ALLOW_INSECURE=true.",
+    owner=SERVERS,
+    range="path",
+)
+TLS_KEY_FILE = EnvVar(
+    "LAKE_TLS_KEY_FILE",
+    doc="The server's private key (PEM, 0600 file); set together with LAKE_TLS_CERT_FILE.",
+    owner=SERVERS,
+    range="path",
+)
+ALLOW_INSECURE = EnvVar(
+    "LAKE_ALLOW_INSECURE",
+    doc="Allows a plaintext non-loopback listener (and internal plaintext clients) behind "
+    "a trusted TLS-terminating mesh.",
+    owner=SERVERS,
+    default="false",
+    range="true/false",
+)
+METADATA_AUTH_TOKEN_FILE = EnvVar(
+    "LAKE_METADATA_AUTH_TOKEN_FILE",
+    doc="Query's client token for Metasrv (its query_service binding there); also the "
+    "token of `lake client` admin commands.",
+    owner="lake query, lake client",
+    range="path",
+)
+METADATA_CA_FILE = EnvVar(
+    "LAKE_METADATA_CA_FILE",
+    doc="CA bundle (PEM) that Query and `lake client` use to verify Metasrv.",
+    owner="lake query, lake client",
+    range="path",
+)
+METADATA_SERVER_NAME = EnvVar(
+    "LAKE_METADATA_SERVER_NAME",
+    doc="The name Metasrv's certificate must carry, when not the dialled host.",
+    owner="lake query, lake client",
+    range="DNS name",
+)
+PEER_AUTH_TOKEN_FILE = EnvVar(
+    "LAKE_PEER_AUTH_TOKEN_FILE",
+    doc="A Metasrv follower's client token for its leader (a metadata_peer principal).",
+    owner=METASRV,
+    range="path",
+)
+PEER_CA_FILE = EnvVar(
+    "LAKE_PEER_CA_FILE",
+    doc="CA bundle (PEM) a Metasrv follower uses to verify its leader.",
+    owner=METASRV,
+    range="path",
+)
+PEER_SERVER_NAME = EnvVar(
+    "LAKE_PEER_SERVER_NAME",
+    doc="The name the leader's certificate must carry, when not the dialled host.",
+    owner=METASRV,
+    range="DNS name",
+)
+PEER_ADVERTISE_URL = EnvVar(
+    "LAKE_PEER_ADVERTISE_URL",
+    doc="The URL other Metasrv nodes forward writes to (cloud mode); required when "
+    "--addr listens on every interface.",
+    owner=METASRV,
+    default="http(s)://<--addr>",
+    range="http:// or https:// URL",
+)
+
+# -- tables, registry and storage ----------------------------------------------
+
+LANCE_RETAIN_VERSIONS = EnvVar(
+    "LAKE_LANCE_RETAIN_VERSIONS",
+    doc="Table versions kept per table besides tagged ones; older ones are reclaimed.",
+    owner=METASRV,
+    default="10",
+    range="1..=10000",
+)
+APPEND_OPERATION_RETENTION_SECS = EnvVar(
+    "LAKE_APPEND_OPERATION_RETENTION_SECS",
+    doc="How long Metasrv remembers an append's operation id (a retry within it returns "
+    "the original version; after it, OperationExpired).",
+    owner=METASRV,
+    default="604800 (7 days)",
+    range="1..=315360000, seconds",
+)
+COMPACTION = EnvVar(
+    "LAKE_COMPACTION",
+    doc="Background compaction of tables with many small fragments.",
+    owner=METASRV,
+    default="on",
+    range="on/off",
+)
+CLOUD_MODE = EnvVar(
+    "LAKE_CLOUD_MODE",
+    doc="Runs Metasrv on S3 + DynamoDB (leader-elected) instead of a local data directory.",
+    owner=METASRV,
+    default="false",
+    range="true/false",
+)
+S3_BUCKET = EnvVar(
+    "LAKE_S3_BUCKET",
+    doc="The bucket of cloud tables and of the S3 managed object stage; exclusive with "
+    "LAKE_MANAGED_OBJECT_ROOT.",
+    owner="lake query, lake meta, lake gc",
+    range="S3 bucket name",
+)
+TABLE_PREFIX = EnvVar(
+    "LAKE_TABLE_PREFIX",
+    doc="Key prefix of cloud tables inside the bucket: "
+    "s3://$LAKE_S3_BUCKET/$LAKE_TABLE_PREFIX/<ns>/<table>.lance.",
+    owner=METASRV,
+    default="bucket root",
+    range="/-separated segments, at most 512 characters",
+)
+DYNAMODB_TABLE = EnvVar(
+    "LAKE_DYNAMODB_TABLE",
+    doc="Metasrv's registry table (cloud mode).",
+    owner="lake meta, lake gc",
+    default="lake_registry",
+    range="DynamoDB table name",
+)
+MANIFEST_DYNAMODB_TABLE = EnvVar(
+    "LAKE_MANIFEST_DYNAMODB_TABLE",
+    doc="Lance's manifest pointer table for s3:// tables; must differ from the registry table.",
+    owner=SERVERS,
+    default="lake_manifests",
+    range="DynamoDB table name",
+)
+STORAGE_TIMEOUT_MS = EnvVar(
+    "LAKE_STORAGE_TIMEOUT_MS",
+    doc="Bound of one S3 request made through Lance.",
+    owner=SERVERS,
+    default="10000",
+    range="100..=600000, milliseconds",
+)
+MANAGED_OBJECT_PREFIX = EnvVar(
+    "LAKE_MANAGED_OBJECT_PREFIX",
+    doc="Key prefix of the managed object stage inside LAKE_S3_BUCKET (/ means the bucket "
+    "root); tenants get tenants/<tenant-id> below it.",
+    owner=SERVERS,
+    default="managed-objects",
+    range="key prefix",
+)
+MANAGED_OBJECT_ROOT = EnvVar(
+    "LAKE_MANAGED_OBJECT_ROOT",
+    doc="A local directory holding the managed object stage.",
+    owner=SERVERS,
+    default="<data-dir>/objects",
+    range="path",
+)
+
+# -- Query ---------------------------------------------------------------------
+
+QUERY_TICKET_KEYS_FILE = EnvVar(
+    "LAKE_QUERY_TICKET_KEYS_FILE",
+    doc="Key ring (0600 JSON file) every Query replica shares to seal tickets; without it "
+    "an ephemeral key is used, allowed only on a loopback listener.",
+    owner=QUERY,
+    range="path",
+)
+QUERY_TICKET_TTL_SECS = EnvVar(
+    "LAKE_QUERY_TICKET_TTL_SECS",
+    doc="Ticket lifetime.",
+    owner=QUERY,
+    default="300",
+    range="1..=3600, seconds",
+)
+QUERY_TICKET_AUDIENCE = EnvVar(
+    "LAKE_QUERY_TICKET_AUDIENCE",
+    doc="The audience tickets are bound to: one value per Query fleet.",
+    owner=QUERY,
+    default="lake-query",
+    range="1-128 characters of letters, digits and _.:/-",
+)
+QUERY_CATALOG_REFRESH_MS = EnvVar(
+    "LAKE_QUERY_CATALOG_REFRESH_MS",
+    doc="How often a Query replica asks Metasrv whether its catalog changed.",
+    owner=QUERY,
+    default="1000",
+    range="1..=3600000, milliseconds",
+)
+QUERY_MAX_CONCURRENT = EnvVar(
+    "LAKE_QUERY_MAX_CONCURRENT",
+    doc="Queries running at once on one replica.",
+    owner=QUERY,
+    default="64",
+    range="1..=100000",
+)
+QUERY_MAX_CONCURRENT_PER_TENANT = EnvVar(
+    "LAKE_QUERY_MAX_CONCURRENT_PER_TENANT",
+    doc="Queries of one tenant running or queued at once on one replica.",
+    owner=QUERY,
+    default="8",
+    range="1..=100000",
+)
+QUERY_MAX_TRACKED_TENANTS = EnvVar(
+    "LAKE_QUERY_MAX_TRACKED_TENANTS",
+    doc="Tenant admission gates tracked at once; queries of further tenants are refused.",
+    owner=QUERY,
+    default="4096",
+    range="1..=1000000",
+)
+QUERY_QUEUE_TIMEOUT_MS = EnvVar(
+    "LAKE_QUERY_QUEUE_TIMEOUT_MS",
+    doc="Total time a query may wait for admission before RESOURCE_EXHAUSTED.",
+    owner=QUERY,
+    default="100",
+    range="0..=86400000, milliseconds",
+)
+QUERY_EXECUTION_TIMEOUT_MS = EnvVar(
+    "LAKE_QUERY_EXECUTION_TIMEOUT_MS",
+    doc="Longest a query may run (its whole DoGet stream) before DEADLINE_EXCEEDED.",
+    owner=QUERY,
+    default="1800000 (30 min)",
+    range="1..=604800000, milliseconds",
+)
+QUERY_MAX_SQL_BYTES = EnvVar(
+    "LAKE_QUERY_MAX_SQL_BYTES",
+    doc="Longest SQL text (and ticket or handle) accepted.",
+    owner=QUERY,
+    default="1048576 (1 MiB)",
+    range="1024..=67108864, bytes",
+)
+
+
+def all_variables() -> Iterator[EnvVar]:
+    """Every variable declared here, in declaration order."""
+    for value in globals().values():
+        if isinstance(value, EnvVar):
+            yield value
 
 
 def env_int(

@@ -15,29 +15,23 @@ from pydantic import BaseModel
 
 from lake_core import protocol
 from lake_core.auth import ON_BEHALF_OF_HEADER, Secret, encode_on_behalf_of
+from lake_core.endpoints import parse_endpoint
 from lake_core.errors import WANTS_CODES, LakeError, error_from_wire, wire_code
 from lake_core.flight.encoding import encode_stream
 from lake_core.names import TableRef
 from lake_core.principal import Principal
 from lake_core.proto import flight_grpc, flight_pb2
+from lake_core.protocol import MAX_MESSAGE_BYTES
 from lake_core.schemas import schema_to_base64
 
 __all__ = ["MetaClient"]
 
 M = TypeVar("M", bound=BaseModel)
-MAX_MESSAGE_BYTES = 80 * 1024 * 1024
 
 
 def _target(addr: str) -> tuple[str, bool]:
-    for scheme, tls in (
-        ("grpc+tls://", True),
-        ("https://", True),
-        ("grpc://", False),
-        ("http://", False),
-    ):
-        if addr.startswith(scheme):
-            return addr[len(scheme) :], tls
-    return addr, False
+    endpoint = parse_endpoint(addr)
+    return (addr, False) if endpoint is None else (endpoint.target, endpoint.tls)
 
 
 class MetaClient:

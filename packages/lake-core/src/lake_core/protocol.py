@@ -19,6 +19,7 @@ __all__ = [
     "APPEND_COMMAND_TYPE",
     "MAX_APPEND_BYTES",
     "MAX_APPEND_ROWS",
+    "MAX_MESSAGE_BYTES",
     "AppendCommand",
     "AppendResult",
     "CatalogSnapshotRequest",
@@ -37,6 +38,9 @@ __all__ = [
 
 MAX_APPEND_ROWS = 10_000
 MAX_APPEND_BYTES = 64 * 1024 * 1024
+#: gRPC message bound of every Lake server and client: room for a 64 MiB DoPut
+#: payload plus IPC and protobuf framing.
+MAX_MESSAGE_BYTES = 80 * 1024 * 1024
 
 CREATE_TABLE = "lake.create_table"
 DROP_TABLE = "lake.drop_table"

@@ -26,7 +26,8 @@ from lake_core.auth import (
     Secret,
     read_token_file,
 )
-from lake_core.config import is_loopback_address
+from lake_core.config import ALLOW_INSECURE, is_loopback_address
+from lake_core.endpoints import parse_endpoint
 from lake_core.errors import ConfigError
 from lake_core.tls import TLS_CERT_FILE, TLS_KEY_FILE, ClientTLS, ServerTLS, load_server_tls
 
@@ -37,11 +38,6 @@ __all__ = [
     "env_bool",
     "optional_token",
 ]
-
-#: ``true`` allows a plaintext non-loopback listener behind a TLS-terminating mesh.
-ALLOW_INSECURE = "LAKE_ALLOW_INSECURE"
-
-_PLAINTEXT_SCHEMES = ("http://", "grpc://", "grpc+tcp://")
 
 
 def env_bool(env: Mapping[str, str], name: str) -> bool:
@@ -115,10 +111,6 @@ class ServerSecurity:
         return cls(authenticator=authenticator, tls=tls, allow_insecure=allow_insecure)
 
 
-def _host_port(url: str) -> str:
-    return url.split("://", 1)[-1].rstrip("/")
-
-
 def check_internal_client(
     url: str,
     tls: ClientTLS,
@@ -129,14 +121,15 @@ def check_internal_client(
     name_variable: str,
 ) -> None:
     """Refuse plaintext to a remote server (unless allowed) and CA settings on plaintext."""
-    if not url.startswith(_PLAINTEXT_SCHEMES):
+    endpoint = parse_endpoint(url)
+    if endpoint is None or endpoint.tls:
         return
     if tls.configured:
         raise ConfigError(
             f"{ca_variable}/{name_variable} are set but {url_flag} {url} is plaintext; "
             "use an https:// URL"
         )
-    if not is_loopback_address(_host_port(url)) and not allow_insecure:
+    if not is_loopback_address(endpoint.target) and not allow_insecure:
         raise ConfigError(
             f"{url_flag} {url} is plaintext to a non-loopback host; use https:// "
             f"(or {ALLOW_INSECURE}=true behind a trusted TLS-terminating mesh)"

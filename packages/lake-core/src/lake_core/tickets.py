@@ -25,6 +25,7 @@ from typing import Any
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from lake_core.config import QUERY_TICKET_KEYS_FILE
 from lake_core.errors import ConfigError, PermissionDenied, Unauthenticated
 from lake_core.principal import Principal
 
@@ -68,7 +69,7 @@ class TicketKeyRing:
         return cls(active_id="ephemeral", keys={"ephemeral": AESGCM.generate_key(256)})
 
     @classmethod
-    def from_file(cls, path: Path, variable: str = "LAKE_QUERY_TICKET_KEYS_FILE") -> TicketKeyRing:
+    def from_file(cls, path: Path, variable: str = QUERY_TICKET_KEYS_FILE) -> TicketKeyRing:
         """Load ``{"active": id, "keys": [{"id": ..., "key": base64}, ...]}``."""
         check_private_file(path, variable)
         try:

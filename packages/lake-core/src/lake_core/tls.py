@@ -21,6 +21,14 @@ from pathlib import Path
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
+from lake_core.config import (
+    METADATA_CA_FILE,
+    METADATA_SERVER_NAME,
+    PEER_CA_FILE,
+    PEER_SERVER_NAME,
+    TLS_CERT_FILE,
+    TLS_KEY_FILE,
+)
 from lake_core.errors import ConfigError
 from lake_core.tickets import check_private_file
 
@@ -37,18 +45,6 @@ __all__ = [
     "load_server_tls",
 ]
 
-#: The server's certificate chain (PEM).
-TLS_CERT_FILE = "LAKE_TLS_CERT_FILE"
-#: The server's private key (PEM, 0600 file).
-TLS_KEY_FILE = "LAKE_TLS_KEY_FILE"
-#: CA bundle Query uses to verify Metasrv (PEM).
-METADATA_CA_FILE = "LAKE_METADATA_CA_FILE"
-#: The name Metasrv's certificate must carry, when not the dialled host.
-METADATA_SERVER_NAME = "LAKE_METADATA_SERVER_NAME"
-#: CA bundle a Metasrv follower uses to verify its leader (PEM).
-PEER_CA_FILE = "LAKE_PEER_CA_FILE"
-#: The name the leader's certificate must carry, when not the dialled host.
-PEER_SERVER_NAME = "LAKE_PEER_SERVER_NAME"
 
 _SERVER_NAME = re.compile(r"[A-Za-z0-9.-]{1,253}|[0-9A-Fa-f:.]{2,45}")
 

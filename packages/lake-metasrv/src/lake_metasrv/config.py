@@ -29,6 +29,7 @@ from lake_core.cloud import CloudSettings
 from lake_core.config import (
     APPEND_OPERATION_RETENTION_SECS,
     LANCE_RETAIN_VERSIONS,
+    PEER_ADVERTISE_URL,
     env_int,
 )
 from lake_core.errors import ConfigError
@@ -70,8 +71,6 @@ TEST_PAUSE_POINT = "LAKE_TEST_PAUSE_POINT"
 PAUSE_POINTS = frozenset({"before_head_update"})
 #: With hooks enabled, a shorter leader lease (ms) so fencing tests need not wait 10 s.
 TEST_LEASE_TTL_MS = "LAKE_TEST_LEASE_TTL_MS"
-#: The URL other Metasrv nodes reach this one at (cloud mode).
-PEER_ADVERTISE_URL = "LAKE_PEER_ADVERTISE_URL"
 DEFAULT_LEASE_TTL_S = 10.0
 
 

@@ -44,6 +44,7 @@ import pyarrow as pa
 import structlog
 from lance.optimize import Compaction, CompactionOptions
 
+from lake_core.config import COMPACTION
 from lake_core.durable import fsync_dir, fsync_file
 from lake_core.errors import (
     ConfigError,
@@ -73,8 +74,6 @@ __all__ = [
 
 log = structlog.get_logger("lake_metasrv.maintenance")
 
-#: ``on`` (default) or ``off``: background compaction of tables with many small fragments.
-COMPACTION = "LAKE_COMPACTION"
 #: Test builds only (with ``LAKE_TEST_HOOKS=1``): ``after_lance_write`` makes
 #: the process exit between the Lance maintenance write and the registry move.
 TEST_MAINTENANCE_CRASH_POINT = "LAKE_TEST_MAINTENANCE_CRASH_POINT"

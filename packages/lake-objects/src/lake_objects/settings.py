@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from lake_core.config import MANAGED_OBJECT_PREFIX, MANAGED_OBJECT_ROOT, S3_BUCKET
 from lake_core.errors import ConfigError, LakeError
 from lake_objects.descriptor import StageDescriptor
 from lake_objects.scope import TENANTS_DIR, TenantScope, safe_path_segments, validate_tenant_id
@@ -35,12 +36,6 @@ __all__ = [
     "StageSettings",
 ]
 
-#: The S3 bucket of the managed stage (and of cloud tables).
-S3_BUCKET = "LAKE_S3_BUCKET"
-#: Key prefix of the managed stage inside the bucket.
-MANAGED_OBJECT_PREFIX = "LAKE_MANAGED_OBJECT_PREFIX"
-#: A local directory holding the managed stage.
-MANAGED_OBJECT_ROOT = "LAKE_MANAGED_OBJECT_ROOT"
 DEFAULT_MANAGED_OBJECT_PREFIX = "managed-objects"
 
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")

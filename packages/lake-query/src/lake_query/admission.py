@@ -30,7 +30,11 @@ from typing import Any
 import grpc
 import structlog
 
-from lake_core.config import env_int
+from lake_core.config import QUERY_EXECUTION_TIMEOUT_MS, QUERY_QUEUE_TIMEOUT_MS, env_int
+from lake_core.config import QUERY_MAX_CONCURRENT as MAX_CONCURRENT
+from lake_core.config import QUERY_MAX_CONCURRENT_PER_TENANT as MAX_CONCURRENT_PER_TENANT
+from lake_core.config import QUERY_MAX_SQL_BYTES as MAX_SQL_BYTES
+from lake_core.config import QUERY_MAX_TRACKED_TENANTS as MAX_TRACKED_TENANTS
 from lake_core.errors import ResourceExhausted
 
 __all__ = [
@@ -47,18 +51,6 @@ __all__ = [
 
 log = structlog.get_logger("lake_query.admission")
 
-#: Queries running at once on this replica (default 64).
-MAX_CONCURRENT = "LAKE_QUERY_MAX_CONCURRENT"
-#: Queries of one tenant running or queued at once (default 8).
-MAX_CONCURRENT_PER_TENANT = "LAKE_QUERY_MAX_CONCURRENT_PER_TENANT"
-#: Tenant gates tracked at once; more tenants are refused (default 4096).
-MAX_TRACKED_TENANTS = "LAKE_QUERY_MAX_TRACKED_TENANTS"
-#: Total time a query may wait for admission, in ms (default 100).
-QUERY_QUEUE_TIMEOUT_MS = "LAKE_QUERY_QUEUE_TIMEOUT_MS"
-#: Longest a query may run (its whole DoGet stream), in ms (default 30 min).
-QUERY_EXECUTION_TIMEOUT_MS = "LAKE_QUERY_EXECUTION_TIMEOUT_MS"
-#: Longest SQL text and ticket/handle accepted, in bytes (default 1 MiB).
-MAX_SQL_BYTES = "LAKE_QUERY_MAX_SQL_BYTES"
 
 _DAY_MS = 24 * 3600 * 1000
 

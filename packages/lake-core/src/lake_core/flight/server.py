@@ -25,6 +25,7 @@ from typing import Any, NoReturn, TypeAlias, TypeVar
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from lake_core.config import SHUTDOWN_GRACE_MS as GRACE_ENV
 from lake_core.errors import (
     CODES_HEADER,
     ConfigError,
@@ -35,6 +36,7 @@ from lake_core.errors import (
     wire_trailers,
 )
 from lake_core.proto import flight_pb2 as pb
+from lake_core.protocol import MAX_MESSAGE_BYTES
 
 __all__ = [
     "FLIGHT_SERVICE",
@@ -56,13 +58,10 @@ logger = logging.getLogger(__name__)
 
 FLIGHT_SERVICE = "arrow.flight.protocol.FlightService"
 HEALTH_SERVICE = "grpc.health.v1.Health"
-# Room for a 64 MiB DoPut payload cap plus IPC/protobuf framing.
-MAX_MESSAGE_BYTES = 80 * 1024 * 1024
 MAX_METADATA_BYTES = 64 * 1024
 #: Bounds of reading a refused client stream to its end (see ``_drain``).
 DRAIN_MAX_BYTES = 2 * MAX_MESSAGE_BYTES
 DRAIN_MAX_S = 10.0
-GRACE_ENV = "LAKE_SHUTDOWN_GRACE_MS"
 DEFAULT_GRACE_MS = 30_000
 
 # grpc ships no type information; this alias keeps signatures readable.
