@@ -29,7 +29,8 @@ secret.
     ├── Unavailable                UNAVAILABLE (retryable)
     ├── CommitStateUnknown         UNKNOWN (retry with the same operation id)
     ├── Unimplemented              UNIMPLEMENTED
-    └── Internal                   INTERNAL
+    ├── Internal                   INTERNAL
+    └── DataCorrupted              DATA_LOSS
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ __all__ = [
     "AlreadyExists",
     "CommitStateUnknown",
     "ConfigError",
+    "DataCorrupted",
     "DeadlineExceeded",
     "FailedPrecondition",
     "Internal",
@@ -192,6 +194,12 @@ class Internal(LakeError):
     grpc_status = grpc.StatusCode.INTERNAL
 
 
+class DataCorrupted(LakeError):
+    """A table data file is corrupt or unreadable (names table and version only)."""
+
+    grpc_status = grpc.StatusCode.DATA_LOSS
+
+
 _BY_STATUS: dict[grpc.StatusCode, type[LakeError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: InvalidArgument,
     grpc.StatusCode.NOT_FOUND: NotFound,
@@ -205,6 +213,7 @@ _BY_STATUS: dict[grpc.StatusCode, type[LakeError]] = {
     grpc.StatusCode.UNAVAILABLE: Unavailable,
     grpc.StatusCode.UNKNOWN: CommitStateUnknown,
     grpc.StatusCode.UNIMPLEMENTED: Unimplemented,
+    grpc.StatusCode.DATA_LOSS: DataCorrupted,
 }
 
 

@@ -23,6 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import pyarrow as pa
+from datafusion.expr import BinaryExpr, Column, InList, IsNotNull, IsNull, Literal, Not
 
 __all__ = ["to_lance_filter"]
 
@@ -46,40 +47,39 @@ def to_lance_filter(filters: Sequence[Any], schema: pa.Schema) -> str | None:
 
 def _render(expr: Any, schema: pa.Schema) -> str:
     node = expr.to_variant()
-    kind = type(node).__name__
-    if kind == "BinaryExpr":
+    if isinstance(node, BinaryExpr):
         op = node.op()
         if op in _LOGICAL:
             return f"({_render(node.left(), schema)}) {op} ({_render(node.right(), schema)})"
         if op in _COMPARISONS:
             return f"{_operand(node.left(), schema)} {op} {_operand(node.right(), schema)}"
         raise _Unrenderable(op)
-    if kind == "InList":
+    if isinstance(node, InList):
         values = [_literal(item) for item in node.list()]
         if not values:
             raise _Unrenderable("empty IN list")
         negation = "NOT " if node.negated() else ""
         return f"{_column(node.expr(), schema)} {negation}IN ({', '.join(values)})"
-    if kind == "Column":  # a boolean column as the predicate itself
+    if isinstance(node, Column):  # a boolean column as the predicate itself
         if not pa.types.is_boolean(_field(node.name(), schema).type):
             raise _Unrenderable("non-boolean predicate")
         return _column(expr, schema)
-    if kind == "Not":
+    if isinstance(node, Not):
         return f"NOT ({_render(node.expr(), schema)})"
-    if kind == "IsNull":
+    if isinstance(node, IsNull):
         return f"{_column(node.expr(), schema)} IS NULL"
-    if kind == "IsNotNull":
+    if isinstance(node, IsNotNull):
         return f"{_column(node.expr(), schema)} IS NOT NULL"
-    raise _Unrenderable(kind)
+    raise _Unrenderable(type(node).__qualname__)
 
 
 def _operand(expr: Any, schema: pa.Schema) -> str:
-    kind = type(expr.to_variant()).__name__
-    if kind == "Column":
+    node = expr.to_variant()
+    if isinstance(node, Column):
         return _column(expr, schema)
-    if kind == "Literal":
+    if isinstance(node, Literal):
         return _literal(expr)
-    raise _Unrenderable(kind)
+    raise _Unrenderable(type(node).__qualname__)
 
 
 def _field(name: str, schema: pa.Schema) -> pa.Field:
@@ -91,7 +91,7 @@ def _field(name: str, schema: pa.Schema) -> pa.Field:
 
 def _column(expr: Any, schema: pa.Schema) -> str:
     node = expr.to_variant()
-    if type(node).__name__ != "Column":
+    if not isinstance(node, Column):
         raise _Unrenderable("not a column")
     name = node.name()
     data_type = _field(name, schema).type
@@ -108,7 +108,7 @@ def _column(expr: Any, schema: pa.Schema) -> str:
 
 
 def _literal(expr: Any) -> str:
-    if type(expr.to_variant()).__name__ != "Literal":
+    if not isinstance(expr.to_variant(), Literal):
         raise _Unrenderable("not a literal")
     scalar = expr.python_value()
     if not isinstance(scalar, pa.Scalar) or not scalar.is_valid:
