@@ -67,6 +67,7 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             max_sql_bytes=config.admission.max_sql_bytes,
             stage=stage,
             datasets=DatasetOpener(config.storage, PinnedDatasets()),
+            limits=config.limits,
         )
 
         def started(server: FlightServer) -> None:

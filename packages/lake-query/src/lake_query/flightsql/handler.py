@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -53,7 +54,7 @@ from lake_query.flightsql.appends import Appends, AppendSink
 from lake_query.flightsql.discovery import REFRESH_TIMEOUT_S
 from lake_query.flightsql.statements import PreparedStatements
 from lake_query.flightsql.wire import MAX_SQL_BYTES, caller
-from lake_query.planning import DatasetOpener, PlannedQuery, Planner, QuerySpec
+from lake_query.planning import DatasetOpener, PlannedQuery, Planner, QueryLimits, QuerySpec
 from lake_query.results import prefetch
 from lake_query.stage import QueryStage
 
@@ -87,6 +88,7 @@ class QueryHandler(FlightHandler):
 
     ``datasets`` is how this replica opens pinned versions (its storage
     settings and its cache of opened datasets); by default local paths.
+    ``limits`` bounds each statement (:mod:`lake_query.planning.limits`).
     """
 
     def __init__(
@@ -101,6 +103,7 @@ class QueryHandler(FlightHandler):
         max_sql_bytes: int = MAX_SQL_BYTES,
         stage: QueryStage | None = None,
         datasets: DatasetOpener | None = None,
+        limits: QueryLimits | None = None,
     ) -> None:
         self._stage = stage or QueryStage(None)
         self._admission = admission
@@ -118,7 +121,7 @@ class QueryHandler(FlightHandler):
             max_workers=MAX_STREAMS, thread_name_prefix="lake-stream"
         )
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.planner = Planner(self._resolve, cache.table_refs, datasets=datasets)
+        self.planner = Planner(self._resolve, cache.table_refs, datasets=datasets, limits=limits)
 
     def __repr__(self) -> str:
         return f"QueryHandler({self._cache!r})"
@@ -151,9 +154,13 @@ class QueryHandler(FlightHandler):
 
     # Planning.
 
-    async def _plan(self, spec: QuerySpec, principal: Principal) -> PlannedQuery:
+    async def _plan(
+        self, spec: QuerySpec, principal: Principal, *, prepare: bool = False
+    ) -> PlannedQuery:
         wire.check_sql(spec.sql, self._max_sql_bytes)
-        planned = await self._blocking(self.planner.plan_spec, spec, principal)
+        planned = await self._blocking(
+            functools.partial(self.planner.plan_spec, prepare=prepare), spec, principal
+        )
         log.info(
             "query planned",
             principal=principal.principal_id,
@@ -295,7 +302,7 @@ class QueryHandler(FlightHandler):
                 action.body, sql_pb.ActionCreatePreparedStatementRequest, "the action body"
             )
             wire.no_transaction(request)
-            planned = await self._plan(QuerySpec(sql=request.query), principal)
+            planned = await self._plan(QuerySpec(sql=request.query), principal, prepare=True)
             result = sql_pb.ActionCreatePreparedStatementResult(
                 prepared_statement_handle=self._statements.seal(planned.spec, principal),
                 dataset_schema=schema_to_ipc(planned.schema),

@@ -108,8 +108,12 @@ def unpack_any(data: bytes, what: str) -> Message:
     if cls is None:
         raise InvalidArgument(f"{what} carries an unknown command {name[:200]!r}")
     message = cls()
-    if not wrapper.Unpack(message):
-        raise InvalidArgument(f"{what} carries a malformed {name}")
+    try:
+        unpacked = wrapper.Unpack(message)
+    except DecodeError:  # among others, string fields (SQL) that are not UTF-8
+        unpacked = False
+    if not unpacked:
+        raise InvalidArgument(f"{what} carries a malformed {name} (its text must be UTF-8)")
     return message
 
 

@@ -8,10 +8,13 @@ Parts:
 - :mod:`~lake_query.planning.pinned`: the replica's cache of opened datasets.
 - :mod:`~lake_query.planning.direct` and :mod:`~lake_query.planning.pushdown`: scans
   Lance answers alone.
+- :mod:`~lake_query.planning.limits` and :mod:`~lake_query.planning.functions`: what
+  one statement may make DataFusion do (depth, size, memory, function outputs).
 - :mod:`~lake_query.planning.planner`: :class:`Planner`, plan with pins, run from pins.
 """
 
 from lake_query.planning.catalog import DEFAULT_SCHEMA
+from lake_query.planning.limits import QueryLimits
 from lake_query.planning.pinned import PinnedDatasets
 from lake_query.planning.planner import Planner, ResultStream, read_only_options
 from lake_query.planning.spec import MAX_PARAMETER_BYTES, PinnedTable, PlannedQuery, QuerySpec
@@ -25,6 +28,7 @@ __all__ = [
     "PinnedTable",
     "PlannedQuery",
     "Planner",
+    "QueryLimits",
     "QuerySpec",
     "ResultStream",
     "StorageProbe",

@@ -20,13 +20,14 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import lance
-from datafusion import SessionConfig, SessionContext
+from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext
 from datafusion.catalog import CatalogProvider, SchemaProvider, Table
 
 from lake_core.errors import InvalidArgument, PermissionDenied, TableNotFound
 from lake_core.models import CatalogEntry, TableDescriptor
 from lake_core.names import DEFAULT_CATALOG, TableRef
 from lake_core.principal import Principal
+from lake_query.planning.functions import FunctionBudget, register_bounded_functions
 from lake_query.planning.spec import PinnedTable
 from lake_query.planning.storage import DatasetOpener
 
@@ -195,8 +196,19 @@ def conflicting_metadata(datasets: Iterable[Any]) -> bool:
     return False
 
 
-def session(binder: Binder, *, join_reordering: bool = True) -> SessionContext:
-    """A DataFusion session whose only catalog is ``binder``'s ``lake``."""
+def session(
+    binder: Binder,
+    budget: FunctionBudget,
+    *,
+    join_reordering: bool = True,
+    memory_bytes: int | None = None,
+) -> SessionContext:
+    """A DataFusion session whose only catalog is ``binder``'s ``lake``.
+
+    ``memory_bytes`` gives an executing session its own memory pool (sorts,
+    aggregates and joins spill to disk past it where DataFusion can);
+    planning sessions need none.
+    """
     config = (
         SessionConfig()
         .with_default_catalog_and_schema(DEFAULT_CATALOG, DEFAULT_SCHEMA)
@@ -209,6 +221,11 @@ def session(binder: Binder, *, join_reordering: bool = True) -> SessionContext:
         # changes the merged schema and its optimizer fails the plan with
         # "Schema mismatch". Keeping the written join order avoids it.
         config = config.set("datafusion.optimizer.join_reordering", "false")
-    ctx = SessionContext(config)
+    if memory_bytes is None:
+        ctx = SessionContext(config)
+    else:
+        runtime = RuntimeEnvBuilder().with_fair_spill_pool(memory_bytes).with_disk_manager_os()
+        ctx = SessionContext(config, runtime)
+    register_bounded_functions(ctx, budget)
     ctx.register_catalog_provider(DEFAULT_CATALOG, _LakeCatalog(binder))
     return ctx

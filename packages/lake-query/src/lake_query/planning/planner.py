@@ -30,6 +30,8 @@ from lake_query.planning.catalog import (
     session,
 )
 from lake_query.planning.direct import DirectPlans, direct_plan, scan_directly
+from lake_query.planning.functions import FunctionBudget
+from lake_query.planning.limits import QueryLimits
 from lake_query.planning.pinned import PinnedDatasets
 from lake_query.planning.spec import PinnedTable, PlannedQuery, QuerySpec
 from lake_query.planning.storage import DatasetOpener
@@ -72,15 +74,22 @@ def read_only_options() -> SQLOptions:
     return SQLOptions().with_allow_ddl(False).with_allow_dml(False).with_allow_statements(False)
 
 
-def _plan(ctx: SessionContext, spec: QuerySpec) -> Any:
+def _plan(
+    ctx: SessionContext, spec: QuerySpec, limits: QueryLimits, *, prepare: bool = False
+) -> Any:
     reject_writes(spec.sql)
     params = spec.parameters()
+    # Preparing a statement plans it before its parameters are bound.
+    limits.check_text(spec.sql, None if prepare else len(params or ()))
     try:
         if params:
-            return ctx.sql_with_options(spec.sql, read_only_options(), param_values=params)
-        return ctx.sql_with_options(spec.sql, read_only_options())
+            df = ctx.sql_with_options(spec.sql, read_only_options(), param_values=params)
+        else:
+            df = ctx.sql_with_options(spec.sql, read_only_options())
     except Exception as exc:
         raise sql_error(exc) from None
+    limits.check_plan(df)
+    return df
 
 
 def _result_schema(df: Any) -> pa.Schema:
@@ -105,7 +114,9 @@ class Planner:
         list_tables: Lister = tuple,
         *,
         datasets: DatasetOpener | None = None,
+        limits: QueryLimits | None = None,
     ) -> None:
+        self.limits = limits or QueryLimits()
         self._resolve = resolve
         self._list = list_tables
         self._datasets = datasets or DatasetOpener(cache=PinnedDatasets())
@@ -122,10 +133,16 @@ class Planner:
         spec = QuerySpec(sql=sql, params_ipc=QuerySpec.encode_parameters(params))
         return self.plan_spec(spec, principal)
 
-    def plan_spec(self, spec: QuerySpec, principal: Principal) -> PlannedQuery:
-        """Plan ``spec.sql`` with its bound parameters, pinning tables afresh."""
+    def plan_spec(
+        self, spec: QuerySpec, principal: Principal, *, prepare: bool = False
+    ) -> PlannedQuery:
+        """Plan ``spec.sql`` with its bound parameters, pinning tables afresh.
+
+        ``prepare``: a statement being prepared, whose ``$N`` are bound later.
+        """
         binder = PlanningBinder(principal, self._datasets, self._resolve, self._list)
-        df = _plan(session(binder), spec)
+        budget = FunctionBudget(self.limits.max_function_output_bytes)
+        df = _plan(session(binder, budget), spec, self.limits, prepare=prepare)
         schema = _result_schema(df)
         pins = tuple(
             PinnedTable(table=ref, descriptor=binder.pins[ref])
@@ -141,7 +158,8 @@ class Planner:
         """Run a planned query from its pinned set alone."""
         binder = PinnedBinder(principal, self._datasets, spec.pins)
         datasets = binder.open_all(p.table for p in spec.pins)  # authorizes every table
-        on_error = self._execution_errors(binder)
+        budget = FunctionBudget(self.limits.max_function_output_bytes)
+        on_error = self._execution_errors(binder, budget)
         known = self._direct.recall(spec)
         if known is not None and len(datasets) == 1:
             batches = scan_directly(datasets[0], known, on_error)
@@ -149,8 +167,13 @@ class Planner:
                 return ResultStream(
                     known.schema, coalesce_batches(batches, known.schema), on_error=on_error
                 )
-        ctx = session(binder, join_reordering=not conflicting_metadata(datasets))
-        df = _plan(ctx, spec)
+        ctx = session(
+            binder,
+            budget,
+            join_reordering=not conflicting_metadata(datasets),
+            memory_bytes=self.limits.query_memory_bytes,
+        )
+        df = _plan(ctx, spec, self.limits)
         schema = _result_schema(df)
         direct = direct_plan(df, datasets, schema)
         batches = None if direct is None else scan_directly(datasets[0], direct, on_error)
@@ -164,12 +187,21 @@ class Planner:
             raise on_error(exc) from None
         return ResultStream(schema, coalesce_batches(reader, schema), ctx, on_error)
 
-    def _execution_errors(self, binder: Binder) -> Callable[[BaseException], Exception]:
-        """How a failure while the query runs becomes a Lake error (storage first)."""
+    def _execution_errors(
+        self, binder: Binder, budget: FunctionBudget
+    ) -> Callable[[BaseException], Exception]:
+        """How a failure while the query runs becomes a Lake error.
+
+        From what Lake itself recorded (a refused function output) and asked
+        (the storage probe), before DataFusion's own message is used.
+        """
 
         def classify(exc: BaseException) -> Exception:
             if isinstance(exc, LakeError):
                 return exc
+            refused = budget.error()
+            if refused is not None:
+                return refused
             storage = self._datasets.scan_failure(binder.opened_pins())
             return storage if storage is not None else sql_error(exc)
 
