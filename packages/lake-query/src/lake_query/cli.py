@@ -24,7 +24,7 @@ from lake_query.admission import Admission
 from lake_query.catalog_cache import CatalogCache
 from lake_query.config import DEFAULT_ADDR, DEFAULT_METADATA_ADDR, QueryConfig
 from lake_query.flightsql import QueryHandler
-from lake_query.memory import tune_allocator
+from lake_query.memory import collect_cycles, tune_allocator
 from lake_query.planning import DatasetOpener, PinnedDatasets
 from lake_query.stage import QueryStage
 
@@ -39,6 +39,7 @@ HANDLE_TTL_SECS = 3600
 
 async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
     """Connect the catalog, then serve until SIGINT/SIGTERM (or ``stop``)."""
+    collector = asyncio.get_running_loop().create_task(collect_cycles())
     meta = MetaClient(
         config.metadata_addr,
         token=config.metadata_token,
@@ -90,6 +91,7 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             stop=stop,
         )
     finally:
+        collector.cancel()
         await cache.close()
         await meta.close()
         await stage.close()

@@ -87,18 +87,19 @@ def _scan_shape(df: Any) -> tuple[list[str], Any] | None:
 def scan_directly(
     dataset: Any, plan: DirectScan, on_error: Callable[[BaseException], Exception]
 ) -> Iterator[pa.RecordBatch] | None:
-    """Run ``plan`` on ``dataset``; None if Lance refuses its filter (DataFusion can run it)."""
+    """Run ``plan`` on ``dataset``; None if Lance refuses its filter (DataFusion can run it).
+
+    Lance resolves the filter when the scan starts, before any batch is
+    produced, so a refusal here always falls back before the first byte.
+    """
     try:
         scanner = dataset.scanner(
             columns=plan.columns, filter=plan.row_filter, batch_size=plan.batch_rows
         )
+        batches = scanner.to_batches()
     except (ValueError, OSError) as exc:
         if plan.row_filter is not None:
             return None
-        raise on_error(exc) from None
-    try:
-        batches = scanner.to_batches()
-    except (ValueError, OSError) as exc:
         raise on_error(exc) from None
     return (batch for batch in batches if batch.num_rows)
 

@@ -52,7 +52,7 @@ class ResultStream:
         on_error: Callable[[BaseException], Exception] = sql_error,
     ) -> None:
         self.schema = schema
-        self._batches = batches
+        self._batches: Iterator[pa.RecordBatch] | None = batches
         # Lance's FFI scan needs its SessionContext alive while batches flow.
         self._session = session
         self._on_error = on_error
@@ -61,12 +61,28 @@ class ResultStream:
         return self
 
     def __next__(self) -> pa.RecordBatch:
+        if self._batches is None:
+            raise StopIteration
         try:
             return next(self._batches)
         except StopIteration:
+            self.close()
             raise
         except Exception as exc:
-            raise self._on_error(exc) from None
+            error = self._on_error(exc)
+            self.close()
+            raise error from None
+
+    def close(self) -> None:
+        """Release the session now, on this thread.
+
+        A session holds Python functions (the bounded built-ins); left to
+        the cycle collector (an error's traceback keeps it in a cycle), it
+        would be freed at an arbitrary point inside another DataFusion call,
+        which aborts the process.
+        """
+        self._batches = None
+        self._session = None
 
 
 def read_only_options() -> SQLOptions:
@@ -87,6 +103,7 @@ def _plan(
         else:
             df = ctx.sql_with_options(spec.sql, read_only_options())
     except Exception as exc:
+        del ctx  # see ResultStream.close: no traceback may keep a session alive
         raise sql_error(exc) from None
     limits.check_plan(df)
     return df
@@ -173,18 +190,35 @@ class Planner:
             join_reordering=not conflicting_metadata(datasets),
             memory_bytes=self.limits.query_memory_bytes,
         )
+        try:
+            return self._run(ctx, spec, datasets, on_error)
+        except BaseException:
+            del ctx  # see ResultStream.close: no traceback may keep a session alive
+            raise
+
+    def _run(
+        self,
+        ctx: SessionContext,
+        spec: QuerySpec,
+        datasets: list[Any],
+        on_error: Callable[[BaseException], Exception],
+    ) -> ResultStream:
         df = _plan(ctx, spec, self.limits)
         schema = _result_schema(df)
         direct = direct_plan(df, datasets, schema)
         batches = None if direct is None else scan_directly(datasets[0], direct, on_error)
         if batches is not None:
             return ResultStream(schema, coalesce_batches(batches, schema), ctx, on_error)
+        error: Exception | None = None
         try:
             # The C stream interface moves batches with less Python per batch
             # than execute_stream() + to_pyarrow().
             reader = pa.RecordBatchReader.from_stream(df)
         except Exception as exc:
-            raise on_error(exc) from None
+            error = on_error(exc)
+        if error is not None:
+            del ctx, df
+            raise error
         return ResultStream(schema, coalesce_batches(reader, schema), ctx, on_error)
 
     def _execution_errors(

@@ -44,6 +44,8 @@ def to_lance_filter(filters: Sequence[Any], schema: pa.Schema) -> str | None:
         return " AND ".join(f"({_render(f, schema)})" for f in filters)
     except _Unrenderable:
         return None
+    except ValueError:  # an expression the bindings cannot convert (a UDF call, ...)
+        return None
 
 
 def _render(expr: Any, schema: pa.Schema) -> str:
@@ -136,6 +138,9 @@ def _literal(expr: Any, column_type: pa.DataType) -> str:
         # out-of-range literal would be refused or changed by that cast.
         if not pa.types.is_integer(data_type) or not _fits(int(value), column_type):
             raise _Unrenderable("integer column, literal outside its type")
+        if int(value) == -(2**63):
+            # Lance's parser reads it as -(2**63 as a float), which it then refuses.
+            raise _Unrenderable("the smallest int64")
         return str(int(value))
     if pa.types.is_floating(column_type):
         return _float_literal(data_type, value, column_type)
