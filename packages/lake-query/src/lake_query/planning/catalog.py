@@ -202,12 +202,14 @@ def session(
     *,
     join_reordering: bool = True,
     memory_bytes: int | None = None,
+    functions: frozenset[str] = frozenset(),
 ) -> SessionContext:
     """A DataFusion session whose only catalog is ``binder``'s ``lake``.
 
     ``memory_bytes`` gives an executing session its own memory pool (sorts,
     aggregates and joins spill to disk past it where DataFusion can);
-    planning sessions need none.
+    planning sessions need none. ``functions``: the bounded built-ins the
+    statement names (:data:`~lake_query.planning.functions.BOUNDED_FUNCTIONS`).
     """
     config = (
         SessionConfig()
@@ -226,6 +228,7 @@ def session(
     else:
         runtime = RuntimeEnvBuilder().with_fair_spill_pool(memory_bytes).with_disk_manager_os()
         ctx = SessionContext(config, runtime)
-    register_bounded_functions(ctx, budget)
+    if functions:
+        register_bounded_functions(ctx, budget, functions)
     ctx.register_catalog_provider(DEFAULT_CATALOG, _LakeCatalog(binder))
     return ctx

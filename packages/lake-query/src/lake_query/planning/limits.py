@@ -28,7 +28,7 @@ from typing import Any
 
 from lake_core.config import env_int
 from lake_core.errors import InvalidArgument
-from lake_query.planning.functions import MAX_FUNCTION_OUTPUT_BYTES
+from lake_query.planning.functions import BOUNDED_FUNCTIONS, MAX_FUNCTION_OUTPUT_BYTES
 
 __all__ = [
     "DEFAULT_MEMORY_LIMIT_BYTES",
@@ -89,11 +89,14 @@ class SqlShape:
     selects: int
     #: The highest ``$N`` placeholder (0 for none).
     max_placeholder: int
+    #: Names (bare or quoted, lower-cased) of bounded built-ins the text mentions.
+    bounded_functions: frozenset[str] = frozenset()
 
 
 def sql_shape(sql: str) -> SqlShape:
     """Scan ``sql``'s tokens once, skipping literals, quoted names and comments."""
     operators = selects = placeholder = 0
+    functions: set[str] = set()
     i, n = 0, len(sql)
     while i < n:
         ch = sql[i]
@@ -108,6 +111,8 @@ def sql_shape(sql: str) -> SqlShape:
                     end += 2
                     continue
                 break
+            if ch != "'" and sql[i + 1 : end].lower() in BOUNDED_FUNCTIONS:
+                functions.add(sql[i + 1 : end].lower())
             i = end + 1
         elif sql.startswith("--", i):
             end = sql.find("\n", i)
@@ -131,6 +136,8 @@ def sql_shape(sql: str) -> SqlShape:
                 operators += 1
             elif word == "SELECT":
                 selects += 1
+            elif word.lower() in BOUNDED_FUNCTIONS:
+                functions.add(word.lower())
             i = j
         else:
             for symbol in _SYMBOL_OPERATORS:
@@ -140,7 +147,7 @@ def sql_shape(sql: str) -> SqlShape:
                     break
             else:
                 i += 1
-    return SqlShape(operators, selects, placeholder)
+    return SqlShape(operators, selects, placeholder, frozenset(functions))
 
 
 def plan_depth(plan: Any, stop_at: int) -> int:
@@ -187,7 +194,7 @@ class QueryLimits:
             ),
         )
 
-    def check_text(self, sql: str, bound_parameters: int | None) -> None:
+    def check_text(self, sql: str, bound_parameters: int | None) -> SqlShape:
         """Refuse ``sql`` before DataFusion parses it (``bound_parameters``: None skips)."""
         shape = sql_shape(sql)
         if shape.operators > self.max_expression_terms:
@@ -205,6 +212,7 @@ class QueryLimits:
                 f"parameter ${shape.max_placeholder} has no bound value "
                 f"({bound_parameters} bound); bind every $N placeholder"
             )
+        return shape
 
     def check_plan(self, df: Any) -> None:
         """Refuse a planned statement whose plan is too deep to execute safely."""

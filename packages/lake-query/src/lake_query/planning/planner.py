@@ -31,7 +31,7 @@ from lake_query.planning.catalog import (
 )
 from lake_query.planning.direct import DirectPlans, direct_plan, scan_directly
 from lake_query.planning.functions import FunctionBudget
-from lake_query.planning.limits import QueryLimits
+from lake_query.planning.limits import QueryLimits, SqlShape
 from lake_query.planning.pinned import PinnedDatasets
 from lake_query.planning.spec import PinnedTable, PlannedQuery, QuerySpec
 from lake_query.planning.storage import DatasetOpener
@@ -90,13 +90,16 @@ def read_only_options() -> SQLOptions:
     return SQLOptions().with_allow_ddl(False).with_allow_dml(False).with_allow_statements(False)
 
 
-def _plan(
-    ctx: SessionContext, spec: QuerySpec, limits: QueryLimits, *, prepare: bool = False
-) -> Any:
+def _check(spec: QuerySpec, limits: QueryLimits, *, prepare: bool = False) -> SqlShape:
+    """Refuse writes and oversized statements before any session exists."""
     reject_writes(spec.sql)
-    params = spec.parameters()
     # Preparing a statement plans it before its parameters are bound.
-    limits.check_text(spec.sql, None if prepare else len(params or ()))
+    bound = None if prepare else len(spec.parameters() or ())
+    return limits.check_text(spec.sql, bound)
+
+
+def _plan(ctx: SessionContext, spec: QuerySpec, limits: QueryLimits) -> Any:
+    params = spec.parameters()
     try:
         if params:
             df = ctx.sql_with_options(spec.sql, read_only_options(), param_values=params)
@@ -157,9 +160,12 @@ class Planner:
 
         ``prepare``: a statement being prepared, whose ``$N`` are bound later.
         """
+        shape = _check(spec, self.limits, prepare=prepare)
         binder = PlanningBinder(principal, self._datasets, self._resolve, self._list)
         budget = FunctionBudget(self.limits.max_function_output_bytes)
-        df = _plan(session(binder, budget), spec, self.limits, prepare=prepare)
+        ctx = session(binder, budget, functions=shape.bounded_functions)
+        df = _plan(ctx, spec, self.limits)
+        del ctx
         schema = _result_schema(df)
         pins = tuple(
             PinnedTable(table=ref, descriptor=binder.pins[ref])
@@ -173,6 +179,7 @@ class Planner:
 
     def execute(self, spec: QuerySpec, principal: Principal) -> ResultStream:
         """Run a planned query from its pinned set alone."""
+        shape = _check(spec, self.limits)
         binder = PinnedBinder(principal, self._datasets, spec.pins)
         datasets = binder.open_all(p.table for p in spec.pins)  # authorizes every table
         budget = FunctionBudget(self.limits.max_function_output_bytes)
@@ -189,6 +196,7 @@ class Planner:
             budget,
             join_reordering=not conflicting_metadata(datasets),
             memory_bytes=self.limits.query_memory_bytes,
+            functions=shape.bounded_functions,
         )
         try:
             return self._run(ctx, spec, datasets, on_error)
