@@ -12,7 +12,7 @@ import pyarrow as pa
 import pytest
 from lance.dataset import LanceDataset
 
-from lake_query.pinned import PinnedDatasets
+from lake_query.planning.pinned import PinnedDatasets
 
 SCHEMA = pa.schema([("id", pa.int64())])
 

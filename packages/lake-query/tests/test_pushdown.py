@@ -18,7 +18,7 @@ from lake_core.filetype import FILE_STRUCT, file_field
 from lake_core.names import TableRef
 from lake_core.principal import DEV_PRINCIPAL
 from lake_query.planning import Planner
-from lake_query.pushdown import to_lance_filter
+from lake_query.planning.pushdown import to_lance_filter
 
 from .conftest import LocalCatalog
 

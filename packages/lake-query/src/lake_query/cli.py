@@ -24,8 +24,8 @@ from lake_query.admission import Admission
 from lake_query.catalog_cache import CatalogCache
 from lake_query.config import DEFAULT_ADDR, DEFAULT_METADATA_ADDR, QueryConfig
 from lake_query.flightsql import QueryHandler
-from lake_query.memory import tune_allocator
-from lake_query.planning import configure_storage
+from lake_query.memory import collect_cycles, tune_allocator
+from lake_query.planning import DatasetOpener, PinnedDatasets
 from lake_query.stage import QueryStage
 
 __all__ = ["configure_logging", "main", "query", "run"]
@@ -39,7 +39,7 @@ HANDLE_TTL_SECS = 3600
 
 async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
     """Connect the catalog, then serve until SIGINT/SIGTERM (or ``stop``)."""
-    configure_storage(config.storage)
+    collector = asyncio.get_running_loop().create_task(collect_cycles())
     meta = MetaClient(
         config.metadata_addr,
         token=config.metadata_token,
@@ -67,6 +67,8 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             admission=Admission(config.admission),
             max_sql_bytes=config.admission.max_sql_bytes,
             stage=stage,
+            datasets=DatasetOpener(config.storage, PinnedDatasets()),
+            limits=config.limits,
         )
 
         def started(server: FlightServer) -> None:
@@ -89,6 +91,7 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             stop=stop,
         )
     finally:
+        collector.cancel()
         await cache.close()
         await meta.close()
         await stage.close()

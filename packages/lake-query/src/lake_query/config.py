@@ -23,7 +23,9 @@ Security (``docs/security.md``): the listener policy of
 ``LAKE_AUTH_TOKEN_FILE``, ``LAKE_TLS_CERT_FILE``/``LAKE_TLS_KEY_FILE``,
 ``LAKE_ALLOW_INSECURE``); the Metasrv client's ``LAKE_METADATA_AUTH_TOKEN_FILE``,
 ``LAKE_METADATA_CA_FILE`` and ``LAKE_METADATA_SERVER_NAME``; admission limits
-from :class:`lake_query.admission.AdmissionLimits`.
+from :class:`lake_query.admission.AdmissionLimits`; statement bounds
+(``LAKE_QUERY_MEMORY_LIMIT_BYTES``, ``LAKE_QUERY_MAX_EXPRESSION_TERMS``, ...)
+from :class:`lake_query.planning.limits.QueryLimits`.
 """
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ from lake_core.tickets import TicketKeyRing
 from lake_core.tls import METADATA_CA_FILE, METADATA_SERVER_NAME, ClientTLS, load_client_tls
 from lake_objects.settings import StageSettings
 from lake_query.admission import AdmissionLimits
+from lake_query.planning.limits import QueryLimits
 
 __all__ = [
     "DEFAULT_ADDR",
@@ -108,6 +111,8 @@ class QueryConfig:
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
     #: How ``s3://`` tables are opened (manifest table, endpoints, timeouts).
     storage: DatasetStorage = field(default_factory=DatasetStorage)
+    #: Per-statement bounds: expression size, plan depth, memory, function outputs.
+    limits: QueryLimits = field(default_factory=QueryLimits)
 
     @property
     def loopback(self) -> bool:
@@ -176,4 +181,5 @@ class QueryConfig:
             metadata_tls=metadata_tls,
             admission=admission,
             storage=DatasetStorage.from_env(source),
+            limits=QueryLimits.from_env(source),
         )

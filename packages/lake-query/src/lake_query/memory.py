@@ -1,4 +1,4 @@
-"""Allocator settings for a process that streams multi-megabyte messages.
+"""Allocator and collector settings for a process that streams multi-megabyte messages.
 
 Every DoGet message is a fresh 1-4 MB Python ``bytes``, and gRPC copies it
 into a fresh slice of the same size. glibc's malloc serves such blocks with
@@ -11,13 +11,21 @@ memory (measured: ~9,000 page faults and a quarter of Query's CPU per
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
+import gc
 import logging
 import os
 import platform
 from collections.abc import Mapping
 
-__all__ = ["MMAP_THRESHOLD_BYTES", "TRIM_THRESHOLD_BYTES", "tune_allocator"]
+__all__ = [
+    "COLLECT_INTERVAL_S",
+    "MMAP_THRESHOLD_BYTES",
+    "TRIM_THRESHOLD_BYTES",
+    "collect_cycles",
+    "tune_allocator",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -55,3 +63,26 @@ def tune_allocator(env: Mapping[str, str] = os.environ) -> bool:
     if not ok:
         logger.warning("could not set malloc thresholds; large results may stream slower")
     return ok
+
+
+#: How often a replica collects reference cycles, in seconds.
+COLLECT_INTERVAL_S = 1.0
+
+
+async def collect_cycles(interval_s: float = COLLECT_INTERVAL_S) -> None:
+    """Run Python's cycle collector on the event loop only, forever (a task).
+
+    DataFusion calls the bounded built-ins (Python functions) on its own
+    worker threads. With automatic collection on, such a call can start a
+    collection that frees a DataFusion object (a session kept in a cycle by
+    a traceback) from inside DataFusion, and the process aborts ("PyThreadState_Get:
+    the GIL is released"). So a replica turns automatic collection off at
+    start and collects here, where no DataFusion call is on the stack.
+    """
+    gc.disable()
+    try:
+        while True:
+            await asyncio.sleep(interval_s)
+            gc.collect()
+    finally:
+        gc.enable()

@@ -10,6 +10,7 @@ Error mapping (DataFusion raises plain ``ValueError``/``Exception``):
 
     DDL/DML/statement refusals, unsupported statements  -> ReadOnlySql
     "table '<name>' not found" (other catalogs)          -> TableNotFound
+    the memory pool's "Resources exhausted"              -> ResourceExhausted
     anything else at planning or execution               -> SqlError (DataFusion's message)
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import re
 
-from lake_core.errors import LakeError, ReadOnlySql, SqlError, TableNotFound
+from lake_core.errors import LakeError, ReadOnlySql, ResourceExhausted, SqlError, TableNotFound
 
 __all__ = ["WRITE_KEYWORDS", "leading_keyword", "reject_writes", "sql_error"]
 
@@ -82,6 +83,8 @@ _REFUSAL = re.compile(
     r"|not implemented: Query (INSERT|UPDATE|DELETE|MERGE|REPLACE)\b",
     re.IGNORECASE,
 )
+# DataFusion's memory pool refusing a query (it raises no typed error).
+_RESOURCES_EXHAUSTED = re.compile(r"Resources exhausted")
 _TABLE_NOT_FOUND = re.compile(r"table '([^']{1,512})' not found")
 _PREFIX = re.compile(r"^(DataFusion error: )+")
 
@@ -142,6 +145,11 @@ def sql_error(exc: BaseException) -> LakeError:
     message = _PREFIX.sub("", str(exc)).strip() or type(exc).__name__
     if _REFUSAL.search(message):
         return ReadOnlySql()
+    if _RESOURCES_EXHAUSTED.search(message):
+        return ResourceExhausted(
+            "the query needs more memory than its share of this replica "
+            "(LAKE_QUERY_MEMORY_LIMIT_BYTES); narrow it or aggregate first"
+        )
     found = _TABLE_NOT_FOUND.search(message)
     if found:
         return TableNotFound(found.group(1))

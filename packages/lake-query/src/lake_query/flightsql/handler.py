@@ -1,0 +1,332 @@
+"""Lake Query's Flight SQL service: one handler per replica.
+
+Statements and prepared statements are planned at GetFlightInfo (and
+CreatePreparedStatement): every referenced table is authorized and pinned,
+and the pinned set is sealed into the ticket together with the SQL. DoGet
+opens the ticket (it is bound to the caller, the fleet's audience and an
+expiry) and runs the query from the ticket alone, on any replica sharing
+the key ring. Prepared-statement handles are sealed too
+(:mod:`~lake_query.flightsql.statements`).
+
+Catalog discovery and GetSqlInfo are answered from memory
+(:mod:`~lake_query.flightsql.discovery`). Updates of any kind get the one
+:class:`ReadOnlySql` error. Lake's own append DoPut is authorized here and
+forwarded unchanged to Metasrv (:mod:`~lake_query.flightsql.appends`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import functools
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import structlog
+from pydantic import ValidationError
+
+from lake_core import protocol
+from lake_core.errors import (
+    InvalidArgument,
+    ReadOnlySql,
+    Unauthenticated,
+    Unavailable,
+    Unimplemented,
+)
+from lake_core.flight.encoding import encode_stream
+from lake_core.flight.server import Context, FlightHandler
+from lake_core.models import CatalogEntry
+from lake_core.names import TableRef
+from lake_core.principal import Principal
+from lake_core.proto import flight_pb2 as pb
+from lake_core.proto import flight_sql_pb2 as sql_pb
+from lake_core.schemas import schema_to_ipc
+from lake_core.tickets import TicketSealer
+from lake_objects import descriptor as stage_wire
+from lake_query.admission import Admission
+from lake_query.catalog_cache import CatalogCache
+from lake_query.flightsql import discovery, wire
+from lake_query.flightsql.appends import Appends, AppendSink
+from lake_query.flightsql.discovery import REFRESH_TIMEOUT_S
+from lake_query.flightsql.statements import PreparedStatements
+from lake_query.flightsql.wire import MAX_SQL_BYTES, caller
+from lake_query.planning import DatasetOpener, PlannedQuery, Planner, QueryLimits, QuerySpec
+from lake_query.results import prefetch
+from lake_query.stage import QueryStage
+
+__all__ = ["MAX_STREAMS", "QueryHandler"]
+
+log = structlog.get_logger("lake_query.flightsql")
+
+#: DoGet streams producing at once (more wait for a producer thread).
+MAX_STREAMS = 64
+
+# Action names.
+CREATE_PREPARED_STATEMENT = "CreatePreparedStatement"
+CLOSE_PREPARED_STATEMENT = "ClosePreparedStatement"
+CLOSE_SESSION = "CloseSession"
+CANCEL_FLIGHT_INFO = "CancelFlightInfo"
+_ACTIONS = {
+    CREATE_PREPARED_STATEMENT: "Plan a SQL query; returns a stateless sealed handle",
+    CLOSE_PREPARED_STATEMENT: "Release a prepared statement (no server state)",
+    CLOSE_SESSION: "End a Flight SQL session (no server state)",
+    CANCEL_FLIGHT_INFO: "Cancel a statement (nothing runs before DoGet)",
+    protocol.TABLE_SCHEMA: "Lake: a table's current schema and version from the catalog cache",
+    stage_wire.MANAGED_STAGE: "Lake: the caller's credential-free managed stage descriptor",
+    stage_wire.READ_CAPABILITY: "Lake: a bounded read capability for one DataLocation (S3 only)",
+}
+
+T = TypeVar("T")
+
+
+class QueryHandler(FlightHandler):
+    """The Flight SQL handler of one Query replica.
+
+    ``datasets`` is how this replica opens pinned versions (its storage
+    settings and its cache of opened datasets); by default local paths.
+    ``limits`` bounds each statement (:mod:`lake_query.planning.limits`).
+    """
+
+    def __init__(
+        self,
+        *,
+        cache: CatalogCache,
+        sealer: TicketSealer,
+        handle_sealer: TicketSealer,
+        appends: AppendSink | None = None,
+        executor: ThreadPoolExecutor | None = None,
+        admission: Admission | None = None,
+        max_sql_bytes: int = MAX_SQL_BYTES,
+        stage: QueryStage | None = None,
+        datasets: DatasetOpener | None = None,
+        limits: QueryLimits | None = None,
+    ) -> None:
+        self._stage = stage or QueryStage(None)
+        self._admission = admission
+        self._max_sql_bytes = max_sql_bytes
+        self._cache = cache
+        self._sealer = sealer
+        self._statements = PreparedStatements(handle_sealer, max_sql_bytes)
+        self._appends = Appends(cache, appends, self._stage)
+        self._executor = executor or ThreadPoolExecutor(
+            max_workers=max(8, 4 * (os.cpu_count() or 2)), thread_name_prefix="lake-plan"
+        )
+        # One producer thread per running DoGet, apart from planning's pool so
+        # long streams cannot starve planning.
+        self._streams = ThreadPoolExecutor(
+            max_workers=MAX_STREAMS, thread_name_prefix="lake-stream"
+        )
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.planner = Planner(self._resolve, cache.table_refs, datasets=datasets, limits=limits)
+
+    def __repr__(self) -> str:
+        return f"QueryHandler({self._cache!r})"
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+        self._streams.shutdown(wait=False, cancel_futures=True)
+
+    # Threads.
+
+    async def _blocking(self, fn: Callable[..., T], *args: Any) -> T:
+        self._loop = asyncio.get_running_loop()
+        return await self._loop.run_in_executor(self._executor, fn, *args)
+
+    def _resolve(self, table: TableRef) -> CatalogEntry | None:
+        """Planning's table lookup (worker thread): the cache, refreshed once on a miss."""
+        entry = self._cache.entry(table)
+        if entry is not None or self._loop is None:
+            return entry
+        refresh = asyncio.run_coroutine_threadsafe(self._cache.refresh(), self._loop)
+        try:
+            refresh.result(REFRESH_TIMEOUT_S)
+        except Exception as exc:
+            refresh.cancel()
+            raise Unavailable(
+                f"{table.qualified} is not in the catalog cache and the catalog could not "
+                f"be refreshed: {exc}"
+            ) from None
+        return self._cache.entry(table)
+
+    # Planning.
+
+    async def _plan(
+        self, spec: QuerySpec, principal: Principal, *, prepare: bool = False
+    ) -> PlannedQuery:
+        wire.check_sql(spec.sql, self._max_sql_bytes)
+        planned = await self._blocking(
+            functools.partial(self.planner.plan_spec, prepare=prepare), spec, principal
+        )
+        log.info(
+            "query planned",
+            principal=principal.principal_id,
+            tables=[str(p.table) for p in planned.spec.pins],
+        )
+        return planned
+
+    async def _describe(
+        self, descriptor: pb.FlightDescriptor, principal: Principal
+    ) -> tuple[pa.Schema, dict[str, Any]]:
+        """The result schema of a descriptor and the ticket body that produces it."""
+        if descriptor.type != pb.FlightDescriptor.CMD:
+            raise InvalidArgument("Lake Query answers Flight SQL commands (CMD descriptors)")
+        command = wire.unpack_any(descriptor.cmd, "the descriptor")
+        if isinstance(command, sql_pb.CommandStatementQuery):
+            wire.no_transaction(command)
+            planned = await self._plan(QuerySpec(sql=command.query), principal)
+        elif isinstance(command, sql_pb.CommandPreparedStatementQuery):
+            spec = self._statements.open(command.prepared_statement_handle, principal)
+            planned = await self._plan(spec, principal)
+        elif isinstance(command, wire.METADATA_COMMANDS):
+            schema = discovery.metadata_schema(command)
+            return schema, {"k": wire.METADATA, "c": base64.b64encode(descriptor.cmd).decode()}
+        elif isinstance(command, wire.READ_ONLY_COMMANDS):
+            raise ReadOnlySql()
+        else:
+            raise Unimplemented(f"{command.DESCRIPTOR.name} is not supported by Lake Query")
+        return planned.schema, {"k": wire.QUERY, "q": planned.spec.model_dump(mode="json")}
+
+    # Flight RPCs.
+
+    async def get_flight_info(
+        self, descriptor: pb.FlightDescriptor, context: Context
+    ) -> pb.FlightInfo:
+        principal = caller()
+        schema, body = await self._describe(descriptor, principal)
+        ticket = self._sealer.seal(principal, body)
+        return pb.FlightInfo(
+            schema=schema_to_ipc(schema),
+            flight_descriptor=descriptor,
+            endpoint=[pb.FlightEndpoint(ticket=pb.Ticket(ticket=ticket))],
+            total_records=-1,
+            total_bytes=-1,
+        )
+
+    async def poll_flight_info(
+        self, descriptor: pb.FlightDescriptor, context: Context
+    ) -> pb.PollInfo:
+        # Planning is synchronous, so the first poll is already complete
+        # (no flight_descriptor to poll again).
+        info = await self.get_flight_info(descriptor, context)
+        return pb.PollInfo(info=info, progress=1.0)
+
+    async def get_schema(
+        self, descriptor: pb.FlightDescriptor, context: Context
+    ) -> pb.SchemaResult:
+        schema, _ = await self._describe(descriptor, caller())
+        return pb.SchemaResult(schema=schema_to_ipc(schema))
+
+    def _open_ticket(self, ticket: bytes, principal: Principal) -> dict[str, Any]:
+        # Tickets carry SQL: the SQL size limit bounds them too.
+        if len(ticket) > self._max_sql_bytes:
+            raise InvalidArgument(f"the ticket exceeds {self._max_sql_bytes} bytes")
+        return self._sealer.open(ticket, principal)
+
+    async def do_get(self, ticket: pb.Ticket, context: Context) -> AsyncIterator[bytes]:
+        principal = caller()
+        body = self._open_ticket(ticket.ticket, principal)
+        kind = body.get("k")
+        messages: AsyncIterator[bytes]
+        if kind == wire.QUERY:
+            messages = self._query_messages(body, principal, context)
+        elif kind == wire.METADATA:
+            command = wire.unpack_any(base64.b64decode(body.get("c", "")), "the ticket")
+            batch = discovery.metadata_batch(self._cache, command, principal)
+            messages = prefetch(encode_stream(batch.schema, [batch]), self._streams)
+        else:
+            raise Unauthenticated("invalid ticket")
+        sent = 0
+        async with contextlib.aclosing(messages):
+            async for message in messages:
+                sent += 1
+                yield message
+        log.debug("stream finished", messages=sent)
+
+    def _query_messages(
+        self, body: dict[str, Any], principal: Principal, context: Context
+    ) -> AsyncIterator[bytes]:
+        try:
+            spec = QuerySpec.model_validate(body.get("q"))
+        except ValidationError:
+            # Authentic, so sealed by a replica of another Lake version.
+            raise InvalidArgument("ticket from an incompatible Lake Query version") from None
+
+        def produce() -> Iterator[bytes]:
+            # Opening the pinned tables and producing their messages run on
+            # one stream thread, with no hop back to the loop in between.
+            stream = self.planner.execute(spec, principal)
+            yield from encode_stream(stream.schema, stream)
+
+        async def start() -> AsyncIterator[bytes]:
+            return prefetch(produce(), self._streams)
+
+        if self._admission is None:
+            return prefetch(produce(), self._streams)
+        # The permit is held for the whole stream (lake_query.admission).
+        return self._admission.run(principal.tenant_id, context, start)
+
+    async def do_put(
+        self, messages: AsyncIterator[pb.FlightData], context: Context
+    ) -> AsyncIterator[pb.PutResult]:
+        principal = caller()
+        first = await anext(messages, None)
+        if first is None or not first.HasField("flight_descriptor"):
+            raise InvalidArgument("DoPut needs a descriptor on its first message")
+        command = wire.put_command(first.flight_descriptor.cmd)
+        if isinstance(command, protocol.AppendCommand):
+            yield await self._appends.forward(command, first, messages, principal)
+        elif isinstance(command, sql_pb.CommandPreparedStatementQuery):
+            yield await self._statements.bind(command, first, messages, principal)
+        elif isinstance(command, wire.READ_ONLY_COMMANDS):
+            raise ReadOnlySql()
+        else:
+            name = getattr(getattr(command, "DESCRIPTOR", None), "name", type(command).__name__)
+            raise Unimplemented(f"DoPut of {name} is not supported")
+
+    async def _stage_action(self, kind: str, body: bytes, principal: Principal) -> bytes:
+        if kind == stage_wire.MANAGED_STAGE:
+            protocol.decode(stage_wire.StageRequest, body)
+            return protocol.encode(self._stage.descriptor(principal))
+        request = protocol.decode(stage_wire.ReadCapabilityRequest, body)
+        return protocol.encode(await self._stage.read_capability(principal, request))
+
+    async def do_action(self, action: pb.Action, context: Context) -> AsyncIterator[pb.Result]:
+        principal = caller()
+        kind = action.type
+        if kind == CREATE_PREPARED_STATEMENT:
+            request = wire.unpack_as(
+                action.body, sql_pb.ActionCreatePreparedStatementRequest, "the action body"
+            )
+            wire.no_transaction(request)
+            planned = await self._plan(QuerySpec(sql=request.query), principal, prepare=True)
+            result = sql_pb.ActionCreatePreparedStatementResult(
+                prepared_statement_handle=self._statements.seal(planned.spec, principal),
+                dataset_schema=schema_to_ipc(planned.schema),
+            )
+            yield pb.Result(body=wire.pack(result))
+        elif kind == CLOSE_PREPARED_STATEMENT:
+            wire.unpack_as(
+                action.body, sql_pb.ActionClosePreparedStatementRequest, "the action body"
+            )
+        elif kind == CLOSE_SESSION:
+            closed = pb.CloseSessionResult(status=pb.CloseSessionResult.CLOSED)
+            yield pb.Result(body=closed.SerializeToString())
+        elif kind == CANCEL_FLIGHT_INFO:
+            wire.parse_raw(action.body, pb.CancelFlightInfoRequest, "the action body")
+            # Nothing runs before DoGet, and a DoGet is cancelled by its client.
+            cancelled = pb.CancelFlightInfoResult(status=pb.CANCEL_STATUS_CANCELLED)
+            yield pb.Result(body=cancelled.SerializeToString())
+        elif kind == protocol.TABLE_SCHEMA:
+            yield pb.Result(body=await discovery.table_schema(self._cache, action.body, principal))
+        elif kind in (stage_wire.MANAGED_STAGE, stage_wire.READ_CAPABILITY):
+            yield pb.Result(body=await self._stage_action(kind, bytes(action.body), principal))
+        else:
+            raise Unimplemented(f"action {kind[:100]!r} is not supported by Lake Query")
+
+    async def list_actions(self, context: Context) -> AsyncIterator[pb.ActionType]:
+        for name, description in _ACTIONS.items():
+            yield pb.ActionType(type=name, description=description)

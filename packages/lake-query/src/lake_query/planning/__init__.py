@@ -1,0 +1,37 @@
+"""Planning and running SQL over pinned Lance table versions.
+
+Parts:
+
+- :mod:`~lake_query.planning.spec`: what a ticket seals (``QuerySpec``, ``PinnedTable``).
+- :mod:`~lake_query.planning.catalog`: the lazy per-request ``lake`` catalog (binders).
+- :mod:`~lake_query.planning.storage`: opening pinned versions; storage failures, typed.
+- :mod:`~lake_query.planning.pinned`: the replica's cache of opened datasets.
+- :mod:`~lake_query.planning.direct` and :mod:`~lake_query.planning.pushdown`: scans
+  Lance answers alone.
+- :mod:`~lake_query.planning.limits` and :mod:`~lake_query.planning.functions`: what
+  one statement may make DataFusion do (depth, size, memory, function outputs).
+- :mod:`~lake_query.planning.planner`: :class:`Planner`, plan with pins, run from pins.
+"""
+
+from lake_query.planning.catalog import DEFAULT_SCHEMA
+from lake_query.planning.limits import QueryLimits
+from lake_query.planning.pinned import PinnedDatasets
+from lake_query.planning.planner import Planner, ResultStream, read_only_options
+from lake_query.planning.spec import MAX_PARAMETER_BYTES, PinnedTable, PlannedQuery, QuerySpec
+from lake_query.planning.storage import DatasetOpener, StorageProbe, open_pinned
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "MAX_PARAMETER_BYTES",
+    "DatasetOpener",
+    "PinnedDatasets",
+    "PinnedTable",
+    "PlannedQuery",
+    "Planner",
+    "QueryLimits",
+    "QuerySpec",
+    "ResultStream",
+    "StorageProbe",
+    "open_pinned",
+    "read_only_options",
+]

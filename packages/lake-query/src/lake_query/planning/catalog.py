@@ -1,0 +1,234 @@
+"""The lazy ``lake`` catalog DataFusion plans against, one per request.
+
+DataFusion asks its schema providers for each table it meets while planning
+(joins, subqueries and CTE bodies included), and the binder then
+
+1. validates the name (before any I/O),
+2. authorizes the namespace for the caller (hidden and absent tables get the
+   same PermissionDenied),
+3. pins the table to the exact descriptor the catalog cache holds (planning)
+   or the ticket carries (execution), and
+4. registers ``lance.FFILanceTableProvider`` over the dataset opened at that
+   Lance version.
+"""
+
+from __future__ import annotations
+
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import lance
+from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext
+from datafusion.catalog import CatalogProvider, SchemaProvider, Table
+
+from lake_core.errors import InvalidArgument, PermissionDenied, TableNotFound
+from lake_core.models import CatalogEntry, TableDescriptor
+from lake_core.names import DEFAULT_CATALOG, TableRef
+from lake_core.principal import Principal
+from lake_query.planning.functions import FunctionBudget, register_bounded_functions
+from lake_query.planning.spec import PinnedTable
+from lake_query.planning.storage import DatasetOpener
+
+__all__ = [
+    "DEFAULT_SCHEMA",
+    "Binder",
+    "Lister",
+    "PinnedBinder",
+    "PlanningBinder",
+    "Resolver",
+    "conflicting_metadata",
+    "session",
+]
+
+#: Schema that unqualified table names resolve in (``SELECT * FROM t`` -> ``lake.public.t``).
+DEFAULT_SCHEMA = "public"
+
+Resolver = Callable[[TableRef], CatalogEntry | None]
+Lister = Callable[[], Iterable[TableRef]]
+
+
+class Binder(ABC):
+    """Resolves, authorizes and opens the tables of one request (memoized)."""
+
+    def __init__(self, principal: Principal, opener: DatasetOpener) -> None:
+        self.principal = principal
+        self._opener = opener
+        self._tables: dict[TableRef, Table] = {}
+        self._datasets: dict[TableRef, tuple[TableDescriptor, Any]] = {}
+        self._lock = threading.Lock()
+
+    @abstractmethod
+    def descriptor(self, ref: TableRef) -> TableDescriptor | None:
+        """The pin for ``ref``, or None if it does not exist."""
+
+    @abstractmethod
+    def known_tables(self) -> Iterable[TableRef]:
+        """Every table this binder could resolve (for listings; no I/O)."""
+
+    def pinned(self, ref: TableRef, descriptor: TableDescriptor) -> None:  # noqa: B027
+        """Called once per table opened."""
+
+    def visible(self) -> list[TableRef]:
+        return [t for t in self.known_tables() if self.principal.may_see(t.namespace)]
+
+    def table(self, namespace: str, name: str) -> Table:
+        ref = TableRef(namespace, name)  # InvalidName before any I/O
+        with self._lock:
+            found = self._tables.get(ref)
+            if found is None:
+                found = Table(lance.FFILanceTableProvider(self._open(ref)))
+                self._tables[ref] = found
+            return found
+
+    def _open(self, ref: TableRef) -> Any:
+        known = self._datasets.get(ref)
+        if known is not None:
+            return known[1]
+        if not self.principal.may_see(ref.namespace):
+            raise PermissionDenied(f"permission denied: {ref.qualified}")
+        descriptor = self.descriptor(ref)
+        if descriptor is None:
+            raise TableNotFound(ref.qualified)
+        dataset = self._opener.open(ref, descriptor)
+        self._datasets[ref] = (descriptor, dataset)
+        self.pinned(ref, descriptor)
+        return dataset
+
+    def opened(self) -> list[Any]:
+        """The datasets opened so far."""
+        with self._lock:
+            return [dataset for _, dataset in self._datasets.values()]
+
+    def opened_pins(self) -> list[tuple[TableRef, TableDescriptor, Any]]:
+        """Every table opened so far, with its pin and dataset."""
+        with self._lock:
+            return [(ref, d, ds) for ref, (d, ds) in self._datasets.items()]
+
+    def open_all(self, refs: Iterable[TableRef]) -> list[Any]:
+        """Authorize and open ``refs`` now (before the session exists)."""
+        with self._lock:
+            return [self._open(ref) for ref in refs]
+
+    def exists(self, namespace: str, name: str) -> bool:
+        try:
+            ref = TableRef(namespace, name)
+        except InvalidArgument:
+            return False
+        return self.principal.may_see(namespace) and self.descriptor(ref) is not None
+
+
+class PlanningBinder(Binder):
+    """Pins each referenced table to the descriptor the catalog cache holds now."""
+
+    def __init__(
+        self, principal: Principal, opener: DatasetOpener, resolve: Resolver, list_tables: Lister
+    ) -> None:
+        super().__init__(principal, opener)
+        self._resolve = resolve
+        self._list = list_tables
+        self.pins: dict[TableRef, TableDescriptor] = {}
+
+    def descriptor(self, ref: TableRef) -> TableDescriptor | None:
+        entry = self._resolve(ref)
+        return None if entry is None else entry.descriptor
+
+    def known_tables(self) -> Iterable[TableRef]:
+        return self._list()
+
+    def pinned(self, ref: TableRef, descriptor: TableDescriptor) -> None:
+        self.pins[ref] = descriptor
+
+
+class PinnedBinder(Binder):
+    """Resolves tables from a ticket's pinned set only: no cache, no pointer."""
+
+    def __init__(
+        self, principal: Principal, opener: DatasetOpener, pins: Iterable[PinnedTable]
+    ) -> None:
+        super().__init__(principal, opener)
+        self._pins = {p.table: p.descriptor for p in pins}
+
+    def descriptor(self, ref: TableRef) -> TableDescriptor | None:
+        # Planning pinned every table this SQL references, so a miss cannot
+        # happen for a genuine ticket; it is never resolved elsewhere.
+        return self._pins.get(ref)
+
+    def known_tables(self) -> Iterable[TableRef]:
+        return self._pins.keys()
+
+
+class _LakeSchema(SchemaProvider):
+    def __init__(self, binder: Binder, namespace: str) -> None:
+        self._binder = binder
+        self._namespace = namespace
+
+    def table_names(self) -> set[str]:
+        return {t.name for t in self._binder.visible() if t.namespace == self._namespace}
+
+    def table(self, name: str) -> Table | None:
+        return self._binder.table(self._namespace, name)
+
+    def table_exist(self, name: str) -> bool:
+        return self._binder.exists(self._namespace, name)
+
+
+class _LakeCatalog(CatalogProvider):
+    def __init__(self, binder: Binder) -> None:
+        self._binder = binder
+
+    def schema_names(self) -> set[str]:
+        return {t.namespace for t in self._binder.visible()}
+
+    # DataFusion accepts any SchemaProvider here, not only its Schema wrapper.
+    def schema(self, name: str) -> _LakeSchema:  # type: ignore[override]
+        return _LakeSchema(self._binder, name)
+
+
+def conflicting_metadata(datasets: Iterable[Any]) -> bool:
+    """Whether two schemas carry one metadata key with different values."""
+    seen: dict[bytes, bytes] = {}
+    for dataset in datasets:
+        for key, value in (dataset.schema.metadata or {}).items():
+            if seen.setdefault(key, value) != value:
+                return True
+    return False
+
+
+def session(
+    binder: Binder,
+    budget: FunctionBudget,
+    *,
+    join_reordering: bool = True,
+    memory_bytes: int | None = None,
+    functions: frozenset[str] = frozenset(),
+) -> SessionContext:
+    """A DataFusion session whose only catalog is ``binder``'s ``lake``.
+
+    ``memory_bytes`` gives an executing session its own memory pool (sorts,
+    aggregates and joins spill to disk past it where DataFusion can);
+    planning sessions need none. ``functions``: the bounded built-ins the
+    statement names (:data:`~lake_query.planning.functions.BOUNDED_FUNCTIONS`).
+    """
+    config = (
+        SessionConfig()
+        .with_default_catalog_and_schema(DEFAULT_CATALOG, DEFAULT_SCHEMA)
+        .with_create_default_catalog_and_schema(False)
+        .with_information_schema(False)
+    )
+    if not join_reordering:
+        # DataFusion 54 merges the inputs' schema metadata in joins; when a
+        # key has different values on the two sides, swapping the build side
+        # changes the merged schema and its optimizer fails the plan with
+        # "Schema mismatch". Keeping the written join order avoids it.
+        config = config.set("datafusion.optimizer.join_reordering", "false")
+    if memory_bytes is None:
+        ctx = SessionContext(config)
+    else:
+        runtime = RuntimeEnvBuilder().with_fair_spill_pool(memory_bytes).with_disk_manager_os()
+        ctx = SessionContext(config, runtime)
+    if functions:
+        register_bounded_functions(ctx, budget, functions)
+    ctx.register_catalog_provider(DEFAULT_CATALOG, _LakeCatalog(binder))
+    return ctx

@@ -1,0 +1,224 @@
+"""Bounds on what one statement may make DataFusion do.
+
+DataFusion recurses through expressions and plans: a left-deep operator
+chain of ~2,000 terms (``SELECT 1+1+...``) overflows a 2 MiB tokio worker
+stack while it executes, ~20,000 overflow the planning thread, and a chain
+of ~300 CTEs, each a Projection over a Filter, overflows execution too
+(measured with DataFusion 54). A stack overflow kills the replica, so the
+bounds are checked by code that does not recurse:
+
+- before planning, on the SQL tokens: binary operators per statement
+  (``LAKE_QUERY_MAX_EXPRESSION_TERMS``) and SELECT blocks per statement
+  (``LAKE_QUERY_MAX_QUERY_BLOCKS``); parenthesised nesting is already
+  bounded by DataFusion's parser (50 levels);
+- after planning, before execution: the logical plan's depth
+  (``LAKE_QUERY_MAX_PLAN_DEPTH``), walked iteratively.
+
+Exceeding one is INVALID_ARGUMENT naming the limit and its setting. The
+token scan also finds ``$N`` placeholders, so a statement run with a
+parameter left unbound is refused as the client's error before it runs.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from lake_core.config import env_int
+from lake_core.errors import InvalidArgument
+from lake_query.planning.functions import BOUNDED_FUNCTIONS, MAX_FUNCTION_OUTPUT_BYTES
+
+__all__ = [
+    "DEFAULT_MEMORY_LIMIT_BYTES",
+    "MAX_EXPRESSION_TERMS",
+    "MAX_PLAN_DEPTH",
+    "MAX_QUERY_BLOCKS",
+    "MEMORY_LIMIT_BYTES",
+    "QueryLimits",
+    "SqlShape",
+    "sql_shape",
+]
+
+#: Binary operators (arithmetic, comparison, AND/OR, ||) in one statement (default 512).
+MAX_EXPRESSION_TERMS = "LAKE_QUERY_MAX_EXPRESSION_TERMS"
+#: SELECT blocks (subqueries, CTEs, UNION arms) in one statement (default 256).
+MAX_QUERY_BLOCKS = "LAKE_QUERY_MAX_QUERY_BLOCKS"
+#: Depth of a statement's logical plan (default 96 nodes).
+MAX_PLAN_DEPTH = "LAKE_QUERY_MAX_PLAN_DEPTH"
+
+#: DataFusion memory of this replica's queries, in bytes (default 2 GiB, for a
+#: 4 GiB replica: the rest is Python, gRPC buffers and Lance's caches).
+MEMORY_LIMIT_BYTES = "LAKE_QUERY_MEMORY_LIMIT_BYTES"
+DEFAULT_MEMORY_LIMIT_BYTES = 2 * 1024**3
+#: Each query's pool is this share of the replica's memory limit.
+MEMORY_SHARES = 4
+
+_SYMBOL_OPERATORS = (
+    "<=>",
+    "<>",
+    "!=",
+    "<=",
+    ">=",
+    "||",
+    "<<",
+    ">>",
+    "+",
+    "-",
+    "*",
+    "/",
+    "%",
+    "=",
+    "<",
+    ">",
+    "&",
+    "|",
+    "^",
+)
+_WORD_OPERATORS = frozenset({"AND", "OR", "LIKE", "ILIKE", "IS", "BETWEEN"})
+_WORD_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+_WORD_CHARS = _WORD_START | frozenset("0123456789")
+
+
+@dataclass(frozen=True)
+class SqlShape:
+    """What a token scan of one statement found."""
+
+    operators: int
+    selects: int
+    #: The highest ``$N`` placeholder (0 for none).
+    max_placeholder: int
+    #: Names (bare or quoted, lower-cased) of bounded built-ins the text mentions.
+    bounded_functions: frozenset[str] = frozenset()
+
+
+def sql_shape(sql: str) -> SqlShape:
+    """Scan ``sql``'s tokens once, skipping literals, quoted names and comments."""
+    operators = selects = placeholder = 0
+    functions: set[str] = set()
+    i, n = 0, len(sql)
+    while i < n:
+        ch = sql[i]
+        if ch in "'\"`":
+            end = i + 1
+            while True:
+                end = sql.find(ch, end)
+                if end < 0:
+                    end = n
+                    break
+                if end + 1 < n and sql[end + 1] == ch:  # a doubled quote escapes itself
+                    end += 2
+                    continue
+                break
+            if ch != "'" and sql[i + 1 : end].lower() in BOUNDED_FUNCTIONS:
+                functions.add(sql[i + 1 : end].lower())
+            i = end + 1
+        elif sql.startswith("--", i):
+            end = sql.find("\n", i)
+            i = n if end < 0 else end + 1
+        elif sql.startswith("/*", i):
+            end = sql.find("*/", i + 2)
+            i = n if end < 0 else end + 2
+        elif ch == "$":
+            j = i + 1
+            while j < n and sql[j].isdigit():
+                j += 1
+            if j > i + 1:
+                placeholder = max(placeholder, int(sql[i + 1 : min(j, i + 10)]))
+            i = max(j, i + 1)
+        elif ch in _WORD_START:
+            j = i + 1
+            while j < n and sql[j] in _WORD_CHARS:
+                j += 1
+            word = sql[i:j].upper()
+            if word in _WORD_OPERATORS:
+                operators += 1
+            elif word == "SELECT":
+                selects += 1
+            elif word.lower() in BOUNDED_FUNCTIONS:
+                functions.add(word.lower())
+            i = j
+        else:
+            for symbol in _SYMBOL_OPERATORS:
+                if sql.startswith(symbol, i):
+                    operators += 1
+                    i += len(symbol)
+                    break
+            else:
+                i += 1
+    return SqlShape(operators, selects, placeholder, frozenset(functions))
+
+
+def plan_depth(plan: Any, stop_at: int) -> int:
+    """The depth of a DataFusion logical plan, walked without recursion (capped at ``stop_at``)."""
+    deepest = 0
+    stack = [(plan, 1)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > stop_at:
+            return deepest
+        stack.extend((child, depth + 1) for child in node.inputs())
+    return deepest
+
+
+@dataclass(frozen=True)
+class QueryLimits:
+    """Per-statement bounds (see the module docstring)."""
+
+    max_expression_terms: int = 512
+    max_query_blocks: int = 256
+    max_plan_depth: int = 96
+    #: DataFusion memory pool of one query (sorts, joins, aggregates spill past it).
+    query_memory_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES // 4
+    #: Largest output of one size-amplifying function call over one batch.
+    max_function_output_bytes: int = 64 * 1024 * 1024
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> QueryLimits:
+        source = os.environ if env is None else env
+        d = cls()
+        return cls(
+            max_expression_terms=env_int(
+                MAX_EXPRESSION_TERMS, d.max_expression_terms, 1, 100_000, source
+            ),
+            max_query_blocks=env_int(MAX_QUERY_BLOCKS, d.max_query_blocks, 1, 100_000, source),
+            max_plan_depth=env_int(MAX_PLAN_DEPTH, d.max_plan_depth, 4, 10_000, source),
+            query_memory_bytes=env_int(
+                MEMORY_LIMIT_BYTES, DEFAULT_MEMORY_LIMIT_BYTES, 16 << 20, 1 << 44, source
+            )
+            // MEMORY_SHARES,
+            max_function_output_bytes=env_int(
+                MAX_FUNCTION_OUTPUT_BYTES, d.max_function_output_bytes, 1024, 1 << 34, source
+            ),
+        )
+
+    def check_text(self, sql: str, bound_parameters: int | None) -> SqlShape:
+        """Refuse ``sql`` before DataFusion parses it (``bound_parameters``: None skips)."""
+        shape = sql_shape(sql)
+        if shape.operators > self.max_expression_terms:
+            raise InvalidArgument(
+                f"the statement has {shape.operators} operators, more than the limit of "
+                f"{self.max_expression_terms} ({MAX_EXPRESSION_TERMS})"
+            )
+        if shape.selects > self.max_query_blocks:
+            raise InvalidArgument(
+                f"the statement has {shape.selects} SELECT blocks, more than the limit of "
+                f"{self.max_query_blocks} ({MAX_QUERY_BLOCKS})"
+            )
+        if bound_parameters is not None and shape.max_placeholder > bound_parameters:
+            raise InvalidArgument(
+                f"parameter ${shape.max_placeholder} has no bound value "
+                f"({bound_parameters} bound); bind every $N placeholder"
+            )
+        return shape
+
+    def check_plan(self, df: Any) -> None:
+        """Refuse a planned statement whose plan is too deep to execute safely."""
+        depth = plan_depth(df.logical_plan(), self.max_plan_depth)
+        if depth > self.max_plan_depth:
+            raise InvalidArgument(
+                f"the statement's plan is more than {self.max_plan_depth} operators deep "
+                f"({MAX_PLAN_DEPTH}); split it or use fewer nested CTEs and subqueries"
+            )

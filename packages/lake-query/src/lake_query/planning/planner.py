@@ -1,0 +1,250 @@
+"""The planner: plan SQL with pinning, run it from the pins alone.
+
+Planning returns the result schema and the pinned set (a :class:`QuerySpec`,
+which is what a ticket seals). Execution rebuilds the catalog from the
+pinned set alone and never consults the cache, so an append between
+GetFlightInfo and DoGet changes neither the schema nor the rows. A pinned
+version that is gone fails with :class:`VersionReclaimed`; nothing falls
+forward to a newer version.
+
+Everything here blocks: callers run it off the event loop.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+from datafusion import SessionContext, SQLOptions
+
+from lake_core.errors import LakeError
+from lake_core.principal import Principal
+from lake_query.planning.catalog import (
+    Binder,
+    Lister,
+    PinnedBinder,
+    PlanningBinder,
+    Resolver,
+    conflicting_metadata,
+    session,
+)
+from lake_query.planning.direct import DirectPlans, direct_plan, scan_directly
+from lake_query.planning.functions import FunctionBudget
+from lake_query.planning.limits import QueryLimits, SqlShape
+from lake_query.planning.pinned import PinnedDatasets
+from lake_query.planning.spec import PinnedTable, PlannedQuery, QuerySpec
+from lake_query.planning.storage import DatasetOpener
+from lake_query.results import coalesce_batches
+from lake_query.statements import reject_writes, sql_error
+
+__all__ = ["Planner", "ResultStream", "read_only_options"]
+
+
+class ResultStream:
+    """A running query: its schema and its 1-4 MB batches (iteration blocks)."""
+
+    def __init__(
+        self,
+        schema: pa.Schema,
+        batches: Iterator[pa.RecordBatch],
+        session: object = None,
+        on_error: Callable[[BaseException], Exception] = sql_error,
+    ) -> None:
+        self.schema = schema
+        self._batches: Iterator[pa.RecordBatch] | None = batches
+        # Lance's FFI scan needs its SessionContext alive while batches flow.
+        self._session = session
+        self._on_error = on_error
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        return self
+
+    def __next__(self) -> pa.RecordBatch:
+        if self._batches is None:
+            raise StopIteration
+        try:
+            return next(self._batches)
+        except StopIteration:
+            self.close()
+            raise
+        except Exception as exc:
+            error = self._on_error(exc)
+            self.close()
+            raise error from None
+
+    def close(self) -> None:
+        """Release the session now, on this thread.
+
+        A session holds Python functions (the bounded built-ins); left to
+        the cycle collector (an error's traceback keeps it in a cycle), it
+        would be freed at an arbitrary point inside another DataFusion call,
+        which aborts the process.
+        """
+        self._batches = None
+        self._session = None
+
+
+def read_only_options() -> SQLOptions:
+    """DataFusion options refusing DDL, DML and statements at planning."""
+    return SQLOptions().with_allow_ddl(False).with_allow_dml(False).with_allow_statements(False)
+
+
+def _check(spec: QuerySpec, limits: QueryLimits, *, prepare: bool = False) -> SqlShape:
+    """Refuse writes and oversized statements before any session exists."""
+    reject_writes(spec.sql)
+    # Preparing a statement plans it before its parameters are bound.
+    bound = None if prepare else len(spec.parameters() or ())
+    return limits.check_text(spec.sql, bound)
+
+
+def _plan(ctx: SessionContext, spec: QuerySpec, limits: QueryLimits) -> Any:
+    params = spec.parameters()
+    try:
+        if params:
+            df = ctx.sql_with_options(spec.sql, read_only_options(), param_values=params)
+        else:
+            df = ctx.sql_with_options(spec.sql, read_only_options())
+    except Exception as exc:
+        del ctx  # see ResultStream.close: no traceback may keep a session alive
+        raise sql_error(exc) from None
+    limits.check_plan(df)
+    return df
+
+
+def _result_schema(df: Any) -> pa.Schema:
+    # Schema-level metadata comes from Lance (incarnation ids); field metadata
+    # (the FILE marker) is part of the column type and stays.
+    schema: pa.Schema = df.schema()
+    return schema.remove_metadata()
+
+
+class Planner:
+    """Plans SQL against the catalog cache and runs it against pinned versions.
+
+    ``resolve`` maps a table to its current catalog entry (None if absent) and
+    ``list_tables`` enumerates known tables; both must be cache reads.
+    ``datasets`` opens pinned versions (the replica's storage settings and its
+    cache of opened datasets); by default local paths, uncached.
+    """
+
+    def __init__(
+        self,
+        resolve: Resolver,
+        list_tables: Lister = tuple,
+        *,
+        datasets: DatasetOpener | None = None,
+        limits: QueryLimits | None = None,
+    ) -> None:
+        self.limits = limits or QueryLimits()
+        self._resolve = resolve
+        self._list = list_tables
+        self._datasets = datasets or DatasetOpener(cache=PinnedDatasets())
+        self._direct = DirectPlans()
+
+    def plan(
+        self,
+        sql: str,
+        principal: Principal,
+        params: pa.RecordBatch | None = None,
+    ) -> PlannedQuery:
+        """Authorize, pin and plan ``sql``; nothing is executed."""
+        reject_writes(sql)
+        spec = QuerySpec(sql=sql, params_ipc=QuerySpec.encode_parameters(params))
+        return self.plan_spec(spec, principal)
+
+    def plan_spec(
+        self, spec: QuerySpec, principal: Principal, *, prepare: bool = False
+    ) -> PlannedQuery:
+        """Plan ``spec.sql`` with its bound parameters, pinning tables afresh.
+
+        ``prepare``: a statement being prepared, whose ``$N`` are bound later.
+        """
+        shape = _check(spec, self.limits, prepare=prepare)
+        binder = PlanningBinder(principal, self._datasets, self._resolve, self._list)
+        budget = FunctionBudget(self.limits.max_function_output_bytes)
+        ctx = session(binder, budget, functions=shape.bounded_functions)
+        df = _plan(ctx, spec, self.limits)
+        del ctx
+        schema = _result_schema(df)
+        pins = tuple(
+            PinnedTable(table=ref, descriptor=binder.pins[ref])
+            for ref in sorted(binder.pins, key=lambda r: (r.namespace, r.name))
+        )
+        planned = spec.model_copy(update={"pins": pins})
+        direct = direct_plan(df, binder.opened(), schema)
+        if direct is not None:
+            self._direct.remember(planned, direct)
+        return PlannedQuery(spec=planned, schema=schema)
+
+    def execute(self, spec: QuerySpec, principal: Principal) -> ResultStream:
+        """Run a planned query from its pinned set alone."""
+        shape = _check(spec, self.limits)
+        binder = PinnedBinder(principal, self._datasets, spec.pins)
+        datasets = binder.open_all(p.table for p in spec.pins)  # authorizes every table
+        budget = FunctionBudget(self.limits.max_function_output_bytes)
+        on_error = self._execution_errors(binder, budget)
+        known = self._direct.recall(spec)
+        if known is not None and len(datasets) == 1:
+            batches = scan_directly(datasets[0], known, on_error)
+            if batches is not None:
+                return ResultStream(
+                    known.schema, coalesce_batches(batches, known.schema), on_error=on_error
+                )
+        ctx = session(
+            binder,
+            budget,
+            join_reordering=not conflicting_metadata(datasets),
+            memory_bytes=self.limits.query_memory_bytes,
+            functions=shape.bounded_functions,
+        )
+        try:
+            return self._run(ctx, spec, datasets, on_error)
+        except BaseException:
+            del ctx  # see ResultStream.close: no traceback may keep a session alive
+            raise
+
+    def _run(
+        self,
+        ctx: SessionContext,
+        spec: QuerySpec,
+        datasets: list[Any],
+        on_error: Callable[[BaseException], Exception],
+    ) -> ResultStream:
+        df = _plan(ctx, spec, self.limits)
+        schema = _result_schema(df)
+        direct = direct_plan(df, datasets, schema)
+        batches = None if direct is None else scan_directly(datasets[0], direct, on_error)
+        if batches is not None:
+            return ResultStream(schema, coalesce_batches(batches, schema), ctx, on_error)
+        error: Exception | None = None
+        try:
+            # The C stream interface moves batches with less Python per batch
+            # than execute_stream() + to_pyarrow().
+            reader = pa.RecordBatchReader.from_stream(df)
+        except Exception as exc:
+            error = on_error(exc)
+        if error is not None:
+            del ctx, df
+            raise error
+        return ResultStream(schema, coalesce_batches(reader, schema), ctx, on_error)
+
+    def _execution_errors(
+        self, binder: Binder, budget: FunctionBudget
+    ) -> Callable[[BaseException], Exception]:
+        """How a failure while the query runs becomes a Lake error.
+
+        From what Lake itself recorded (a refused function output) and asked
+        (the storage probe), before DataFusion's own message is used.
+        """
+
+        def classify(exc: BaseException) -> Exception:
+            if isinstance(exc, LakeError):
+                return exc
+            refused = budget.error()
+            if refused is not None:
+                return refused
+            storage = self._datasets.scan_failure(binder.opened_pins())
+            return storage if storage is not None else sql_error(exc)
+
+        return classify

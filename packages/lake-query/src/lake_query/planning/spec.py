@@ -1,0 +1,75 @@
+"""What a ticket seals: the SQL, its pinned tables and its bound parameters."""
+
+from __future__ import annotations
+
+import base64
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict
+
+from lake_core.errors import InvalidArgument
+from lake_core.models import TableDescriptor
+from lake_core.names import TableRef
+
+__all__ = ["MAX_PARAMETER_BYTES", "PinnedTable", "PlannedQuery", "QuerySpec"]
+
+MAX_PARAMETER_BYTES = 64 * 1024
+
+
+class PinnedTable(BaseModel):
+    """One table of a query, pinned to an exact physical version."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    table: TableRef
+    descriptor: TableDescriptor
+
+
+class QuerySpec(BaseModel):
+    """A query as a ticket carries it: SQL, pinned tables, bound parameters."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = 1
+    sql: str
+    pins: tuple[PinnedTable, ...] = ()
+    params_ipc: str | None = None
+
+    @staticmethod
+    def encode_parameters(batch: pa.RecordBatch | None) -> str | None:
+        """Base64 IPC stream of a one-row parameter batch (``None`` for no parameters)."""
+        if batch is None or batch.num_columns == 0:
+            return None
+        if batch.num_rows != 1:
+            raise InvalidArgument(
+                f"a Lake query binds exactly one row of parameters, got {batch.num_rows}"
+            )
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, batch.schema) as writer:
+            writer.write_batch(batch)
+        raw = sink.getvalue().to_pybytes()
+        if len(raw) > MAX_PARAMETER_BYTES:
+            raise InvalidArgument(f"query parameters exceed {MAX_PARAMETER_BYTES} bytes")
+        return base64.b64encode(raw).decode("ascii")
+
+    def parameters(self) -> dict[str, Any] | None:
+        """Positional parameter values (``$1``, ``$2``, ...) for DataFusion."""
+        if self.params_ipc is None:
+            return None
+        try:
+            table = pa.ipc.open_stream(base64.b64decode(self.params_ipc)).read_all()
+        except (ValueError, pa.ArrowException):
+            raise InvalidArgument("malformed query parameters") from None
+        if table.num_rows != 1:
+            raise InvalidArgument("a Lake query binds exactly one row of parameters")
+        return {str(i + 1): table.column(i)[0] for i in range(table.num_columns)}
+
+
+@dataclass(frozen=True)
+class PlannedQuery:
+    """A planned query: what to seal into a ticket, and the schema it will produce."""
+
+    spec: QuerySpec
+    schema: pa.Schema
