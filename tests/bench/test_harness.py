@@ -34,7 +34,8 @@ def test_pair_ratios_are_per_pair_not_ratio_of_medians() -> None:
     # The median of the ratios (2.0) is not the ratio of the medians (20 / 10).
     fig = figure("x", lake, ref, unit="s", goal=None)
     assert fig.ratio == 2.0
-    assert fig.lake == 20.0 and fig.reference == 10.0
+    assert fig.lake == 20.0
+    assert fig.reference == 10.0
 
 
 def test_pair_ratios_refuse_unpaired_samples_and_mark_zero_references() -> None:
@@ -43,7 +44,8 @@ def test_pair_ratios_refuse_unpaired_samples_and_mark_zero_references() -> None:
     with pytest.raises(ValueError):
         pair_differences([1.0], [])
     ratios = pair_ratios([1.0, 0.0], [0.0, 0.0])
-    assert ratios[0] == math.inf and math.isnan(ratios[1])
+    assert ratios[0] == math.inf
+    assert math.isnan(ratios[1])
     assert pair_differences([5.0, 3.0], [1.0, 4.0]) == [4.0, -1.0]
 
 
@@ -86,8 +88,10 @@ def test_verdict_at_most_judges_the_upper_quartile(spread: Spread, expected: str
 def test_report_only_figures_are_na_whatever_their_numbers() -> None:
     assert verdict(None, Spread(0.001, 0.0, 0.002)) == "n/a"
     fig = figure("ctx", [1.0, 1.0], [100.0, 90.0], unit="x", goal=None)
-    assert fig.verdict == "n/a" and not fig.met
-    assert fig.threshold is None and fig.goal == "report only"
+    assert fig.verdict == "n/a"
+    assert not fig.met
+    assert fig.threshold is None
+    assert fig.goal == "report only"
     assert result(fig) == "n/a"
 
 
@@ -95,14 +99,16 @@ def test_difference_goals_judge_per_pair_differences() -> None:
     goal = at_most(5.0, "<= +5 ms", scale="difference")
     # Ratios are large (slow reference is fast), but every pair is within +5 ms.
     fig = figure("p50", [4.0, 5.0, 6.0], [1.0, 1.0, 2.0], unit="ms", goal=goal)
-    assert fig.difference == 4.0 and fig.difference_q3 == 4.0
+    assert fig.difference == 4.0
+    assert fig.difference_q3 == 4.0
     assert fig.ratio == 4.0
     assert fig.verdict == "met"
     worse = figure("p50", [7.0, 8.0, 9.0], [1.0, 1.0, 1.0], unit="ms", goal=goal)
     assert worse.verdict == "missed"
     # Ratio goals carry no difference fields.
     ratio_fig = figure("r", [2.0], [1.0], unit="ms", goal=at_most(3.0, "<= 3x"))
-    assert ratio_fig.difference is None and ratio_fig.verdict == "met"
+    assert ratio_fig.difference is None
+    assert ratio_fig.verdict == "met"
 
 
 def test_figure_verdict_uses_the_median_of_pairs_and_its_quartile() -> None:
@@ -117,7 +123,8 @@ def test_figure_verdict_uses_the_median_of_pairs_and_its_quartile() -> None:
     # The same median with a long low tail (lower quartile 0.7 < 0.9): unsettled.
     lake = [0.7] * 6 + [1.0] * 4 + [1.2] * 5
     fig = figure("doget", lake, ref, unit="MiB/s", goal=goal)
-    assert fig.ratio == 1.0 and fig.ratio_q1 == 0.7
+    assert fig.ratio == 1.0
+    assert fig.ratio_q1 == 0.7
     assert fig.verdict == "unsettled"
 
 
@@ -183,7 +190,8 @@ def test_measure_pairs_each_lake_sample_with_the_reference_of_its_round() -> Non
     assert fig.pairs == 3
     assert (fig.ratio_q1, fig.ratio, fig.ratio_q3) == (0.75, 1.0, 1.25)
     assert fig.verdict == "met"
-    assert fig.load_1m_min is not None and fig.cpus >= 1
+    assert fig.load_1m_min is not None
+    assert fig.cpus >= 1
 
 
 def test_json_lines_round_trip_and_report_rows(tmp_path: Path) -> None:
@@ -199,13 +207,17 @@ def test_json_lines_round_trip_and_report_rows(tmp_path: Path) -> None:
     for key in ("ratio", "ratio_q1", "ratio_q3", "pairs", "verdict", "load_1m_max", "cpus"):
         assert key in line
     page = render(loaded)
-    assert "| `a` |" in page and "| met |" in page
-    assert "| `b` |" in page and "| n/a |" in page
-    assert "on " in page and "CPUs" in page
+    assert "| `a` |" in page
+    assert "| met |" in page
+    assert "| `b` |" in page
+    assert "| n/a |" in page
+    assert "on " in page
+    assert "CPUs" in page
 
 
 def test_missed_and_unsettled_are_bold_in_the_report() -> None:
     base = figure("x", [1.0], [1.0], unit="x", goal=at_least(2.0, ">= 2"))
-    assert base.verdict == "missed" and result(base) == "**missed**"
+    assert base.verdict == "missed"
+    assert result(base) == "**missed**"
     unsettled = Figure(**{**json.loads(base.json()), "verdict": "unsettled"})
     assert result(unsettled) == "**unsettled**"

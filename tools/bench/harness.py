@@ -62,6 +62,7 @@ __all__ = [
     "quartiles",
     "timed",
     "verdict",
+    "warmup_for",
 ]
 
 Scale = Literal["ratio", "difference"]
@@ -74,7 +75,8 @@ SPREAD_TOLERANCE = 0.10
 SHORT_SAMPLE_S = 1.0
 MIN_PAIRS_SHORT = 15
 MIN_PAIRS_LONG = 5
-#: Pairs per figure in ``--quick`` runs (a smoke test: verdicts mean nothing there).
+#: Pairs per figure in ``--quick`` runs, with no warm-up (a smoke test: verdicts mean
+#: nothing there).
 QUICK_PAIRS = 3
 
 
@@ -177,6 +179,11 @@ def min_pairs(sample_seconds: float) -> int:
 def pairs_for(quick: bool) -> int | None:
     """Pairs to ask :func:`measure` for: a few in quick runs, else the harness decides."""
     return QUICK_PAIRS if quick else None
+
+
+def warmup_for(quick: bool) -> int:
+    """Warm-up rounds: none in quick runs, one otherwise."""
+    return 0 if quick else 1
 
 
 # -- running ------------------------------------------------------------------

@@ -232,7 +232,9 @@ def _doget(
             samples["lake"],
             samples["scan"],
             unit="MiB/s",
-            goal=at_least(1.0, ">= 1.0 of pyarrow's C++ Flight server streaming the same Lance scan"),
+            goal=at_least(
+                1.0, ">= 1.0 of pyarrow's C++ Flight server streaming the same Lance scan"
+            ),
             load_1m=samples.load_1m,
         ),
         figure(

@@ -39,9 +39,7 @@ def result(f: Figure) -> str:
 def _ratio_cell(f: Figure) -> str:
     cell = f"{_num(f.ratio)} [{_num(f.ratio_q1)}, {_num(f.ratio_q3)}]"
     if f.difference is not None:
-        cell += (
-            f"; Δ {f.difference:+g} [{f.difference_q1:+g}, {f.difference_q3:+g}] {f.unit}"
-        )
+        cell += f"; Δ {f.difference:+g} [{f.difference_q1:+g}, {f.difference_q3:+g}] {f.unit}"
     return cell
 
 
