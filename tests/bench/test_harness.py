@@ -145,7 +145,7 @@ def test_min_pairs_depends_on_sample_length() -> None:
     assert min_pairs(30.0) == 5
 
 
-def test_alternate_rotates_the_order_each_round_and_picks_pairs_from_warmup() -> None:
+def test_alternate_rotates_the_order_each_round() -> None:
     calls: list[str] = []
     values = itertools.count()
 
@@ -166,6 +166,18 @@ def test_alternate_rotates_the_order_each_round_and_picks_pairs_from_warmup() ->
     # Fast samples and no explicit count: the harness takes 15 pairs.
     quick = alternate({"a": lambda: 1.0, "b": lambda: 2.0})
     assert len(quick["a"]) == len(quick["b"]) == 15
+
+
+def test_a_slow_warmup_does_not_decide_the_pair_count() -> None:
+    # Clock readings: the warm-up round has two 5 s samples (cold caches), then 0.1 s ones.
+    readings = [0.0, 5.0, 5.0, 10.0]
+    fast = itertools.count(start=100, step=0.1)
+
+    def clock() -> float:
+        return readings.pop(0) if readings else float(next(fast))
+
+    samples = alternate({"a": lambda: 1.0, "b": lambda: 1.0}, clock=clock)
+    assert len(samples["a"]) == 15
 
 
 def test_alternate_takes_five_pairs_of_long_samples() -> None:

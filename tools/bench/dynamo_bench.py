@@ -28,6 +28,7 @@ import tempfile
 import time
 import uuid
 from dataclasses import dataclass
+from itertools import count as counter
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +48,7 @@ from tools.lake_testing.seaweed import SeaweedS3
 from tools.lake_testing.servers import LakeProcess, free_port
 
 SCHEMA = pa.schema([("id", pa.int64()), ("value", pa.float64())])
-TABLES = [TableRef("bench", f"commits_{i}") for i in range(8)]
+TABLES = 8
 IN_FLIGHT = 8
 BUCKET = "lake-bench"
 
@@ -176,8 +177,13 @@ async def _chain_rate(
 
 
 async def _lake_rate(meta_addr: str, tables: list[TableRef], count: int, in_flight: int) -> float:
-    """``count`` appends spread over ``tables``, ``in_flight`` writers per table."""
+    """``count`` appends spread over fresh ``tables``, ``in_flight`` writers per table.
+
+    The tables are created first, untimed: like the raw chain's fresh keys,
+    no sample inherits the versions an earlier one accumulated.
+    """
     async with MetaClient(f"http://{meta_addr}", timeout_s=120) as client:
+        await asyncio.gather(*(client.create_table(table, SCHEMA) for table in tables))
         queues: dict[TableRef, list[int]] = {t: [] for t in tables}
         for i in range(count):
             queues[tables[i % len(tables)]].append(i)
@@ -271,23 +277,25 @@ def run(quick: bool) -> list[Figure]:
             addr = meta.addr
             objects = _Objects.of_one_append(root)
 
-            async def create() -> None:
-                async with MetaClient(f"http://{addr}") as admin:
-                    for table in TABLES:
-                        await admin.create_table(table, SCHEMA)
+            rounds = counter()
 
-            asyncio.run(create())
+            def fresh(tables: int) -> list[TableRef]:
+                n = next(rounds)
+                return [TableRef("bench", f"commits_{n}_{i}") for i in range(tables)]
+
             samples = alternate(
                 {
                     "lake_one": lambda: asyncio.run(
-                        _lake_rate(addr, TABLES[:1], one_count, IN_FLIGHT)
+                        _lake_rate(addr, fresh(1), one_count, IN_FLIGHT)
                     ),
-                    "lake_many": lambda: asyncio.run(_lake_rate(addr, TABLES, many_count, 2)),
+                    "lake_many": lambda: asyncio.run(
+                        _lake_rate(addr, fresh(TABLES), many_count, 2)
+                    ),
                     "chain_one": lambda: asyncio.run(
                         _chain_rate(s3, dynalite, objects, chain_count, 1)
                     ),
                     "chain_many": lambda: asyncio.run(
-                        _chain_rate(s3, dynalite, objects, chain_count, len(TABLES))
+                        _chain_rate(s3, dynalite, objects, chain_count, TABLES)
                     ),
                     "registry": lambda: asyncio.run(_registry_rate(dynalite, raw_count // 4)),
                     "raw_updates": lambda: asyncio.run(
@@ -320,7 +328,7 @@ def run(quick: bool) -> list[Figure]:
             samples["chain_many"],
             unit="appends/s",
             goal=None,
-            report_only=f"report: {len(TABLES)} tables against {len(TABLES)} raw chains",
+            report_only=f"report: {TABLES} tables against {TABLES} raw chains",
             load_1m=load,
         ),
         figure(

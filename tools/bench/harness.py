@@ -9,7 +9,7 @@ goal stated as a difference such as "+5 ms", the same of the per-pair
 differences). Medians of each side are printed for context only.
 
 How many pairs: at least :data:`MIN_PAIRS_SHORT` when a sample takes under
-:data:`SHORT_SAMPLE_S` (decided from the warm-up), at least
+:data:`SHORT_SAMPLE_S` (decided from the first measured round), at least
 :data:`MIN_PAIRS_LONG` otherwise. Quick runs ask for fewer on purpose: they
 are smoke tests, not measurements.
 
@@ -218,8 +218,8 @@ def alternate(
     """Run every side once per round, rotating the order, and keep each sample.
 
     Each callable returns one sample (in the figure's unit). With ``pairs``
-    None the number of rounds is :func:`min_pairs` of the slowest warm-up
-    sample (of the first round, without a warm-up).
+    None the number of rounds is :func:`min_pairs` of the slowest sample of
+    the first measured round (warm-up rounds are not kept, nor counted).
     """
     names = list(sides)
     if not names:
@@ -238,6 +238,8 @@ def alternate(
 
     for i in range(warmup):
         one_round(i, None)
+    # Cold caches make warm-up samples slow: the first measured round decides.
+    slowest = 0.0
     kept: dict[str, list[float]] = {name: [] for name in names}
     load: list[float] = []
     done = 0
