@@ -90,6 +90,18 @@ def _lance_sequential_rate(path: Path, count: int) -> float:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _append_retrying(path: Path, row: int) -> None:
+    """One raw append; when Lance gives up rebasing (20 attempts), try again, as a writer must."""
+    for _ in range(50):
+        try:
+            lance.write_dataset(_table(row), path, mode="append")
+            return
+        except OSError as exc:
+            if "conflict" not in str(exc).lower():
+                raise
+    raise RuntimeError(f"append of row {row} lost 50 commit races in a row")
+
+
 def _lance_threads_rate(path: Path, count: int, threads: int) -> float:
     """``threads`` writers racing appends on one dataset; Lance rebases compatible appends."""
     lance.write_dataset(SCHEMA.empty_table(), path, schema=SCHEMA, mode="create")
@@ -104,7 +116,7 @@ def _lance_threads_rate(path: Path, count: int, threads: int) -> float:
                     row = next(rows, None)
                 if row is None:
                     return
-                lance.write_dataset(_table(row), path, mode="append")
+                _append_retrying(path, row)
         except BaseException as exc:  # re-raised below, after every thread ends
             errors.append(exc)
 

@@ -43,8 +43,12 @@ def _ratio_cell(f: Figure) -> str:
     return cell
 
 
+def _side(value: float) -> str:
+    return f"{value:.4g}"
+
+
 def _reference_cell(f: Figure) -> str:
-    return f"{_num(f.reference)} (bound)" if f.reference_kind == "bound" else _num(f.reference)
+    return f"{_side(f.reference)} (bound)" if f.reference_kind == "bound" else _side(f.reference)
 
 
 def _load_cell(f: Figure) -> str:
@@ -69,7 +73,7 @@ def load_summary(figures: list[Figure]) -> str:
 def render(figures: list[Figure]) -> str:
     """The Markdown of ``docs/performance.md`` for ``figures``."""
     rows = "\n".join(
-        f"| `{f.name}` | {_num(f.lake)} | {_reference_cell(f)} | {f.unit} | {_ratio_cell(f)} "
+        f"| `{f.name}` | {_side(f.lake)} | {_reference_cell(f)} | {f.unit} | {_ratio_cell(f)} "
         f"| {f.goal} | {result(f)} | {f.pairs} | {_load_cell(f)} |"
         for f in figures
     )
@@ -165,7 +169,10 @@ def _chart(figures: list[Figure], path: Path) -> None:
     for i, f in enumerate(figures):
         if f.threshold is not None and f.scale == "ratio":
             ax.plot([f.threshold, f.threshold], [i - 0.4, i + 0.4], color="black", linewidth=2)
-        ax.text(ratios[i], i, f"  {f.ratio:g}", va="center", fontsize=8)
+        label = f"  {f.ratio:g}"
+        if f.difference is not None:  # judged on the difference: say so beside the bar
+            label += f" (Δ {f.difference:+g} {f.unit})"
+        ax.text(max(ratios[i], drawable(f.ratio_q3)), i, label, va="center", fontsize=8)
     ax.set_yticks(y, names, fontsize=8)
     ax.invert_yaxis()
     ax.set_xscale("log")
