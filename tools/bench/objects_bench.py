@@ -18,8 +18,10 @@
   against hashlib SHA-256 over the same file in Lake's local chunk size.
   Goal >= 0.9.
 
-Every uploaded object is deleted after its sample. Quick mode uses small
-sizes and few pairs (a smoke test, not a measurement).
+Every uploaded object is deleted after its sample (untimed), and each group
+of figures has its own SeaweedFS, removed after it (a full run needs ~25 GiB
+of free space in the temp directory). Quick mode uses small sizes and few
+pairs (a smoke test, not a measurement).
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ import asyncio
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -174,20 +178,31 @@ def run(quick: bool) -> list[Figure]:
     figures: list[Figure] = []
     with tempfile.TemporaryDirectory(prefix="lake-objects-bench-") as tmp:
         root = Path(tmp)
-        server = SeaweedS3(root / "seaweed").start()
-        saved = dict(os.environ)
-        os.environ.update(server.env())
-        try:
-            server.create_bucket(BUCKET)
+        # One SeaweedFS per group, removed after it: deleted objects keep their disk
+        # space until the server goes, and 12 uploads of 2 GiB would hold 24 GiB.
+        with _seaweed(root / "upload") as server:
             figures.append(_upload_figure(server, root, upload_size, pairs, warmup))
+        with _seaweed(root / "read") as server:
             figures += _read_figures(server, root, range_size, full_size, pairs, warmup)
+        with _seaweed(root / "rss") as server:
             figures += _rss_figures(server, root, small, large, 1 if quick else None)
-            figures.append(_open_figure(root, open_size, pairs, warmup))
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
-            server.stop()
+        figures.append(_open_figure(root, open_size, pairs, warmup))
     return figures
+
+
+@contextmanager
+def _seaweed(root: Path) -> Iterator[SeaweedS3]:
+    server = SeaweedS3(root).start()
+    saved = dict(os.environ)
+    os.environ.update(server.env())  # the SDK's store reads its endpoint and keys here
+    try:
+        server.create_bucket(BUCKET)
+        yield server
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        server.stop()
+        shutil.rmtree(root, ignore_errors=True)
 
 
 class _S3:
