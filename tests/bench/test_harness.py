@@ -24,7 +24,7 @@ from tools.bench.harness import (
     quartiles,
     verdict,
 )
-from tools.bench.report import load_figures, render, result
+from tools.bench.report import load_figures, load_summary, render, result, write_report
 
 
 def test_pair_ratios_are_per_pair_not_ratio_of_medians() -> None:
@@ -233,3 +233,34 @@ def test_missed_and_unsettled_are_bold_in_the_report() -> None:
     assert result(base) == "**missed**"
     unsettled = Figure(**{**json.loads(base.json()), "verdict": "unsettled"})
     assert result(unsettled) == "**unsettled**"
+
+
+def test_report_and_chart_survive_degenerate_ratios(tmp_path: Path) -> None:
+    figs = [
+        figure("zero_ref", [1.0, 2.0], [0.0, 0.0], unit="x", goal=at_least(1.0, ">= 1")),
+        figure("zero_both", [0.0], [0.0], unit="x", goal=None),
+        figure(
+            "diff", [9.0, 8.0], [1.0, 1.0], unit="ms", goal=at_most(5.0, "+5", scale="difference")
+        ),
+    ]
+    assert figs[0].ratio == math.inf
+    assert figs[1].verdict == "n/a"
+    assert figs[2].verdict == "missed"
+    report, chart = tmp_path / "performance.md", tmp_path / "performance.png"
+    write_report(figs, report, chart)
+    assert chart.stat().st_size > 0
+    page = report.read_text()
+    assert "| `zero_ref` |" in page
+    assert "Δ +7.5 [+7.25, +7.75] ms" in page
+    assert load_summary(figs) == f"not recorded ({figs[0].cpus} CPUs)"
+
+
+def test_load_summary_spans_every_figure() -> None:
+    figs = [
+        figure("a", [1.0], [1.0], unit="x", goal=None, load_1m=[0.5, 1.25]),
+        figure("b", [1.0], [1.0], unit="x", goal=None, load_1m=[math.nan, 3.0]),
+    ]
+    assert (figs[1].load_1m_min, figs[1].load_1m_max) == (3.0, 3.0)
+    summary = load_summary(figs)
+    assert "between 0.5 and 3 " in summary
+    assert summary.endswith(f"on {figs[0].cpus} CPUs")
