@@ -11,6 +11,7 @@ import argparse
 import importlib
 import os
 import sys
+import time
 import traceback
 
 from tools.bench.harness import Figure, machine
@@ -41,6 +42,7 @@ def main() -> int:
     for name in BENCHMARKS:
         if args.only and not any(name.endswith(o) for o in args.only):
             continue
+        began = time.perf_counter()
         try:
             module = importlib.import_module(name)
             for figure in module.run(args.quick):
@@ -49,6 +51,7 @@ def main() -> int:
         except Exception:
             traceback.print_exc()
             failed = True
+        print(f"# {name}: {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
     print(f"# load average {_load()} at the end", file=sys.stderr, flush=True)
     if figures and (args.report or not (args.quick or args.only)):
         if failed:

@@ -140,7 +140,7 @@ def _workload(query: LakeProcess, clients: int, total: int) -> Run:
 
 def run(quick: bool) -> list[Figure]:
     rows = 300_000 if quick else 1_000_000
-    total = 64 if quick else 192  # queries per run, the same for 16 and 2 clients
+    total = 32 if quick else 192  # queries per run, the same for 16 and 2 clients
     many: list[Run] = []
     few: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="lake-bench-") as tmp, _lake(Path(tmp), rows) as query:

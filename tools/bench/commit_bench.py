@@ -153,7 +153,7 @@ async def _lake_rate(meta_addr: str, table: TableRef, count: int) -> float:
 
 
 def run(quick: bool) -> list[Figure]:
-    count = 100 if quick else 400
+    count = 60 if quick else 400
     with tempfile.TemporaryDirectory(prefix="lake-bench-commit-") as tmp:
         root = Path(tmp)
         meta = start_meta(root / "data", root)

@@ -259,10 +259,10 @@ def _start_meta(root: Path, s3: SeaweedS3, dynalite: Dynalite) -> LakeProcess:
 
 
 def run(quick: bool) -> list[Figure]:
-    one_count = 24 if quick else 120
-    many_count = 48 if quick else 320
-    chain_count = 48 if quick else 400
-    raw_count = 200 if quick else 1500
+    one_count = 16 if quick else 120
+    many_count = 32 if quick else 320
+    chain_count = 32 if quick else 400
+    raw_count = 160 if quick else 1500
     with tempfile.TemporaryDirectory(prefix="lake-bench-dynamo-") as tmp:
         root = Path(tmp)
         (root / "s3").mkdir()

@@ -77,7 +77,7 @@ MIN_PAIRS_SHORT = 15
 MIN_PAIRS_LONG = 5
 #: Pairs per figure in ``--quick`` runs, with no warm-up (a smoke test: verdicts mean
 #: nothing there).
-QUICK_PAIRS = 3
+QUICK_PAIRS = 2
 
 
 def machine() -> str:

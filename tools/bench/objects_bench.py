@@ -170,9 +170,9 @@ def _rss_growth(server: SeaweedS3, path: Path) -> float:
 
 def run(quick: bool) -> list[Figure]:
     upload_size = 128 * MIB if quick else 2048 * MIB
-    open_size = 128 * MIB if quick else 1024 * MIB
+    open_size = 64 * MIB if quick else 1024 * MIB
     range_size = 16 * MIB if quick else 64 * MIB
-    full_size = 64 * MIB if quick else 256 * MIB
+    full_size = 32 * MIB if quick else 256 * MIB
     small, large = (256 * MIB, 320 * MIB) if quick else (256 * MIB, 2048 * MIB)
     pairs, warmup = pairs_for(quick), warmup_for(quick)
     figures: list[Figure] = []

@@ -113,12 +113,12 @@ What bounds each figure, and how they moved as the slow paths were fixed:
 
 ```
 hatch run bench --report   # every benchmark, full sizes; rewrites this page and its chart
-hatch run bench --quick    # small sizes and 3 pairs, a smoke run (CI runs it; fails only on a crash)
+hatch run bench --quick    # small sizes, 2 pairs, a smoke run (CI runs it; fails only on a crash)
 hatch run bench --only objects_bench
 hatch run python -m tools.bench.report RUN.jsonl   # this page from saved JSON lines
 ```
 
-A full run takes about 30 minutes on this 2-core machine under a load average of
+A full run took 34 minutes on this 2-core machine under a load average of
 6-8 (less when idle) and needs ~25 GiB free in the temp directory. Run it on an
 otherwise idle machine: the load column says whether it was.
 Each benchmark module in `tools/bench` starts the real servers it needs
