@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,7 @@ def _write_random(path: Path, size: int) -> Path:
         left = size
         while left:
             step = min(left, 16 * MIB)
-            out.write(rng.integers(0, 256, step, dtype=np.uint8).tobytes())
+            out.write(rng.bytes(step))
             left -= step
     return path
 
@@ -178,16 +178,29 @@ def run(quick: bool) -> list[Figure]:
     figures: list[Figure] = []
     with tempfile.TemporaryDirectory(prefix="lake-objects-bench-") as tmp:
         root = Path(tmp)
-        # One SeaweedFS per group, removed after it: deleted objects keep their disk
-        # space until the server goes, and 12 uploads of 2 GiB would hold 24 GiB.
-        with _seaweed(root / "upload") as server:
-            figures.append(_upload_figure(server, root, upload_size, pairs, warmup))
-        with _seaweed(root / "read") as server:
-            figures += _read_figures(server, root, range_size, full_size, pairs, warmup)
-        with _seaweed(root / "rss") as server:
-            figures += _rss_figures(server, root, small, large, 1 if quick else None)
+        with ExitStack() as stack:
+            # Quick runs share one SeaweedFS (its start-up is most of their time).
+            shared = stack.enter_context(_seaweed(root / "s3")) if quick else None
+            with _server(root / "upload", shared) as server:
+                figures.append(_upload_figure(server, root, upload_size, pairs, warmup))
+            with _server(root / "read", shared) as server:
+                figures += _read_figures(server, root, range_size, full_size, pairs, warmup)
+            with _server(root / "rss", shared) as server:
+                figures += _rss_figures(server, root, small, large, 1 if quick else None)
         figures.append(_open_figure(root, open_size, pairs, warmup))
     return figures
+
+
+@contextmanager
+def _server(root: Path, shared: SeaweedS3 | None) -> Iterator[SeaweedS3]:
+    """``shared``, or a SeaweedFS of its own removed after the group: deleted objects
+    keep their disk space until the server goes, and 12 uploads of 2 GiB would hold
+    24 GiB."""
+    if shared is not None:
+        yield shared
+        return
+    with _seaweed(root) as server:
+        yield server
 
 
 @contextmanager
