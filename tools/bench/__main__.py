@@ -1,13 +1,20 @@
-"""``hatch run bench [--quick] [--only NAME]``: every benchmark, one JSON line per figure."""
+"""``hatch run bench [--quick] [--only NAME]``: every benchmark, one JSON line per figure.
+
+Figures go to stdout as JSON lines (``hatch run bench | tee run.jsonl`` keeps
+them; ``python -m tools.bench.report run.jsonl`` renders them); progress and
+the machine's load go to stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import time
 import traceback
 
-from tools.bench.harness import Figure
+from tools.bench.harness import Figure, machine
 from tools.bench.report import CHART, REPORT, write_report
 
 BENCHMARKS = [
@@ -29,11 +36,13 @@ def main() -> int:
         help="rewrite docs/performance.md and its chart (default for a full run of everything)",
     )
     args = parser.parse_args()
+    print(f"# {machine()}, load average {_load()} at start", file=sys.stderr, flush=True)
     failed = False
     figures: list[Figure] = []
     for name in BENCHMARKS:
         if args.only and not any(name.endswith(o) for o in args.only):
             continue
+        began = time.perf_counter()
         try:
             module = importlib.import_module(name)
             for figure in module.run(args.quick):
@@ -42,10 +51,21 @@ def main() -> int:
         except Exception:
             traceback.print_exc()
             failed = True
+        print(f"# {name}: {time.perf_counter() - began:.0f} s", file=sys.stderr, flush=True)
+    print(f"# load average {_load()} at the end", file=sys.stderr, flush=True)
     if figures and (args.report or not (args.quick or args.only)):
-        write_report(figures)
-        print(f"wrote {REPORT} and {CHART}", file=sys.stderr)
+        if failed:
+            # A page with figures missing would read as a complete run.
+            print(f"a benchmark failed: {REPORT} left as it was", file=sys.stderr)
+        else:
+            write_report(figures)
+            print(f"wrote {REPORT} and {CHART}", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f} (1, 5, 15 min)"
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ and by 2 (the reference: the limit, no queueing).
 from __future__ import annotations
 
 import asyncio
-import statistics
 import tempfile
 import threading
 import time
@@ -33,7 +32,7 @@ import lake_sdk
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2
-from tools.bench.harness import Figure, machine, measure
+from tools.bench.harness import Figure, alternate, at_least, at_most, figure, pairs_for, warmup_for
 from tools.lake_testing.servers import LakeProcess, start_meta, start_query
 
 TABLE = TableRef("bench", "admission")
@@ -141,8 +140,7 @@ def _workload(query: LakeProcess, clients: int, total: int) -> Run:
 
 def run(quick: bool) -> list[Figure]:
     rows = 300_000 if quick else 1_000_000
-    total = 64 if quick else 192  # queries per run, the same for 16 and 2 clients
-    runs = 3 if quick else 5
+    total = 32 if quick else 192  # queries per run, the same for 16 and 2 clients
     many: list[Run] = []
     few: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="lake-bench-") as tmp, _lake(Path(tmp), rows) as query:
@@ -155,30 +153,30 @@ def run(quick: bool) -> list[Figure]:
             few.append(_workload(query, FEW, total))
             return few[-1].throughput
 
-        throughput = measure(
-            "admission_throughput_16_vs_2_clients",
-            lake,
-            reference,
-            unit="queries/s",
-            goal=f">= 0.8x the {FEW}-client throughput at a limit of {LIMIT}",
-            ratio_of=lambda lake, ref: lake / ref,
-            met=lambda lake, ref, ratio: ratio >= 0.8,
-            threshold=lambda lake, ref: 0.8,
-            runs=runs,
+        samples = alternate(
+            {"lake": lake, "reference": reference},
+            pairs=pairs_for(quick),
+            warmup=warmup_for(quick),
         )
-    # The same runs (warm-up excluded) give the latency figure.
-    p99 = statistics.median(r.p99_ms for r in many[1:])
-    p50 = statistics.median(r.p50_ms for r in few[1:])
-    latency = Figure(
-        name="admission_p99_16_vs_p50_2_clients",
-        lake=round(p99, 4),
-        reference=round(p50, 4),
-        unit="ms",
-        ratio=round(p99 / p50, 3),
-        goal=f"{MANY}-client p99 <= 8x the {FEW}-client p50 at a limit of {LIMIT}",
-        runs=runs,
-        machine=machine(),
-        met=p99 / p50 <= 8,
-        threshold=8.0,
-    )
-    return [throughput, latency]
+    kept = len(samples["lake"])
+    # The same runs (warm-up dropped) give the latency figure, pair by pair.
+    return [
+        figure(
+            "admission_throughput_16_vs_2_clients",
+            samples["lake"],
+            samples["reference"],
+            unit="queries/s",
+            goal=at_least(0.8, f">= 0.8x the {FEW}-client throughput at a limit of {LIMIT}"),
+            load_1m=samples.load_1m,
+        ),
+        figure(
+            "admission_p99_16_vs_p50_2_clients",
+            [r.p99_ms for r in many[-kept:]],
+            [r.p50_ms for r in few[-kept:]],
+            unit="ms",
+            goal=at_most(
+                8.0, f"{MANY}-client p99 <= 8x the {FEW}-client p50 at a limit of {LIMIT}"
+            ),
+            load_1m=samples.load_1m,
+        ),
+    ]

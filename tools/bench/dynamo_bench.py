@@ -1,20 +1,23 @@
-"""Commit throughput in cloud mode: Metasrv on dynalite + SeaweedFS vs raw DynamoDB.
+"""Commit throughput in cloud mode: Metasrv on dynalite + SeaweedFS vs raw request chains.
 
-Figures (each alternates Lake and its reference run by run, medians of several):
+Every side runs once per round, in rotating order, against the same
+SeaweedFS and dynalite; each figure pairs two sides of the same rounds.
 
 - ``dynamo_commit_one_table``: appends/s through a real ``lake meta`` in
   cloud mode (DoPut over the Metasrv wire client, 8 appends in flight on one
-  table: each is an S3 data file, a Lance commit through the DynamoDB
-  manifest table, and the registry's single-item conditional writes) against
-  a raw loop of conditional UpdateItem version bumps on the same dynalite.
-  Goal: ratio >= 0.5.
-- ``dynamo_commit_8_tables``: the same with 8 tables in parallel (2 in
-  flight each) against 8 raw loops in parallel.
+  table) against a raw loop of the minimal request chain one append needs:
+  the data object PUT, the manifest PUT, the manifest pointer's conditional
+  put in Lance's manifest table, and the registry's conditional update
+  (objects of the sizes Lance writes for the same one-row batch).
+  Goal: >= 0.5.
+- ``dynamo_commit_8_tables``: 8 tables in parallel (2 in flight each)
+  against 8 raw chains in parallel. Report only.
 - ``dynamo_commit_parallel_scaling``: 8-table appends/s over one-table
-  appends/s (reported; > 1 means tables commit independently).
+  appends/s, both Lake. Goal: >= 3x (tables commit independently).
 - ``dynamo_registry_commit``: the registry's own commit protocol alone
-  (DynamoRegistry.commit_append in process, no Lance or S3) against the raw
-  loop: what the no-transactions layout costs per commit. Goal: ratio >= 0.5.
+  (DynamoRegistry.commit_append in process, no Lance or S3) against a raw
+  loop of conditional UpdateItem version bumps: what the no-transactions
+  layout costs per commit. Goal: >= 0.5.
 """
 
 from __future__ import annotations
@@ -24,9 +27,12 @@ import os
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
+from itertools import count as counter
 from pathlib import Path
 from typing import Any
 
+import lance
 import pyarrow as pa
 
 from lake_core import protocol
@@ -34,13 +40,15 @@ from lake_core.ids import new_operation_id, operation_time_ms
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.schemas import schema_to_ipc
-from tools.bench.harness import Figure, measure
+from lake_metasrv.s3engine import MANIFEST_TABLE_SCHEMA
+from lake_objects.s3 import s3_client
+from tools.bench.harness import Figure, alternate, at_least, figure, pairs_for, warmup_for
 from tools.lake_testing.dynalite import Dynalite
 from tools.lake_testing.seaweed import SeaweedS3
 from tools.lake_testing.servers import LakeProcess, free_port
 
 SCHEMA = pa.schema([("id", pa.int64()), ("value", pa.float64())])
-TABLES = [TableRef("bench", f"commits_{i}") for i in range(8)]
+TABLES = 8
 IN_FLIGHT = 8
 BUCKET = "lake-bench"
 
@@ -64,23 +72,7 @@ def _dynamodb(dynalite: Dynalite) -> Any:
 async def _raw_loops(dynalite: Dynalite, table: str, count: int, loops: int) -> float:
     """``loops`` concurrent read-free compare-and-swap loops, ``count`` bumps in all."""
     async with _dynamodb(dynalite) as client:
-        try:
-            await client.create_table(
-                TableName=table,
-                BillingMode="PAY_PER_REQUEST",
-                AttributeDefinitions=[
-                    {"AttributeName": "pk", "AttributeType": "S"},
-                    {"AttributeName": "sk", "AttributeType": "S"},
-                ],
-                KeySchema=[
-                    {"AttributeName": "pk", "KeyType": "HASH"},
-                    {"AttributeName": "sk", "KeyType": "RANGE"},
-                ],
-            )
-            await asyncio.sleep(1.0)
-        except Exception as exc:
-            if "ResourceInUse" not in type(exc).__name__ and "ResourceInUse" not in str(exc):
-                raise
+        await _create_ddb_table(client, table, REGISTRY_SCHEMA)
 
         async def loop(key: str, bumps: int) -> None:
             item = {"pk": {"S": key}, "sk": {"S": "head"}}
@@ -102,9 +94,96 @@ async def _raw_loops(dynalite: Dynalite, table: str, count: int, loops: int) -> 
         return count / (time.perf_counter() - started)
 
 
+async def _create_ddb_table(client: Any, table: str, schema: dict[str, Any]) -> None:
+    try:
+        await client.create_table(TableName=table, BillingMode="PAY_PER_REQUEST", **schema)
+        await asyncio.sleep(1.0)
+    except Exception as exc:
+        if "ResourceInUse" not in type(exc).__name__ and "ResourceInUse" not in str(exc):
+            raise
+
+
+REGISTRY_SCHEMA = {
+    "AttributeDefinitions": [
+        {"AttributeName": "pk", "AttributeType": "S"},
+        {"AttributeName": "sk", "AttributeType": "S"},
+    ],
+    "KeySchema": [
+        {"AttributeName": "pk", "KeyType": "HASH"},
+        {"AttributeName": "sk", "KeyType": "RANGE"},
+    ],
+}
+
+
+@dataclass(frozen=True)
+class _Objects:
+    """The bytes one append of a one-row batch makes Lance write: a data file and a manifest."""
+
+    data: bytes
+    manifest: bytes
+
+    @classmethod
+    def of_one_append(cls, root: Path) -> _Objects:
+        path = root / "sizes.lance"
+        lance.write_dataset(SCHEMA.empty_table(), path, schema=SCHEMA)
+        lance.write_dataset(pa.Table.from_batches([_batch(1)]), path, mode="append")
+        data = max((path / "data").glob("*.lance"), key=lambda p: p.stat().st_mtime)
+        manifest = max((path / "_versions").glob("*.manifest"), key=lambda p: p.stat().st_mtime)
+        return cls(data.read_bytes(), manifest.read_bytes())
+
+
+async def _chain_rate(
+    s3: SeaweedS3, dynalite: Dynalite, objects: _Objects, count: int, loops: int
+) -> float:
+    """``loops`` concurrent raw loops of one append's minimal request chain, ``count`` in all."""
+    async with (
+        s3_client(s3.endpoint, s3.region, loops + 4) as store,
+        _dynamodb(dynalite) as ddb,
+    ):
+        await _create_ddb_table(ddb, "bench_chain_manifests", MANIFEST_TABLE_SCHEMA)
+        await _create_ddb_table(ddb, "bench_chain_registry", REGISTRY_SCHEMA)
+
+        async def loop(table: str, appends: int) -> None:
+            head = {"pk": {"S": table}, "sk": {"S": "head"}}
+            await ddb.put_item(TableName="bench_chain_registry", Item={**head, "v": {"N": "0"}})
+            for version in range(1, appends + 1):
+                data_key = f"chain/{table}/data/{uuid.uuid4().hex}.lance"
+                await store.put_object(Bucket=BUCKET, Key=data_key, Body=objects.data)
+                manifest_key = f"chain/{table}/_versions/{version}.manifest"
+                await store.put_object(Bucket=BUCKET, Key=manifest_key, Body=objects.manifest)
+                await ddb.put_item(
+                    TableName="bench_chain_manifests",
+                    Item={
+                        "base_uri": {"S": f"s3://{BUCKET}/chain/{table}"},
+                        "version": {"N": str(version)},
+                        "path": {"S": manifest_key},
+                    },
+                    ConditionExpression="attribute_not_exists(base_uri)",
+                )
+                await ddb.update_item(
+                    TableName="bench_chain_registry",
+                    Key=head,
+                    UpdateExpression="SET v = :next",
+                    ConditionExpression="v = :current",
+                    ExpressionAttributeValues={
+                        ":next": {"N": str(version)},
+                        ":current": {"N": str(version - 1)},
+                    },
+                )
+
+        started = time.perf_counter()
+        await asyncio.gather(*(loop(uuid.uuid4().hex, count // loops) for _ in range(loops)))
+        return count // loops * loops / (time.perf_counter() - started)
+
+
 async def _lake_rate(meta_addr: str, tables: list[TableRef], count: int, in_flight: int) -> float:
-    """``count`` appends spread over ``tables``, ``in_flight`` writers per table."""
+    """``count`` appends spread over fresh ``tables``, ``in_flight`` writers per table.
+
+    The tables are created first, untimed: like the raw chain's fresh keys,
+    no sample inherits the versions an earlier one accumulated.
+    """
     async with MetaClient(f"http://{meta_addr}", timeout_s=120) as client:
+        await asyncio.gather(*(client.create_table(table, SCHEMA) for table in tables))
         queues: dict[TableRef, list[int]] = {t: [] for t in tables}
         for i in range(count):
             queues[tables[i % len(tables)]].append(i)
@@ -180,75 +259,92 @@ def _start_meta(root: Path, s3: SeaweedS3, dynalite: Dynalite) -> LakeProcess:
 
 
 def run(quick: bool) -> list[Figure]:
-    one_count = 40 if quick else 120
-    many_count = 80 if quick else 320
-    raw_count = 400 if quick else 1500
-    runs = 3 if quick else 5
+    one_count = 16 if quick else 120
+    many_count = 32 if quick else 320
+    chain_count = 32 if quick else 400
+    raw_count = 160 if quick else 1500
     with tempfile.TemporaryDirectory(prefix="lake-bench-dynamo-") as tmp:
         root = Path(tmp)
         (root / "s3").mkdir()
         s3 = SeaweedS3(root / "s3").start()
         dynalite = Dynalite(root).start()
         meta: LakeProcess | None = None
+        saved = dict(os.environ)
+        os.environ.update(s3.env())  # the raw chain's S3 client reads its credentials here
         try:
             s3.create_bucket(BUCKET)
             meta = _start_meta(root, s3, dynalite)
             addr = meta.addr
+            objects = _Objects.of_one_append(root)
 
-            async def create() -> None:
-                async with MetaClient(f"http://{addr}") as admin:
-                    for table in TABLES:
-                        await admin.create_table(table, SCHEMA)
+            rounds = counter()
 
-            asyncio.run(create())
-            figures = [
-                measure(
-                    "dynamo_commit_one_table",
-                    lambda: asyncio.run(_lake_rate(addr, TABLES[:1], one_count, IN_FLIGHT)),
-                    lambda: asyncio.run(_raw_loops(dynalite, "bench_raw", raw_count, 1)),
-                    unit="appends/s",
-                    goal="ratio >= 0.5 (Lake appends/s over raw conditional puts/s)",
-                    ratio_of=lambda lake, ref: lake / ref,
-                    met=lambda lake, ref, ratio: ratio >= 0.5,
-                    threshold=lambda lake, ref: 0.5,
-                    runs=runs,
-                ),
-                measure(
-                    "dynamo_commit_8_tables",
-                    lambda: asyncio.run(_lake_rate(addr, TABLES, many_count, 2)),
-                    lambda: asyncio.run(_raw_loops(dynalite, "bench_raw", raw_count, 8)),
-                    unit="appends/s",
-                    goal="report (8 tables in parallel vs 8 raw loops in parallel)",
-                    ratio_of=lambda lake, ref: lake / ref,
-                    met=lambda lake, ref, ratio: True,
-                    runs=runs,
-                ),
-                measure(
-                    "dynamo_commit_parallel_scaling",
-                    lambda: asyncio.run(_lake_rate(addr, TABLES, many_count, 2)),
-                    lambda: asyncio.run(_lake_rate(addr, TABLES[:1], one_count, IN_FLIGHT)),
-                    unit="appends/s (8 tables vs 1 table)",
-                    goal="report (> 1: tables commit independently)",
-                    ratio_of=lambda lake, ref: lake / ref,
-                    met=lambda lake, ref, ratio: ratio > 1,
-                    threshold=lambda lake, ref: 1.0,
-                    runs=runs,
-                ),
-                measure(
-                    "dynamo_registry_commit",
-                    lambda: asyncio.run(_registry_rate(dynalite, raw_count // 4)),
-                    lambda: asyncio.run(_raw_loops(dynalite, "bench_raw", raw_count, 1)),
-                    unit="commits/s",
-                    goal="ratio >= 0.5 (registry commit protocol over raw conditional puts)",
-                    ratio_of=lambda lake, ref: lake / ref,
-                    met=lambda lake, ref, ratio: ratio >= 0.5,
-                    threshold=lambda lake, ref: 0.5,
-                    runs=runs,
-                ),
-            ]
-            return figures
+            def fresh(tables: int) -> list[TableRef]:
+                n = next(rounds)
+                return [TableRef("bench", f"commits_{n}_{i}") for i in range(tables)]
+
+            samples = alternate(
+                {
+                    "lake_one": lambda: asyncio.run(
+                        _lake_rate(addr, fresh(1), one_count, IN_FLIGHT)
+                    ),
+                    "lake_many": lambda: asyncio.run(
+                        _lake_rate(addr, fresh(TABLES), many_count, 2)
+                    ),
+                    "chain_one": lambda: asyncio.run(
+                        _chain_rate(s3, dynalite, objects, chain_count, 1)
+                    ),
+                    "chain_many": lambda: asyncio.run(
+                        _chain_rate(s3, dynalite, objects, chain_count, TABLES)
+                    ),
+                    "registry": lambda: asyncio.run(_registry_rate(dynalite, raw_count // 4)),
+                    "raw_updates": lambda: asyncio.run(
+                        _raw_loops(dynalite, "bench_raw", raw_count, 1)
+                    ),
+                },
+                pairs=pairs_for(quick),
+                warmup=warmup_for(quick),
+            )
         finally:
+            os.environ.clear()
+            os.environ.update(saved)
             if meta is not None:
                 meta.stop()
             dynalite.stop()
             s3.stop()
+    load = samples.load_1m
+    return [
+        figure(
+            "dynamo_commit_one_table",
+            samples["lake_one"],
+            samples["chain_one"],
+            unit="appends/s",
+            goal=at_least(0.5, ">= 0.5 of the minimal request chain of one append"),
+            load_1m=load,
+        ),
+        figure(
+            "dynamo_commit_8_tables",
+            samples["lake_many"],
+            samples["chain_many"],
+            unit="appends/s",
+            goal=None,
+            report_only=f"report: {TABLES} tables against {TABLES} raw chains",
+            load_1m=load,
+        ),
+        figure(
+            "dynamo_commit_parallel_scaling",
+            samples["lake_many"],
+            samples["lake_one"],
+            unit="appends/s (8 tables vs 1 table)",
+            goal=at_least(3.0, ">= 3x one table (tables commit independently)"),
+            load_1m=load,
+        ),
+        figure(
+            "dynamo_registry_commit",
+            samples["registry"],
+            samples["raw_updates"],
+            unit="commits/s",
+            goal=at_least(0.5, ">= 0.5 of raw conditional UpdateItem bumps"),
+            load_1m=load,
+        ),
+    ]

@@ -1,29 +1,40 @@
-"""Query benchmarks: DoGet throughput and GROUP BY latency through Lake.
+"""Query benchmarks through Lake Query, each against an in-process or C++ reference.
 
-- ``doget_pinned_table``: a pinned Lance table of 4 numeric columns (200 MB in
-  full mode) fetched through Lake Query, against pyarrow's C++ Flight server
-  serving the same rows from memory in another process. Goal: >= 0.6.
+- ``doget_pinned_table``: a pinned Lance table of 4 numeric columns (512 MiB
+  in full mode) fetched through Lake Query, against pyarrow's C++ Flight
+  server in another process streaming the same pinned Lance version through
+  Lance's scanner at Lake's batch size. Goal: >= 1.0.
+- ``doget_server_cpu_per_gib``: server CPU seconds per GiB served, Lake's
+  Query process against that reference's. Goal: <= 1.2x.
+- ``doget_vs_memory``: Lake against the same C++ server streaming the same
+  rows already in memory (no Lance decoding): report only, the gap is
+  explained in docs/performance-analysis.md.
 - ``group_by_4m_rows``: a GROUP BY over 4 million rows through Lake (ticket,
   pinning and transfer included), against the same SQL run in-process by
-  DataFusion on the same Lance version. Goal: <= 1.3x the latency.
-- ``random_access_30_rows`` and ``point_query_p50``: key lookups on ``id``.
+  DataFusion on the same Lance version. Goal: <= 1.1x.
+- ``random_access_30_rows``: 30 random keys (``id IN (...)``) through Lake
+  against the same filter on an in-process Lance scan of the same version,
+  answered through the same BTREE index. Goal: <= 2x.
+- ``point_query_p50``: p50 of ``WHERE id = k`` through Lake against the same
+  in-process Lance scan. Goal: <= +5 ms.
 
-The table is loaded by 10,000-row appends, then optimized the way an operator
-would (``optimize_table`` and a BTREE ``create_index`` on ``id`` through
-Metasrv), so every figure measures the compacted, indexed table; the
-in-process references open the same (latest) Lance version.
+The table is loaded by appends of at most ``MAX_APPEND_ROWS`` rows, then optimized the way an operator would
+(``optimize_table`` and a BTREE ``create_index`` on ``id`` through Metasrv),
+so every figure reads the compacted, indexed version; the references open
+exactly that Lance version. Both sides of a pair use the same keys.
 """
 
 from __future__ import annotations
 
 import asyncio
-import multiprocessing
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
+from typing import Any
 
 import lance
 import numpy as np
@@ -32,18 +43,33 @@ import pyarrow.flight as flight
 from datafusion import SessionContext
 from google.protobuf import any_pb2
 
-import lake_sdk
+from lake_core import protocol
+from lake_core.ids import new_operation_id
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2
-from tools.bench.harness import Figure, measure, timed
+from tools.bench.doget import MEMORY, SCAN, cpu_seconds, reference_server
+from tools.bench.harness import (
+    MIN_PAIRS_SHORT,
+    QUICK_PAIRS,
+    Figure,
+    alternate,
+    at_least,
+    at_most,
+    figure,
+    measure,
+    pairs_for,
+    timed,
+)
 from tools.lake_testing.servers import LakeProcess, start_meta, start_query
 
 WIDE = TableRef("bench", "wide")
 SCHEMA = pa.schema(
     [("id", pa.int64()), ("a", pa.float64()), ("b", pa.float64()), ("c", pa.int64())]
 )
-APPEND_ROWS = 10_000
+LOAD_WRITERS = 8
+GIB = 2**30
+MIB = 2**20
 
 
 def _rows(start: int, count: int) -> pa.RecordBatch:
@@ -79,207 +105,257 @@ def _lake(root: Path) -> Iterator[tuple[LakeProcess, LakeProcess]]:
         meta.stop()
 
 
-def _load(meta: LakeProcess, query: LakeProcess, rows: int) -> None:
-    async def create() -> None:
-        async with MetaClient(f"http://{meta.addr}") as admin:
-            await admin.create_table(WIDE, SCHEMA)
+def _load(meta: LakeProcess, rows: int) -> int:
+    """Load ``rows`` rows, optimize, and return the Lance version every figure reads."""
 
-    asyncio.run(create())
-    with lake_sdk.connect(query.url) as client:
-        for start in range(0, rows, APPEND_ROWS):
-            client.append_batches(WIDE, [_rows(start, min(APPEND_ROWS, rows - start))])
-    _optimize(meta)
+    async def load() -> None:
+        async with MetaClient(f"http://{meta.addr}", timeout_s=120) as client:
+            await client.create_table(WIDE, SCHEMA)
+            starts = list(range(0, rows, protocol.MAX_APPEND_ROWS))
+
+            async def writer() -> None:
+                # Several writers, as a bulk load would: appends are capped in rows.
+                while starts:
+                    start = starts.pop()
+                    count = min(protocol.MAX_APPEND_ROWS, rows - start)
+                    command = protocol.AppendCommand(table=WIDE, operation_id=new_operation_id())
+                    await client.append(command, SCHEMA, [_rows(start, count)])
+
+            await asyncio.gather(*(writer() for _ in range(LOAD_WRITERS)))
+
+    began = time.perf_counter()
+    asyncio.run(load())
+    print(f"# bench.wide loaded in {time.perf_counter() - began:.0f} s", file=sys.stderr)
+    return _optimize(meta)
 
 
-def _optimize(meta: LakeProcess) -> None:
+def _optimize(meta: LakeProcess) -> int:
     """What an operator does after a bulk load, through the same admin calls.
 
-    Compaction merges the one-fragment-per-append layout (Metasrv's
-    background compactor may already have merged part of it); the BTREE
-    index on ``id`` serves the key lookups below. Query picks the new Lance
-    version up through its catalog refresh.
+    Compaction merges the one-fragment-per-append layout; the BTREE index on
+    ``id`` serves the key lookups below. Query picks the new Lance version up
+    through its catalog refresh.
     """
 
-    async def optimize() -> str:
+    async def optimize() -> int:
         async with MetaClient(f"http://{meta.addr}", timeout_s=600) as admin:
             compacted = await admin.optimize_table(WIDE)
             indexed = await admin.create_index(WIDE, "id")
-            return (
-                f"fragments {compacted.fragments_before} -> {compacted.fragments_after}, "
-                f"indexes {indexed.indexes}, Lance version {indexed.descriptor.engine_version}"
+            print(
+                f"# bench.wide optimized: fragments {compacted.fragments_before} -> "
+                f"{compacted.fragments_after}, indexes {indexed.indexes}, "
+                f"Lance version {indexed.descriptor.engine_version}",
+                file=sys.stderr,
+                flush=True,
             )
+            return int(indexed.descriptor.engine_version)
 
-    print(f"# bench.wide optimized: {asyncio.run(optimize())}", file=sys.stderr, flush=True)
+    version = asyncio.run(optimize())
     time.sleep(2.5)  # > Query's 1 s catalog refresh: every figure reads the optimized version
+    return version
 
 
-def _reference_server(table_path: str, port_queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
-    table = pa.ipc.open_file(table_path).read_all()
-
-    class Server(flight.FlightServerBase):
-        def do_get(self, context: object, ticket: flight.Ticket) -> flight.RecordBatchStream:
-            return flight.RecordBatchStream(table)
-
-    server = Server("grpc+tcp://127.0.0.1:0")
-    port_queue.put(server.port)
-    server.serve()
+def _sql(client: flight.FlightClient, sql: str) -> pa.Table:
+    info = client.get_flight_info(_command(sql))
+    return client.do_get(info.endpoints[0].ticket).read_all()
 
 
 def run(quick: bool) -> list[Figure]:
-    doget_rows = 1_000_000 if quick else 6_250_000  # 4 x 8 bytes: 32 MB quick, 200 MB full
+    doget_rows = 1 << 20 if quick else 1 << 24  # 4 x 8 bytes: 32 MiB quick, 512 MiB full
     group_rows = 500_000 if quick else 4_000_000
+    pairs = pairs_for(quick)
     figures: list[Figure] = []
     with tempfile.TemporaryDirectory(prefix="lake-bench-") as tmp:
         root = Path(tmp)
         with _lake(root) as (meta, query):
-            _load(meta, query, doget_rows)
+            version = _load(meta, doget_rows)
             client = flight.FlightClient(f"grpc+tcp://{query.addr}")
             dataset_uri = str(root / "data" / "tables" / "bench" / "wide.lance")
-
-            # --- DoGet throughput --------------------------------------
-            full = client.do_get(
-                client.get_flight_info(_command("SELECT * FROM bench.wide")).endpoints[0].ticket
-            ).read_all()
-            nbytes = full.nbytes
-            ipc_path = root / "reference.arrow"
-            with pa.ipc.new_file(str(ipc_path), full.schema) as writer:
-                writer.write_table(full.combine_chunks(), max_chunksize=65_536)
-            ctx = multiprocessing.get_context("spawn")
-            ports: multiprocessing.Queue = ctx.Queue()  # type: ignore[type-arg]
-            ref_proc = ctx.Process(
-                target=_reference_server, args=(str(ipc_path), ports), daemon=True
-            )
-            ref_proc.start()
-            try:
-                ref_client = flight.FlightClient(f"grpc+tcp://127.0.0.1:{ports.get(timeout=60)}")
-
-                def lake_doget() -> float:
-                    def go() -> None:
-                        info = client.get_flight_info(_command("SELECT * FROM bench.wide"))
-                        client.do_get(info.endpoints[0].ticket).read_all()
-
-                    return nbytes / 2**20 / timed(go)
-
-                def ref_doget() -> float:
-                    return (
-                        nbytes
-                        / 2**20
-                        / timed(lambda: ref_client.do_get(flight.Ticket(b"t")).read_all())
-                    )
-
-                figures.append(
-                    measure(
-                        "doget_pinned_table",
-                        lake_doget,
-                        ref_doget,
-                        unit="MiB/s",
-                        goal=">= 0.6 of pyarrow C++ Flight server",
-                        ratio_of=lambda lake, ref: lake / ref,
-                        met=lambda lake, ref, ratio: ratio >= 0.6,
-                        threshold=lambda lake, ref: 0.6,
-                    )
-                )
-                ref_client.close()
-            finally:
-                ref_proc.terminate()
-                ref_proc.join(10)
-
-            # --- GROUP BY latency --------------------------------------
-            sql = (
-                f"SELECT c % 100 AS g, count(*) AS n, sum(a) AS sa, avg(b) AS ab "
-                f"FROM bench.wide WHERE id < {group_rows} GROUP BY c % 100"
-            )
-            dataset = lance.dataset(dataset_uri)
-            df_ctx = SessionContext()
-            df_ctx.register_table("wide", lance.FFILanceTableProvider(dataset))
-            local_sql = sql.replace("bench.wide", "wide")
-
-            def lake_group() -> float:
-                def go() -> None:
-                    info = client.get_flight_info(_command(sql))
-                    client.do_get(info.endpoints[0].ticket).read_all()
-
-                return timed(go) * 1000
-
-            def ref_group() -> float:
-                return timed(lambda: df_ctx.sql(local_sql).collect()) * 1000
-
-            figures.append(
-                measure(
-                    "group_by_4m_rows" if not quick else "group_by_500k_rows",
-                    lake_group,
-                    ref_group,
-                    unit="ms",
-                    goal="<= 1.3x in-process DataFusion",
-                    ratio_of=lambda lake, ref: lake / ref,
-                    met=lambda lake, ref, ratio: ratio <= 1.3,
-                    threshold=lambda lake, ref: 1.3,
-                )
-            )
-            figures.append(_random_access(client, dataset, doget_rows))
-            figures.append(_point_query_latency(client, df_ctx, doget_rows))
+            dataset = lance.dataset(dataset_uri, version=version)
+            # At least 15 pairs whatever a sample lasts under load: the figure in dispute.
+            doget_pairs = QUICK_PAIRS if quick else MIN_PAIRS_SHORT
+            figures += _doget(client, query, dataset_uri, version, root, doget_pairs)
+            figures.append(_group_by(client, dataset, group_rows, quick, pairs))
+            lookups = QUICK_PAIRS if quick else 31  # cheap samples: more pairs than the minimum
+            figures.append(_random_access(client, dataset, doget_rows, lookups))
+            figures.append(_point_query_latency(client, dataset, doget_rows, pairs))
             client.close()
     return figures
 
 
-def _random_access(client: flight.FlightClient, dataset: object, rows: int) -> Figure:
-    """30 random rows by a key filter through Lake, against ``dataset.take``."""
-    rng = np.random.default_rng(7)
+def _doget(
+    client: flight.FlightClient,
+    query: LakeProcess,
+    dataset_uri: str,
+    version: int,
+    root: Path,
+    pairs: int | None,
+) -> list[Figure]:
+    served = _sql(client, "SELECT * FROM bench.wide")
+    nbytes = served.nbytes
+    print(
+        f"# DoGet: {served.num_rows} rows, {nbytes / MIB:.0f} MiB, "
+        f"{served.to_batches()[0].num_rows}-row batches",
+        file=sys.stderr,
+        flush=True,
+    )
+    cpu: dict[str, list[float]] = {"lake": [], "scan": []}
+    with reference_server(dataset_uri, version, served, root) as reference:
+        del served
 
-    def keys() -> list[int]:
-        return sorted(int(k) for k in rng.choice(rows, size=30, replace=False))
+        def sample(side: str, pid: int, fetch: Callable[[], pa.Table]) -> float:
+            before = cpu_seconds(pid)
+            began = time.perf_counter()
+            got = fetch()
+            elapsed = time.perf_counter() - began
+            if side in cpu:
+                cpu[side].append((cpu_seconds(pid) - before) / (nbytes / GIB))
+            assert got.nbytes == nbytes
+            return nbytes / MIB / elapsed
+
+        samples = alternate(
+            {
+                "lake": lambda: sample(
+                    "lake", query.pid, lambda: _sql(client, "SELECT * FROM bench.wide")
+                ),
+                "scan": lambda: sample(
+                    "scan", reference.pid, lambda: reference.client.do_get(SCAN).read_all()
+                ),
+                "memory": lambda: sample(
+                    "memory", reference.pid, lambda: reference.client.do_get(MEMORY).read_all()
+                ),
+            },
+            pairs=pairs,
+        )
+    kept = len(samples["lake"])
+    lake_cpu, scan_cpu = cpu["lake"][-kept:], cpu["scan"][-kept:]  # warm-up dropped
+    return [
+        figure(
+            "doget_pinned_table",
+            samples["lake"],
+            samples["scan"],
+            unit="MiB/s",
+            goal=at_least(
+                1.0, ">= 1.0 of pyarrow's C++ Flight server streaming the same Lance scan"
+            ),
+            load_1m=samples.load_1m,
+        ),
+        figure(
+            "doget_server_cpu_per_gib",
+            lake_cpu,
+            scan_cpu,
+            unit="CPU s/GiB",
+            goal=at_most(1.2, "<= 1.2x the C++ server's CPU per GiB on the same Lance scan"),
+            load_1m=samples.load_1m,
+        ),
+        figure(
+            "doget_vs_memory",
+            samples["lake"],
+            samples["memory"],
+            unit="MiB/s",
+            goal=None,
+            report_only="report: against the C++ server sending the same rows from memory",
+            load_1m=samples.load_1m,
+        ),
+    ]
+
+
+def _group_by(
+    client: flight.FlightClient, dataset: Any, group_rows: int, quick: bool, pairs: int | None
+) -> Figure:
+    sql = (
+        f"SELECT c % 100 AS g, count(*) AS n, sum(a) AS sa, avg(b) AS ab "
+        f"FROM bench.wide WHERE id < {group_rows} GROUP BY c % 100"
+    )
+    ctx = SessionContext()
+    ctx.register_table("wide", lance.FFILanceTableProvider(dataset))
+    local_sql = sql.replace("bench.wide", "wide")
+    return measure(
+        "group_by_500k_rows" if quick else "group_by_4m_rows",
+        lambda: timed(lambda: _sql(client, sql)) * 1000,
+        lambda: timed(lambda: ctx.sql(local_sql).collect()) * 1000,
+        unit="ms",
+        goal=at_most(1.1, "<= 1.1x in-process DataFusion"),
+        pairs=pairs,
+    )
+
+
+class _Keys:
+    """The same key sets for both sides of each pair: call ``n`` of a side gets set ``n``."""
+
+    def __init__(self, rows: int, per_call: int, seed: int) -> None:
+        self.rows, self.per_call, self.seed = rows, per_call, seed
+        self.calls: dict[str, int] = {}
+
+    def next(self, side: str) -> list[int]:
+        n = self.calls.get(side, 0)
+        self.calls[side] = n + 1
+        rng = np.random.default_rng((self.seed, n))
+        return sorted(int(k) for k in rng.choice(self.rows, size=self.per_call, replace=False))
+
+
+def _index_used(dataset: Any, columns: list[str], row_filter: str) -> None:
+    plan = dataset.scanner(columns=columns, filter=row_filter).explain_plan()
+    if "ScalarIndexQuery" not in plan:
+        raise AssertionError(f"the reference does not use the scalar index:\n{plan}")
+
+
+def _random_access(client: flight.FlightClient, dataset: Any, rows: int, pairs: int) -> Figure:
+    """30 random rows by key through Lake, against the same filter on in-process Lance."""
+    keys = _Keys(rows, 30, seed=7)
+    _index_used(dataset, SCHEMA.names, "id IN (1, 2)")
 
     def lake() -> float:
-        wanted = keys()
-        sql = f"SELECT * FROM bench.wide WHERE id IN ({', '.join(map(str, wanted))})"
+        wanted = ", ".join(map(str, keys.next("lake")))
 
         def go() -> None:
-            info = client.get_flight_info(_command(sql))
-            got = client.do_get(info.endpoints[0].ticket).read_all()
-            assert got.num_rows == 30
+            assert _sql(client, f"SELECT * FROM bench.wide WHERE id IN ({wanted})").num_rows == 30
 
         return timed(go) * 1000
 
     def reference() -> float:
-        wanted = keys()
-        return timed(lambda: dataset.take(wanted)) * 1000  # type: ignore[attr-defined]
+        wanted = ", ".join(map(str, keys.next("reference")))
+
+        def go() -> None:
+            got = dataset.scanner(columns=SCHEMA.names, filter=f"id IN ({wanted})").to_table()
+            assert got.num_rows == 30
+
+        return timed(go) * 1000
 
     return measure(
         "random_access_30_rows",
         lake,
         reference,
         unit="ms",
-        goal="<= 2x dataset.take, or <= +5 ms",
-        ratio_of=lambda lake, ref: lake / ref,
-        met=lambda lake, ref, ratio: ratio <= 2 or lake - ref <= 5,
-        threshold=lambda lake, ref: max(2.0, (ref + 5) / ref),
-        runs=9,
+        goal=at_most(2.0, "<= 2x the in-process key lookup through the same index"),
+        pairs=pairs,
     )
 
 
-def _point_query_latency(client: flight.FlightClient, ctx: SessionContext, rows: int) -> Figure:
-    """p50 of ``SELECT ... WHERE id = k`` through Lake, against in-process DataFusion."""
-    rng = np.random.default_rng(11)
-    samples = 15
+def _point_query_latency(
+    client: flight.FlightClient, dataset: Any, rows: int, pairs: int | None
+) -> Figure:
+    """p50 of ``SELECT id, a, c ... WHERE id = k`` through Lake, against in-process Lance."""
+    per_sample = 15
+    keys = _Keys(rows, per_sample, seed=11)
+    columns = ["id", "a", "c"]
+    _index_used(dataset, columns, "id = 1")
 
-    def p50(run_one: Callable[[int], None]) -> float:
-        times = sorted(timed(lambda: run_one(int(rng.integers(rows)))) for _ in range(samples))
+    def p50(side: str, run_one: Callable[[int], None]) -> float:
+        times = sorted(timed(partial(run_one, k)) for k in keys.next(side))
         return times[len(times) // 2] * 1000
 
     def lake_one(key: int) -> None:
-        info = client.get_flight_info(_command(f"SELECT id, a, c FROM bench.wide WHERE id = {key}"))
-        assert client.do_get(info.endpoints[0].ticket).read_all().num_rows == 1
+        assert _sql(client, f"SELECT id, a, c FROM bench.wide WHERE id = {key}").num_rows == 1
 
     def ref_one(key: int) -> None:
-        assert ctx.sql(f"SELECT id, a, c FROM wide WHERE id = {key}").to_arrow_table().num_rows == 1
+        assert dataset.scanner(columns=columns, filter=f"id = {key}").to_table().num_rows == 1
 
     return measure(
         "point_query_p50",
-        lambda: p50(lake_one),
-        lambda: p50(ref_one),
+        lambda: p50("lake", lake_one),
+        lambda: p50("reference", ref_one),
         unit="ms",
-        goal="<= in-process DataFusion + 15 ms",
-        ratio_of=lambda lake, ref: lake / ref,
-        met=lambda lake, ref, ratio: lake - ref <= 15,
-        threshold=lambda lake, ref: (ref + 15) / ref,
+        goal=at_most(5.0, "p50 <= +5 ms over the in-process Lance scan", scale="difference"),
+        pairs=pairs,
     )
