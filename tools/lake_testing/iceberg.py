@@ -126,6 +126,7 @@ class SeaweedIceberg(SeaweedS3):
             uri=self.iceberg_endpoint,
             warehouse=self.warehouse,
             credential=self.credential,
+            **{"oauth2-server-uri": f"{self.iceberg_endpoint}/v1/oauth/tokens"},
             **{**self.s3_properties(), **extra},
         )
 
