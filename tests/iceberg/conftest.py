@@ -55,7 +55,9 @@ class Lane:
         s = self.server
         return s3_client(s.endpoint, s.region, s.access_key, s.secret_key)
 
-    def write(self, dataset: str, name: str, schema: pa.Schema, columns: dict[str, list[Any]]) -> Path:
+    def write(
+        self, dataset: str, name: str, schema: pa.Schema, columns: dict[str, list[Any]]
+    ) -> Path:
         return write_segment(self.segments, dataset, name, pa.table(columns, schema=schema))
 
     def ship(self) -> ShipReport:

@@ -54,7 +54,9 @@ def test_cli_ships_and_registers_once_across_restarts(lane: Lane) -> None:
     # A segment still being written is never shipped.
     (lane.segments / "pose" / ".000003.parquet.partial").write_bytes(b"PAR1 half")
     env = lane.server.env()
-    shipped = lake("segments", "ship", str(lane.segments), "--to", lane.url, "--pipeline", PIPELINE, env=env)
+    shipped = lake(
+        "segments", "ship", str(lane.segments), "--to", lane.url, "--pipeline", PIPELINE, env=env
+    )
     assert shipped.returncode == 0, shipped.stderr
     assert "shipped 3" in shipped.stdout
 
@@ -65,7 +67,11 @@ def test_cli_ships_and_registers_once_across_restarts(lane: Lane) -> None:
     assert lane.server.secret_key not in first.stderr + first.stdout
 
     pose = lane.table("pose")
-    assert [(f.field_id, f.name) for f in pose.schema().fields] == [(1, "robot"), (2, "t"), (3, "x")]
+    assert [(f.field_id, f.name) for f in pose.schema().fields] == [
+        (1, "robot"),
+        (2, "t"),
+        (3, "x"),
+    ]
     rows = pose.scan().to_arrow().sort_by("t")
     assert rows.num_rows == 3
     assert rows.column("robot").to_pylist() == ["r1", "r2", "r3"]

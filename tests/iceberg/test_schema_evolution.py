@@ -18,11 +18,19 @@ V2 = pa.schema(
 )
 # A rename: the id decides.
 V3 = pa.schema(
-    [field("robot", pa.string(), 1), field("velocity", pa.int64(), 2), field("temp", pa.float64(), 5)]
+    [
+        field("robot", pa.string(), 1),
+        field("velocity", pa.int64(), 2),
+        field("temp", pa.float64(), 5),
+    ]
 )
 # Narrowing back to int.
 V4 = pa.schema(
-    [field("robot", pa.string(), 1), field("velocity", pa.int32(), 2), field("temp", pa.float32(), 5)]
+    [
+        field("robot", pa.string(), 1),
+        field("velocity", pa.int32(), 2),
+        field("temp", pa.float32(), 5),
+    ]
 )
 
 

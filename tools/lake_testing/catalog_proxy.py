@@ -21,6 +21,8 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import select
+import socket
 import ssl
 import threading
 from collections import Counter
@@ -58,6 +60,7 @@ class CatalogProxy:
     fail_requests: int = 0
     requests: Counter[str] = field(default_factory=Counter)
     issued: set[str] = field(default_factory=set)
+    http_port: int = field(default_factory=free_port)
 
     @property
     def endpoint(self) -> str:
@@ -71,6 +74,10 @@ class CatalogProxy:
         self._thread.start()
         if not ready.wait(30):
             raise TimeoutError("catalog proxy did not start")
+        self._tls: _TlsFront | None = None
+        context = self._ssl()
+        if context is not None:
+            self._tls = _TlsFront(context, self.port, self.http_port).start()
         return self
 
     def _run(self, ready: threading.Event) -> None:
@@ -95,21 +102,27 @@ class CatalogProxy:
         app.router.add_route("*", "/{path:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port, ssl_context=self._ssl())
+        plain = self.port if self.server_cert is None else self.http_port
+        site = web.TCPSite(self._runner, "127.0.0.1", plain)
         await site.start()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         path = request.rel_url.path
-        kind = "token" if path == _TOKENS else "commit" if (
-            request.method == "POST" and _COMMIT.match(path)
-        ) else request.method
+        kind = (
+            "token"
+            if path == _TOKENS
+            else "commit"
+            if (request.method == "POST" and _COMMIT.match(path))
+            else request.method
+        )
         self.requests[kind] += 1
         if self.fail_requests > 0:
             self.fail_requests -= 1
             return _error(503, "ServiceUnavailableException", "injected 503")
         if kind == "token" and self.token_status is not None:
             return web.json_response(
-                {"error": "invalid_client", "error_description": "injected"}, status=self.token_status
+                {"error": "invalid_client", "error_description": "injected"},
+                status=self.token_status,
             )
         if kind != "token" and not self._authorized(request):
             return _error(401, "NotAuthorizedException", "the front refused the credentials")
@@ -131,7 +144,11 @@ class CatalogProxy:
                 assert request.transport is not None
                 request.transport.abort()
                 raise asyncio.CancelledError
-            out = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP | {"content-length"}}
+            out = {
+                k: v
+                for k, v in upstream.headers.items()
+                if k.lower() not in _HOP | {"content-length"}
+            }
             return web.Response(status=upstream.status, body=payload, headers=out)
 
     def _authorized(self, request: web.Request) -> bool:
@@ -142,6 +159,9 @@ class CatalogProxy:
         return not (self.require_issued_token and token not in self.issued)
 
     def stop(self) -> None:
+        if self._tls is not None:
+            self._tls.stop()
+
         async def close() -> None:
             await self._runner.cleanup()
             await self._session.close()
@@ -149,3 +169,89 @@ class CatalogProxy:
         asyncio.run_coroutine_threadsafe(close(), self._loop).result(10)
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(10)
+
+
+class _TlsFront:
+    """TLS termination on blocking sockets, in threads, forwarding plaintext to ``backend``.
+
+    Blocking OpenSSL sockets send their alerts (certificate required, unknown
+    CA) before closing, as a real TLS server does; asyncio's SSL transport may
+    close without flushing them.
+    """
+
+    def __init__(self, context: ssl.SSLContext, port: int, backend: int) -> None:
+        self.context = context
+        self.backend = backend
+        self.listener = socket.create_server(("127.0.0.1", port))
+        self.closed = threading.Event()
+
+    def start(self) -> _TlsFront:
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def _accept(self) -> None:
+        while not self.closed.is_set():
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
+
+    def _serve(self, raw: socket.socket) -> None:
+        raw.settimeout(30)
+        tls = self.context.wrap_socket(raw, server_side=True, do_handshake_on_connect=False)
+        try:
+            tls.do_handshake()
+        except (OSError, ssl.SSLError):
+            _linger(tls)
+            return
+        try:
+            upstream = socket.create_connection(("127.0.0.1", self.backend), timeout=30)
+        except OSError:
+            tls.close()
+            return
+        try:
+            self._pump(tls, upstream)
+        finally:
+            for end in (tls, upstream):
+                try:
+                    end.close()
+                except OSError:
+                    pass
+
+    def _pump(self, tls: ssl.SSLSocket, upstream: socket.socket) -> None:
+        ends = [tls, upstream]
+        while not self.closed.is_set():
+            readable = [tls] if tls.pending() else []
+            if not readable:
+                readable, _, _ = select.select(ends, [], [], 1.0)
+            for end in readable:
+                other = upstream if end is tls else tls
+                try:
+                    data = end.recv(65536)
+                except (OSError, ssl.SSLError):
+                    return
+                if not data:
+                    return
+                other.sendall(data)
+
+    def stop(self) -> None:
+        self.closed.set()
+        self.listener.close()
+
+
+def _linger(raw: socket.socket) -> None:
+    """Close after a failed handshake without a reset, so the client reads the alert.
+
+    Closing a socket with unread input (the client's request) sends RST,
+    which can discard the alert before the client reads it.
+    """
+    try:
+        raw.shutdown(socket.SHUT_WR)
+        raw.settimeout(5)
+        while raw.recv(65536):
+            pass
+    except OSError:
+        pass
+    finally:
+        raw.close()

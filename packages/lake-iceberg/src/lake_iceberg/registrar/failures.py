@@ -60,6 +60,8 @@ def _tls(exc: BaseException) -> RegistrarError | None:
                 "check catalog_ca_file"
             )
     for link in _chain(exc):
+        if isinstance(link, ssl.SSLEOFError):
+            return None  # the connection ended without a TLS verdict: transient
         if isinstance(link, ssl.SSLError):
             reason = str(getattr(link, "reason", "") or "")
             if "ALERT" in reason:

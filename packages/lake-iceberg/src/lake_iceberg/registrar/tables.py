@@ -74,9 +74,9 @@ def catalog_properties(config: RegistrarConfig) -> dict[str, Any]:
 
 def open_catalog(config: RegistrarConfig) -> Catalog:
     """A REST catalog client; its first request (``GET /v1/config``) happens here."""
-    from pyiceberg.catalog.rest import RestCatalog
+    from lake_iceberg.registrar.transport import RegistrarCatalog
 
-    return RestCatalog("lake-registrar", **catalog_properties(config))
+    return RegistrarCatalog("lake-registrar", **catalog_properties(config))
 
 
 def _ids(schema: Schema) -> list[tuple[int, str, str, bool]]:
