@@ -19,6 +19,7 @@ Runs its own event loop on a thread; ``stop()`` closes it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import re
 import select
@@ -214,10 +215,8 @@ class _TlsFront:
             self._pump(tls, upstream)
         finally:
             for end in (tls, upstream):
-                try:
+                with contextlib.suppress(OSError):
                     end.close()
-                except OSError:
-                    pass
 
     def _pump(self, tls: ssl.SSLSocket, upstream: socket.socket) -> None:
         ends = [tls, upstream]
