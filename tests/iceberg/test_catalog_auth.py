@@ -174,3 +174,18 @@ def test_ca_file_without_certificate_fails_at_startup(lane: Lane, tmp_path: Path
     bogus.write_text("no certificate here\n")
     with pytest.raises(ConfigInvalid, match="catalog_ca_file"):
         lane.config(catalog_uri="https://127.0.0.1:1", catalog_ca_file=str(bogus))
+
+
+def test_credential_401_re_exchanges_once_and_retries(lane: Lane, pki: Pki, front: Any) -> None:
+    proxy = front(require_issued_token=True)
+    config = lane.config(catalog_uri=proxy.endpoint, catalog_ca_file=str(pki.ca.cert_file))
+    lane.write("pose", "000001", V1, {"robot": ["a"], "t": [1]})
+    lane.ship()
+    sleeps: list[float] = []
+    registrar = Registrar(config, sleep=sleeps.append)
+    registrar.catalog()
+    exchanges = proxy.requests["token"]
+    proxy.expire_tokens = 1
+    assert registrar.run_once().registered == 1
+    assert proxy.requests["token"] == exchanges + 1
+    assert sleeps == []  # retried at once, not through the backoff

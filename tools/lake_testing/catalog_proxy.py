@@ -11,7 +11,9 @@ It forwards every request to the upstream catalog and can, as the tests ask:
 - apply a table commit upstream and then lose its response
   (``lose_commit_responses``: that many times, the connection is closed
   instead of answering);
-- answer 503 to the next ``fail_requests`` requests.
+- answer 503 to the next ``fail_requests`` requests;
+- answer 401 to the next ``expire_tokens`` catalog requests, as when an
+  access token has just expired.
 
 Runs its own event loop on a thread; ``stop()`` closes it.
 """
@@ -59,6 +61,7 @@ class CatalogProxy:
     token_status: int | None = None
     lose_commit_responses: int = 0
     fail_requests: int = 0
+    expire_tokens: int = 0
     requests: Counter[str] = field(default_factory=Counter)
     issued: set[str] = field(default_factory=set)
     http_port: int = field(default_factory=free_port)
@@ -125,6 +128,10 @@ class CatalogProxy:
                 {"error": "invalid_client", "error_description": "injected"},
                 status=self.token_status,
             )
+        if kind != "token" and self.expire_tokens > 0:
+            self.expire_tokens -= 1
+            self.issued.clear()
+            return _error(401, "NotAuthorizedException", "injected: the token expired")
         if kind != "token" and not self._authorized(request):
             return _error(401, "NotAuthorizedException", "the front refused the credentials")
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
