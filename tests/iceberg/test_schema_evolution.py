@@ -86,3 +86,61 @@ def test_missing_table_without_create_table_is_fatal(lane: Lane) -> None:
     with pytest.raises(ConfigInvalid, match="create_table is false"):
         Registrar(lane.config(create_table=False)).run_once()
     assert not lane.table_exists("pose")
+
+
+def test_crash_between_schema_commit_and_append_only_appends(lane: Lane) -> None:
+    lane.write("pose", "000001", V1, {"robot": ["a"], "speed": [1]})
+    lane.ship()
+    config = lane.config()
+    assert Registrar(config).run_once().registered == 1
+    lane.write("pose", "000002", V2, {"robot": ["b"], "speed": [2], "temp": [1.0]})
+    lane.ship()
+
+    # The state a registrar that died right after its schema commit leaves.
+    from lake_iceberg.registrar.schema_merge import file_schema, merge_schema
+    from lake_iceberg.registrar.tables import Tables
+
+    catalog = lane.server.catalog()
+    tables = Tables(config, catalog)
+    table = lane.table("pose")
+    merged = merge_schema(table.schema(), file_schema(V2, "pose"), next_schema_id=1)
+    tables.commit_schema(table, merged.schema)
+    evolved = lane.table("pose")
+    schemas = len(evolved.metadata.schemas)
+
+    assert Registrar(config).run_once().registered == 1
+    table = lane.table("pose")
+    assert len(table.metadata.schemas) == schemas  # nothing left to change
+    assert table.schema().schema_id == evolved.schema().schema_id
+    assert len(table.snapshots()) == 2
+    assert len(data_files(table)) == 2
+
+
+def test_fatal_error_stops_the_cli_with_its_code(lane: Lane) -> None:
+    import subprocess
+    import sys
+
+    import yaml
+
+    lane.write("pose", "000001", V1, {"robot": ["a"], "speed": [1]})
+    lane.ship()
+    path = lane.root / "registrar.yaml"
+    path.write_text(yaml.safe_dump(lane.raw_config(create_table=False)))
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from lake_core.cli import main; main()",
+            "iceberg",
+            "registrar",
+            "--config",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 2
+    assert "error: config.invalid: table" in result.stderr
+    assert '"code": "config.invalid"' in result.stderr  # the structured registrar.fatal line
+    assert lane.server.secret_key not in result.stderr

@@ -66,3 +66,61 @@ def test_only_finalized_segments_are_listed(tmp_path: Path) -> None:
 def test_segments_need_field_ids(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="field id"):
         write_segment(tmp_path, "ds", "000001", pa.table({"id": [1]}))
+
+
+class _Body:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+    def read(self) -> bytes:
+        return self.data
+
+
+class _FakeS3:
+    """Serves ranged GETs of one object, and counts them."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.ranges: list[str] = []
+
+    def get_object(self, Bucket: str, Key: str, Range: str) -> dict[str, object]:
+        self.ranges.append(Range)
+        start, end = (int(x) for x in Range.removeprefix("bytes=").split("-"))
+        return {
+            "Body": _Body(self.data[start : end + 1]),
+            "ContentRange": f"bytes {start}-{end}/{len(self.data)}",
+        }
+
+
+def test_footer_takes_two_ranged_reads_and_refuses_huge_footers(tmp_path: Path) -> None:
+    import struct
+
+    from lake_iceberg.registrar.footer import MAX_FOOTER_BYTES, read_footer
+
+    path = write_segment(tmp_path, "ds", "000001", pa.table({"id": [1, 2]}, schema=SCHEMA))
+    data = path.read_bytes()
+    s3 = _FakeS3(data)
+    footer = read_footer(s3, entry_for(data))
+    assert footer.num_rows == 2
+    assert len(s3.ranges) == 2
+
+    huge = b"PAR1" + b"\0" * 16 + struct.pack("<I", MAX_FOOTER_BYTES + 1) + b"PAR1"
+    s3 = _FakeS3(huge)
+    with pytest.raises(SegmentCatalogError, match="over the"):
+        read_footer(s3, entry_for(huge))
+    assert len(s3.ranges) == 1
+
+    with pytest.raises(SegmentCatalogError, match="not the 999 bytes"):
+        read_footer(_FakeS3(data), entry_for(data, size=999))
+
+
+def entry_for(data: bytes, size: int | None = None) -> Uploaded:
+    return Uploaded(
+        bucket="b",
+        object_key="k",
+        pipeline="e",
+        dataset="ds",
+        segment="1.parquet",
+        size=len(data) if size is None else size,
+        sha256="00" * 32,
+    )
