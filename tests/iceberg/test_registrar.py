@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -139,3 +140,66 @@ def test_catalog_5xx_is_transient(lane: Lane) -> None:
         proxy.stop()
     assert progress.registered == 1
     assert len(data_files(lane.table("pose"))) == 1
+
+
+def test_unreachable_catalog_backs_off_then_registers(lane: Lane) -> None:
+    lane.write("pose", "000001", POSE, {"robot": ["r1"], "t": [1], "x": [0.0]})
+    lane.ship()
+    proxy = CatalogProxy(lane.server.iceberg_endpoint)  # its port is closed until started
+    sleeps: list[float] = []
+
+    def sleep(delay: float) -> None:
+        sleeps.append(delay)
+        if len(sleeps) == 2:
+            proxy.start()
+
+    try:
+        progress = Registrar(lane.config(catalog_uri=proxy.endpoint), sleep=sleep).run_once()
+    finally:
+        proxy.stop()
+    assert progress.registered == 1
+    assert sleeps == [0.02, 0.04]  # retry.initial, doubled: the configured backoff
+
+
+def test_service_registers_segments_shipped_while_it_runs(lane: Lane) -> None:
+    import threading
+
+    lane.write("pose", "000001", POSE, {"robot": ["r1"], "t": [1], "x": [0.0]})
+    lane.ship()
+    registrar = Registrar(lane.config())
+    stop = threading.Event()
+    failures: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            registrar.run(poll_interval=0.1, stop=stop)
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        assert _eventually(
+            lambda: lane.table_exists("pose") and len(lane.table("pose").snapshots()) == 1
+        )
+        lane.write("pose", "000002", POSE, {"robot": ["r2"], "t": [2], "x": [1.0]})
+        lane.ship()
+        assert _eventually(lambda: len(lane.table("pose").snapshots()) == 2)
+    finally:
+        stop.set()
+        thread.join(60)
+    assert not failures
+    assert not thread.is_alive()
+    assert len(data_files(lane.table("pose"))) == 2
+
+
+def _eventually(check: Callable[[], bool], timeout_s: float = 90.0) -> bool:
+    """Poll ``check`` until it holds (a generous bound: the machine may be busy)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.2)
+    return False

@@ -167,8 +167,11 @@ class CatalogProxy:
         return not (self.require_issued_token and token not in self.issued)
 
     def stop(self) -> None:
-        if self._tls is not None:
-            self._tls.stop()
+        if not hasattr(self, "_loop"):
+            return  # never started
+        tls = getattr(self, "_tls", None)
+        if tls is not None:
+            tls.stop()
 
         async def close() -> None:
             await self._runner.cleanup()

@@ -112,7 +112,7 @@ class RetryPolicy:
 
     def delay(self, attempt: int, draw: float = 1.0) -> float:
         """The wait before retry ``attempt`` (0-based); ``draw`` in [0, 1) when jittered."""
-        base = min(self.max, self.initial * (2**attempt))
+        base = min(self.max, self.initial * (2.0**attempt))
         return base * (0.5 + draw / 2) if self.jitter else base
 
 

@@ -27,7 +27,7 @@ class _PinnedAdapter(HTTPAdapter):
         self._ca_file = ca_file
         self._client = client
 
-    def send(  # type: ignore[override]
+    def send(
         self,
         request: PreparedRequest,
         stream: bool = False,
