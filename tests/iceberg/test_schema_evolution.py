@@ -144,3 +144,21 @@ def test_fatal_error_stops_the_cli_with_its_code(lane: Lane) -> None:
     assert "error: config.invalid: table" in result.stderr
     assert '"code": "config.invalid"' in result.stderr  # the structured registrar.fatal line
     assert lane.server.secret_key not in result.stderr
+
+
+def test_name_mapping_follows_the_files_ids_and_keeps_old_names(lane: Lane) -> None:
+    import json
+
+    # Ids in the reverse of the order a catalog would assign them.
+    first = pa.schema([field("robot", pa.string(), 2), field("speed", pa.int32(), 1)])
+    renamed = pa.schema([field("robot", pa.string(), 2), field("velocity", pa.int32(), 1)])
+    lane.write("pose", "000001", first, {"robot": ["a"], "speed": [1]})
+    lane.ship()
+    config = lane.config()
+    Registrar(config).run_once()
+    lane.write("pose", "000002", renamed, {"robot": ["b"], "velocity": [2]})
+    lane.ship()
+    Registrar(config).run_once()
+    mapping = json.loads(lane.table("pose").properties["schema.name-mapping.default"])
+    names = {entry["field-id"]: entry["names"] for entry in mapping}
+    assert names == {2: ["robot"], 1: ["velocity", "speed"]}

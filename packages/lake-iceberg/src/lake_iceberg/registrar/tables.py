@@ -164,14 +164,17 @@ class Tables:
             requested_location=wanted,
         )
         if _ids(table.schema()) != _ids(schema):
-            table = self.commit_schema(table, schema)
+            # The catalog's ids name other columns: its name mapping must not survive.
+            table = self.commit_schema(table, schema, keep_names=False)
         return table
 
-    def commit_schema(self, table: Table, schema: Schema) -> Table:
+    def commit_schema(self, table: Table, schema: Schema, *, keep_names: bool = True) -> Table:
         """Make ``schema`` (with its own field ids) the table's current schema.
 
         The commit asserts the schema and last field id it was derived from,
         so a concurrent change makes it fail (409) instead of overwriting.
+        The name mapping follows; with ``keep_names`` each id keeps the names
+        it had before (a rename adds one).
         """
         metadata = table.metadata
         next_id = max(s.schema_id for s in metadata.schemas) + 1
@@ -185,7 +188,8 @@ class Tables:
             AssertCurrentSchemaId(current_schema_id=metadata.current_schema_id),
             AssertLastAssignedFieldId(last_assigned_field_id=metadata.last_column_id),
         )
-        mapping = _mapping_with_old_names(exact, metadata.properties.get(NAME_MAPPING))
+        old = metadata.properties.get(NAME_MAPPING) if keep_names else None
+        mapping = _mapping_with_old_names(exact, old)
         updates = (
             AddSchemaUpdate(schema_=exact),
             SetCurrentSchemaUpdate(schema_id=-1),
