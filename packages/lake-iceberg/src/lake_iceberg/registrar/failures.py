@@ -52,6 +52,11 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
                 stack.append(nested)
 
 
+#: Parts of OpenSSL reason codes for alerts a server sends about the client's
+#: certificate (TLSV13_ALERT_CERTIFICATE_REQUIRED, TLSV1_ALERT_UNKNOWN_CA, ...).
+_CLIENT_CERT_ALERTS = ("CERTIFICATE", "UNKNOWN_CA", "ACCESS_DENIED")
+
+
 def _tls(exc: BaseException) -> RegistrarError | None:
     for link in _chain(exc):
         if isinstance(link, ssl.SSLCertVerificationError):
@@ -64,8 +69,8 @@ def _tls(exc: BaseException) -> RegistrarError | None:
             return None  # the connection ended without a TLS verdict: transient
         if isinstance(link, ssl.SSLError):
             reason = str(getattr(link, "reason", "") or "")
-            if "ALERT" in reason:
-                # The server ended the handshake: it refused our client certificate.
+            if "ALERT" in reason and any(m in reason for m in _CLIENT_CERT_ALERTS):
+                # OpenSSL's reason code for the server's alert: it refused our certificate.
                 return AuthFailed(
                     f"catalog TLS: the server refused the client certificate ({reason}); "
                     "check catalog_client_cert / catalog_client_key"
