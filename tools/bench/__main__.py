@@ -23,6 +23,7 @@ BENCHMARKS = [
     "tools.bench.admission_bench",
     "tools.bench.objects_bench",
     "tools.bench.dynamo_bench",
+    "tools.bench.registrar_bench",
 ]
 
 

@@ -12,7 +12,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-__all__ = ["ServerCert", "TestCA"]
+__all__ = ["ServerCert", "TestCA", "issue_client_cert"]
 
 _PRIVATE = serialization.PrivateFormat.PKCS8
 _PEM = serialization.Encoding.PEM
@@ -104,3 +104,27 @@ class TestCA:
         key_file.write_bytes(key.private_bytes(_PEM, _PRIVATE, serialization.NoEncryption()))
         key_file.chmod(0o600)
         return ServerCert(cert_file=cert_file, key_file=key_file, server_name=name)
+
+
+def issue_client_cert(ca: TestCA, name: str) -> ServerCert:
+    """A client certificate (clientAuth) for mutual TLS, signed by ``ca``."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(_name(name))
+        .issuer_name(ca._cert.subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+        .sign(ca._key, hashes.SHA256())
+    )
+    cert_file = ca.directory / f"{name}.client.crt"
+    key_file = ca.directory / f"{name}.client.key"
+    cert_file.write_bytes(cert.public_bytes(_PEM) + ca.cert_pem)
+    key_file.write_bytes(key.private_bytes(_PEM, _PRIVATE, serialization.NoEncryption()))
+    key_file.chmod(0o600)
+    return ServerCert(cert_file=cert_file, key_file=key_file, server_name=name)

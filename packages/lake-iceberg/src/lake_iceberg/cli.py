@@ -1,0 +1,82 @@
+"""``lake segments ...`` and ``lake iceberg ...``: entry points of the ``lake`` root.
+
+``iceberg`` is the plug-in's command group: the registrar lives under it, and
+federation commands can join it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import click
+
+__all__ = ["iceberg", "segments"]
+
+
+@click.group()
+def segments() -> None:
+    """Parquet segments: ship them to object storage."""
+
+
+@segments.command("ship")
+@click.argument("directory", type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--to", "url", required=True, help="s3://bucket/prefix to ship under")
+@click.option("--pipeline", required=True, help="pipeline name (the registrar's `pipeline`)")
+@click.option(
+    "--endpoint",
+    default=None,
+    help="S3 endpoint URL (default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL or AWS)",
+)
+def ship(directory: Path, url: str, pipeline: str, endpoint: str | None) -> None:
+    """Upload finalized DIRECTORY/<dataset>/<segment>.parquet files and record them."""
+    from lake_core.logs import configure_logging
+    from lake_iceberg.registrar.ship import Shipper, s3_client
+
+    configure_logging(logging.INFO)
+    client = s3_client(endpoint or os.environ.get("AWS_ENDPOINT_URL_S3") or None)
+    try:
+        report = Shipper(directory, url, pipeline, client).ship()
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"shipped {len(report.shipped)}, already shipped {report.skipped}")
+
+
+@click.group()
+def iceberg() -> None:
+    """Apache Iceberg: the registrar service."""
+
+
+@iceberg.command("registrar")
+@click.option(
+    "--config",
+    "config_file",
+    required=True,
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="YAML: a `sinks:` document with one kind: iceberg entry, or its config mapping",
+)
+@click.option("--once", is_flag=True, help="register what is pending, then exit")
+@click.option("--poll", default="5s", show_default=True, help="how often to look for new segments")
+def registrar(config_file: Path, once: bool, poll: str) -> None:
+    """Register shipped Parquet segments in Iceberg tables, exactly once."""
+    from lake_core.logs import configure_logging
+    from lake_iceberg.errors import RegistrarError
+    from lake_iceberg.registrar.config import load_config, parse_duration
+    from lake_iceberg.registrar.service import Registrar, log
+
+    configure_logging(logging.INFO)
+    try:
+        config = load_config(config_file)
+        service = Registrar(config)
+        if once:
+            progress = service.run_once()
+            click.echo(
+                f"registered {progress.registered}, skipped {progress.skipped}, "
+                f"pending {progress.pending}"
+            )
+        else:
+            service.run(parse_duration(poll, "--poll"))
+    except RegistrarError as error:
+        log.error("registrar.fatal", code=error.code, error=str(error))
+        raise

@@ -1,0 +1,145 @@
+"""SeaweedFS as an Iceberg REST catalog for tests: S3 plus an S3 Tables warehouse.
+
+``weed mini`` serves S3 and SeaweedFS's Iceberg REST catalog. Its catalog needs
+an S3 Tables bucket as warehouse (created at startup with ``-tableBucket``) and
+authenticates clients by OAuth2 client credentials ``ACCESS_KEY:SECRET_KEY``
+against its own ``/v1/oauth/tokens`` (see FINDINGS, "pyiceberg and the REST
+catalog"). Every gRPC port is set explicitly: otherwise ``weed mini`` dials
+admin-port + 10000 for its worker, which another process may own.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from tools.lake_testing.seaweed import SeaweedS3, weed_binary
+from tools.lake_testing.servers import free_port
+
+__all__ = ["SeaweedIceberg"]
+
+
+@dataclass(repr=False)
+class SeaweedIceberg(SeaweedS3):
+    """One ``weed mini`` with S3, the Iceberg REST catalog and a warehouse bucket."""
+
+    warehouse_bucket: str = "lakewh"
+
+    def __repr__(self) -> str:
+        return f"SeaweedIceberg(s3={self.endpoint!r}, catalog={self.iceberg_endpoint!r})"
+
+    @property
+    def warehouse(self) -> str:
+        return f"s3://{self.warehouse_bucket}/"
+
+    @property
+    def credential(self) -> str:
+        """The OAuth2 client credential the catalog accepts (``id:secret``)."""
+        return f"{self.access_key}:{self.secret_key}"
+
+    def start(self, timeout_s: float = 90.0) -> SeaweedIceberg:
+        data = self.root / "data"
+        data.mkdir(parents=True, exist_ok=True)
+        config = self.root / "s3.json"
+        identity = {
+            "name": "lake-test",
+            "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
+            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+        }
+        config.write_text(json.dumps({"identities": [identity]}))
+        config.chmod(0o600)
+        ports = {
+            "master.port": free_port(),
+            "master.port.grpc": free_port(),
+            "volume.port": free_port(),
+            "volume.port.grpc": free_port(),
+            "filer.port": free_port(),
+            "filer.port.grpc": free_port(),
+            "admin.port": free_port(),
+            "admin.port.grpc": free_port(),
+            "s3.port.grpc": free_port(),
+            "webdav.port": free_port(),
+            "s3.port.lance": free_port(),
+        }
+        args = [
+            weed_binary(),
+            "mini",
+            f"-dir={data}",
+            "-ip=127.0.0.1",
+            "-ip.bind=127.0.0.1",
+            f"-s3.port={self.s3_port}",
+            f"-s3.port.iceberg={self.iceberg_port}",
+            f"-s3.config={config}",
+            f"-tableBucket={self.warehouse_bucket}",
+            "-admin.ui=false",
+            "-webdav=false",
+            *(f"-{k}={v}" for k, v in ports.items()),
+        ]
+        with self.log_path.open("ab") as log:
+            self.proc = subprocess.Popen(
+                args, stdout=log, stderr=subprocess.STDOUT, cwd=self.root, start_new_session=True
+            )
+        self._wait_ready(timeout_s)
+        self._wait_catalog(timeout_s)
+        return self
+
+    def _wait_catalog(self, timeout_s: float) -> None:
+        """Wait until the catalog answers and lists the warehouse's namespaces."""
+        deadline = time.monotonic() + timeout_s
+        last: BaseException | None = None
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"weed exited {self.proc.returncode}:\n{self.log()[-3000:]}")
+            try:
+                self.catalog().list_namespaces()
+                return
+            except (OSError, urllib.error.URLError) as exc:
+                last = exc
+            except Exception as exc:  # the catalog is up but the warehouse not yet
+                last = exc
+            time.sleep(0.3)
+        self.stop()
+        raise TimeoutError(f"Iceberg catalog not ready after {timeout_s}s ({last!r})")
+
+    def s3_properties(self) -> dict[str, str]:
+        """pyiceberg FileIO properties for this S3 server."""
+        return {
+            "s3.endpoint": self.endpoint,
+            "s3.access-key-id": self.access_key,
+            "s3.secret-access-key": self.secret_key,
+            "s3.region": self.region,
+            "s3.path-style-access": "true",
+        }
+
+    def catalog(self, name: str = "seaweed", **extra: str) -> Any:
+        """A pyiceberg RestCatalog on this server (for set-up and assertions)."""
+        from pyiceberg.catalog.rest import RestCatalog
+
+        return RestCatalog(
+            name,
+            uri=self.iceberg_endpoint,
+            warehouse=self.warehouse,
+            credential=self.credential,
+            **{"oauth2-server-uri": f"{self.iceberg_endpoint}/v1/oauth/tokens"},
+            **{**self.s3_properties(), **extra},
+        )
+
+    def token(self) -> str:
+        """A bearer token from the catalog's own OAuth2 endpoint."""
+        body = (
+            f"grant_type=client_credentials&client_id={self.access_key}"
+            f"&client_secret={self.secret_key}&scope=catalog"
+        ).encode()
+        request = urllib.request.Request(
+            f"{self.iceberg_endpoint}/v1/oauth/tokens",
+            data=body,
+            headers={"Content-Type": "application/x-www-form-urlencoded"},
+        )
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return str(json.loads(response.read())["access_token"])
