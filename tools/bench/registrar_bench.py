@@ -32,7 +32,7 @@ from lake_iceberg.registrar.schema_merge import file_schema
 from lake_iceberg.registrar.segments import SegmentCatalog, write_segment
 from lake_iceberg.registrar.service import Registrar
 from lake_iceberg.registrar.ship import Shipper, s3_client
-from tools.bench.harness import Figure, measure
+from tools.bench.harness import Figure, at_least, measure, pairs_for, warmup_for
 from tools.lake_testing.iceberg import SeaweedIceberg
 
 BUCKET = "bench-segments"
@@ -85,7 +85,6 @@ def _config(server: SeaweedIceberg, segments: Path, namespace: str) -> Any:
 
 def run(quick: bool) -> list[Figure]:
     count = 40 if quick else 200
-    runs = 3 if quick else 5
     # The registrar logs every segment; stdout carries only the figure.
     configure_logging(logging.WARNING)
     with tempfile.TemporaryDirectory(prefix="lake-bench-registrar-") as tmp:
@@ -137,12 +136,9 @@ def run(quick: bool) -> list[Figure]:
                     lake,
                     reference,
                     unit="segments/s",
-                    goal=">= 0.8x raw pyiceberg add_files (one commit per file)",
-                    ratio_of=lambda lake_rate, ref_rate: lake_rate / ref_rate,
-                    met=lambda lake_rate, ref_rate, ratio: ratio >= 0.8,
-                    threshold=lambda lake_rate, ref_rate: 0.8,
-                    runs=runs,
-                    warmup=1,
+                    goal=at_least(0.8, ">= 0.8x raw pyiceberg add_files (one commit per file)"),
+                    pairs=pairs_for(quick),
+                    warmup=warmup_for(quick),
                 )
             ]
         finally:
