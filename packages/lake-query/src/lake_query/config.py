@@ -23,7 +23,8 @@ Security (``docs/security.md``): the listener policy of
 ``LAKE_AUTH_TOKEN_FILE``, ``LAKE_TLS_CERT_FILE``/``LAKE_TLS_KEY_FILE``,
 ``LAKE_ALLOW_INSECURE``); the Metasrv client's ``LAKE_METADATA_AUTH_TOKEN_FILE``,
 ``LAKE_METADATA_CA_FILE`` and ``LAKE_METADATA_SERVER_NAME``; admission limits
-from :class:`lake_query.admission.AdmissionLimits`.
+from :class:`lake_query.admission.AdmissionLimits` (``LAKE_QUERY_STALL_TIMEOUT_MS``,
+default 60 s, among them: see :mod:`lake_query.stall`).
 """
 
 from __future__ import annotations
