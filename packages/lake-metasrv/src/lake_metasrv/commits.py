@@ -51,6 +51,7 @@ from lake_core.names import TableRef
 from lake_core.principal import DEV_PRINCIPAL
 from lake_core.protocol import MAX_APPEND_ROWS, AppendCommand, AppendResult, DropTableResult
 from lake_core.schemas import check_exact_schema, schema_to_ipc, validate_table_schema
+from lake_core.values import check_batches
 from lake_metasrv.config import MetaConfig
 from lake_metasrv.datadir import DataDir
 from lake_metasrv.engine import AppendOutcome, LanceEngine, PreparedAppend
@@ -646,6 +647,7 @@ def _check_rows(
 ) -> _CheckedRows:
     """Exact schema; FILE cells well-formed and inside the tenant's stage. No I/O."""
     table_schema = record.schema
+    check_batches(record.table, table_schema, batches)  # value-changing columns, by row
     check_exact_schema(table_schema, schema, record.table)
     data = _conform(batches, schema, table_schema)
     adds = file_uris(data, table_schema)
