@@ -55,6 +55,7 @@ from lake_core.values import check_batches
 from lake_metasrv.config import MetaConfig
 from lake_metasrv.datadir import DataDir
 from lake_metasrv.engine import AppendOutcome, LanceEngine, PreparedAppend
+from lake_metasrv.integrity import DigestStore
 from lake_metasrv.registry.base import AppendCommit, OperationRecord, RegistryStore, TableRecord
 from lake_metasrv.sidecars import DropMarker, ReferenceDelta, SidecarStore, file_uris
 from lake_objects.scope import TenantScope
@@ -351,8 +352,15 @@ class CommitCoordinator:
         # Sidecars and Lance commits are independent; both must be durable
         # before the registry moves. A failure of either leaves only orphans.
         self._maybe_crash("before_lance_commit")
-        sidecars, outcome = await asyncio.gather(
+        sidecars, digests, outcome = await asyncio.gather(
             asyncio.to_thread(self.sidecars.write_deltas, [s.delta for s in staged]),
+            asyncio.to_thread(
+                DigestStore.of(self.data_dir.root).record,
+                table,
+                record.incarnation,
+                record.location,
+                [(s.version, s.queued.prepared.fragments) for s in staged],
+            ),
             self.engine.append_many(
                 record.location,
                 record.incarnation,
@@ -361,7 +369,7 @@ class CommitCoordinator:
             ),
             return_exceptions=True,
         )
-        for failure in (sidecars, outcome):
+        for failure in (sidecars, digests, outcome):
             if isinstance(failure, BaseException):
                 for item in staged:
                     _fail(item.queued, failure)
