@@ -27,6 +27,7 @@ from lake_query.flightsql import QueryHandler
 from lake_query.memory import tune_allocator
 from lake_query.planning import configure_storage
 from lake_query.stage import QueryStage
+from lake_query.verify import DataFileVerifier, MetaDigests, on_open
 
 __all__ = ["configure_logging", "main", "query", "run"]
 
@@ -46,6 +47,8 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
         ca_pem=config.metadata_tls.ca_pem,
         server_name=config.metadata_tls.server_name,
     )
+    if config.verify_on_open:
+        on_open.install(DataFileVerifier(MetaDigests(meta, asyncio.get_running_loop())))
     cache = CatalogCache(meta, config.catalog_refresh_s)
     stage = QueryStage(config.stage)
     handler: QueryHandler | None = None
@@ -89,6 +92,7 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             stop=stop,
         )
     finally:
+        on_open.install(None)
         await cache.close()
         await meta.close()
         await stage.close()

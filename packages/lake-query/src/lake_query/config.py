@@ -24,7 +24,8 @@ Security (``docs/security.md``): the listener policy of
 ``LAKE_ALLOW_INSECURE``); the Metasrv client's ``LAKE_METADATA_AUTH_TOKEN_FILE``,
 ``LAKE_METADATA_CA_FILE`` and ``LAKE_METADATA_SERVER_NAME``; admission limits
 from :class:`lake_query.admission.AdmissionLimits` (``LAKE_QUERY_STALL_TIMEOUT_MS``,
-default 60 s, among them: see :mod:`lake_query.stall`).
+default 60 s, among them: see :mod:`lake_query.stall`);
+``LAKE_QUERY_VERIFY_ON_OPEN`` (true/false, default false: :mod:`lake_query.verify`).
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ from lake_core.tickets import TicketKeyRing
 from lake_core.tls import METADATA_CA_FILE, METADATA_SERVER_NAME, ClientTLS, load_client_tls
 from lake_objects.settings import StageSettings
 from lake_query.admission import AdmissionLimits
+from lake_query.verify import verify_on_open
 
 __all__ = [
     "DEFAULT_ADDR",
@@ -109,6 +111,8 @@ class QueryConfig:
     admission: AdmissionLimits = field(default_factory=AdmissionLimits)
     #: How ``s3://`` tables are opened (manifest table, endpoints, timeouts).
     storage: DatasetStorage = field(default_factory=DatasetStorage)
+    #: ``LAKE_QUERY_VERIFY_ON_OPEN``: check data files before serving rows (lake_query.verify).
+    verify_on_open: bool = False
 
     @property
     def loopback(self) -> bool:
@@ -177,4 +181,5 @@ class QueryConfig:
             metadata_tls=metadata_tls,
             admission=admission,
             storage=DatasetStorage.from_env(source),
+            verify_on_open=verify_on_open(source),
         )

@@ -55,6 +55,7 @@ from lake_query.pinned import PinnedDatasets
 from lake_query.pushdown import to_lance_filter
 from lake_query.results import TARGET_BATCH_BYTES, coalesce_batches
 from lake_query.statements import reject_writes, sql_error
+from lake_query.verify import on_open
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -229,6 +230,7 @@ def open_pinned(
             "the table was dropped and recreated since the query was planned; "
             "run the query again"
         )
+    on_open.check(dataset, table, descriptor)  # LAKE_QUERY_VERIFY_ON_OPEN (lake_query.verify)
     return dataset
 
 
