@@ -16,6 +16,7 @@ BENCHMARKS = [
     "tools.bench.admission_bench",
     "tools.bench.objects_bench",
     "tools.bench.dynamo_bench",
+    "tools.bench.verify_bench",
 ]
 
 
