@@ -108,6 +108,32 @@ class DigestStore:
             replace_synced(self.path(incarnation, version), [body], mode=0o644, sync_dir=False)
         fsync_dir(directory)
 
+    def record_rewrite(
+        self, table: TableRef, incarnation: str, location: str, version: int, engine_version: int
+    ) -> None:
+        """Record the data files a maintenance rewrite (compaction) added to ``engine_version``.
+
+        Blocking. Written before the registry points readers at the rewrite;
+        files already recorded are not hashed again.
+        """
+        if not _is_local(location):
+            return
+        known = self.recorded(incarnation)
+        dataset = lance.dataset(location, version=engine_version)
+        added = [p for p in fragment_file_paths(dataset.get_fragments()) if p not in known]
+        if not added:
+            return
+        data = _data_dir(location)
+        files = []
+        for path in added:
+            size, sha = digest_file(data / path)
+            files.append(DataFileDigest(path=path, size_bytes=size, sha256=sha))
+        record = VersionDigests(table=table, incarnation=incarnation, version=version, files=files)
+        body = json.dumps(record.model_dump(mode="json"), sort_keys=True).encode()
+        target = self.root / incarnation / f"{version}-e{engine_version}.json"
+        target.parent.mkdir(parents=True, exist_ok=True)
+        replace_synced(target, [body], mode=0o644)
+
     def recorded(self, incarnation: str) -> dict[str, DataFileDigest]:
         """Every recorded data file of ``incarnation``, by path."""
         found: dict[str, DataFileDigest] = {}
