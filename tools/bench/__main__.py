@@ -24,6 +24,7 @@ BENCHMARKS = [
     "tools.bench.objects_bench",
     "tools.bench.dynamo_bench",
     "tools.bench.registrar_bench",
+    "tools.bench.verify_bench",
 ]
 
 

@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
 
-from lake_core import protocol
+from lake_core import integrity, protocol
 from lake_core.errors import AlreadyExists, NotFound, PermissionDenied
 from lake_core.ids import new_operation_id
 from lake_core.metaclient import MetaClient
@@ -192,6 +192,8 @@ async def test_list_actions(served: Any) -> None:
         protocol.CATALOG_SNAPSHOT,
         protocol.OPTIMIZE_TABLE,
         protocol.CREATE_INDEX,
+        integrity.VERIFY_TABLE,
+        integrity.DATA_FILE_DIGESTS,
     }
 
 

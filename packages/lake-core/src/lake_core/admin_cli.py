@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import sys
 from collections.abc import Awaitable
 from typing import Any, TypeVar, get_args
 
@@ -19,6 +20,12 @@ import pyarrow as pa
 
 from lake_core.auth import METADATA_AUTH_TOKEN_FILE
 from lake_core.errors import LakeError
+from lake_core.integrity import (
+    VERIFY_TABLE,
+    VerifyTableRequest,
+    VerifyTableResult,
+    render_report,
+)
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.protocol import IndexKind
@@ -142,3 +149,21 @@ def create_index(addr: str, table: str, column: str, kind: str) -> None:
     ref = TableRef.parse(table)
     result = _run(addr, lambda c: c.create_index(ref, column, kind.upper()), MAINTENANCE_TIMEOUT_S)
     click.echo(json.dumps(result.summary(), indent=2))
+
+
+@client.command("verify-table")
+@click.argument("table")
+@click.option("--all-versions", is_flag=True, help="Every retained version, not just the current.")
+@click.option("--json", "as_json", is_flag=True, help="The report as JSON.")
+@click.pass_obj
+def verify_table(addr: str, table: str, all_versions: bool, as_json: bool) -> None:
+    """Recheck size and SHA-256 of every data file of TABLE; exit 1 on any mismatch."""
+    request = VerifyTableRequest(table=TableRef.parse(table), all_versions=all_versions)
+    result = _run(
+        addr,
+        lambda c: c.action(VERIFY_TABLE, request, VerifyTableResult),
+        MAINTENANCE_TIMEOUT_S,
+    )
+    click.echo(render_report(result, as_json=as_json))
+    if not result.ok:
+        sys.exit(1)

@@ -23,6 +23,7 @@ from lake_core.admin_cli import index_kind_option
 from lake_core.errors import LakeError
 from lake_core.filetype import is_file_field
 from lake_core.flight.server import FlightServer
+from lake_core.integrity import VerifyTableResult, render_report
 from lake_core.logs import configure_logging
 from lake_core.names import TableRef
 from lake_core.principal import DEV_PRINCIPAL, Principal
@@ -30,6 +31,7 @@ from lake_core.schemas import parse_column_spec, validate_table_schema
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.config import DEFAULT_ADDR, DEFAULT_DATA_DIR, MetaConfig
 from lake_metasrv.datadir import DataDir
+from lake_metasrv.integrity import DigestStore, verify_table
 from lake_metasrv.maintenance import CompactionSettings, Maintenance
 from lake_metasrv.registry.base import TableRecord
 from lake_metasrv.service import MetaHandler
@@ -266,3 +268,23 @@ def index_table(name: str, column: str, kind: str, data_dir: str) -> None:
     ref = _parse_table(name)
     result = _local(data_dir, lambda c: Maintenance(c).create_index(ref, column, kind.upper()))
     _echo(result.summary())
+
+
+@table.command("verify")
+@click.argument("name")
+@click.option("--all-versions", is_flag=True, help="Every retained version, not just the current.")
+@click.option("--json", "as_json", is_flag=True, help="The report as JSON.")
+@_data_dir_option
+def verify_table_command(name: str, all_versions: bool, as_json: bool, data_dir: str) -> None:
+    """Recheck size and SHA-256 of every data file of NAME; exit 1 on any mismatch."""
+    ref = _parse_table(name)
+
+    async def work(c: CommitCoordinator) -> VerifyTableResult:
+        return await verify_table(
+            c, DigestStore.of(c.data_dir.root), ref, all_versions=all_versions
+        )
+
+    result = _local(data_dir, work)
+    click.echo(render_report(result, as_json=as_json))
+    if not result.ok:
+        sys.exit(1)

@@ -51,9 +51,11 @@ from lake_core.names import TableRef
 from lake_core.principal import DEV_PRINCIPAL
 from lake_core.protocol import MAX_APPEND_ROWS, AppendCommand, AppendResult, DropTableResult
 from lake_core.schemas import check_exact_schema, schema_to_ipc, validate_table_schema
+from lake_core.values import check_batches
 from lake_metasrv.config import MetaConfig
 from lake_metasrv.datadir import DataDir
 from lake_metasrv.engine import AppendOutcome, LanceEngine, PreparedAppend
+from lake_metasrv.integrity import DigestStore
 from lake_metasrv.registry.base import AppendCommit, OperationRecord, RegistryStore, TableRecord
 from lake_metasrv.sidecars import DropMarker, ReferenceDelta, SidecarStore, file_uris
 from lake_objects.scope import TenantScope
@@ -350,8 +352,15 @@ class CommitCoordinator:
         # Sidecars and Lance commits are independent; both must be durable
         # before the registry moves. A failure of either leaves only orphans.
         self._maybe_crash("before_lance_commit")
-        sidecars, outcome = await asyncio.gather(
+        sidecars, digests, outcome = await asyncio.gather(
             asyncio.to_thread(self.sidecars.write_deltas, [s.delta for s in staged]),
+            asyncio.to_thread(
+                DigestStore.of(self.data_dir.root).record,
+                table,
+                record.incarnation,
+                record.location,
+                [(s.version, s.queued.prepared.fragments) for s in staged],
+            ),
             self.engine.append_many(
                 record.location,
                 record.incarnation,
@@ -360,7 +369,7 @@ class CommitCoordinator:
             ),
             return_exceptions=True,
         )
-        for failure in (sidecars, outcome):
+        for failure in (sidecars, digests, outcome):
             if isinstance(failure, BaseException):
                 for item in staged:
                     _fail(item.queued, failure)
@@ -646,6 +655,7 @@ def _check_rows(
 ) -> _CheckedRows:
     """Exact schema; FILE cells well-formed and inside the tenant's stage. No I/O."""
     table_schema = record.schema
+    check_batches(record.table, table_schema, batches)  # value-changing columns, by row
     check_exact_schema(table_schema, schema, record.table)
     data = _conform(batches, schema, table_schema)
     adds = file_uris(data, table_schema)

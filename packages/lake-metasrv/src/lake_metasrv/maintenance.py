@@ -60,6 +60,7 @@ from lake_core.models import incarnation_of
 from lake_core.names import TableRef
 from lake_core.protocol import IndexKind, MaintenanceResult
 from lake_metasrv.commits import CommitCoordinator
+from lake_metasrv.integrity import DigestStore
 from lake_metasrv.registry.base import MaintenanceCommit, TableRecord
 from lake_metasrv.s3engine import S3LanceEngine
 
@@ -411,6 +412,14 @@ class Maintenance:
             if self._crash_point == "after_lance_write":
                 log.warning("test crash point reached", point=self._crash_point)
                 os._exit(CRASH_EXIT_CODE)
+            await asyncio.to_thread(
+                DigestStore.of(self.coordinator.data_dir.root).record_rewrite,
+                record.table,
+                record.incarnation,
+                record.location,
+                record.version,
+                outcome.engine_version,
+            )
             commit = MaintenanceCommit(
                 table=record.table,
                 incarnation=record.incarnation,

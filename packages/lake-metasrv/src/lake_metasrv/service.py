@@ -15,12 +15,13 @@ namespaces.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import pyarrow as pa
 
-from lake_core import protocol
+from lake_core import integrity, protocol
 from lake_core.errors import (
     InvalidAppend,
     InvalidArgument,
@@ -35,6 +36,7 @@ from lake_core.principal import Principal
 from lake_core.proto import flight_pb2 as pb
 from lake_core.schemas import schema_from_base64
 from lake_metasrv.commits import CommitCoordinator
+from lake_metasrv.integrity import DigestStore, verify_table
 from lake_metasrv.maintenance import Maintenance
 
 __all__ = ["ACTIONS", "MetaHandler"]
@@ -54,6 +56,12 @@ ACTIONS: dict[str, str] = {
     ),
     protocol.CREATE_INDEX: (
         "Build a scalar index: {table, column, kind=BTREE|BITMAP} -> MaintenanceResult"
+    ),
+    integrity.VERIFY_TABLE: (
+        "Recheck size and SHA-256 of every data file: {table, all_versions} -> VerifyTableResult"
+    ),
+    integrity.DATA_FILE_DIGESTS: (
+        "Recorded data-file digests of the current incarnation: {table} -> DataFileDigestsResult"
     ),
 }
 
@@ -118,9 +126,27 @@ class MetaHandler(FlightHandler):
             index = protocol.decode(protocol.CreateIndexRequest, body)
             _require_role(principal, index.table, "admin")
             result = await self.maintenance.create_index(index.table, index.column, index.kind)
+        elif action.type in (integrity.VERIFY_TABLE, integrity.DATA_FILE_DIGESTS):
+            result = await self._integrity(principal, action.type, body)
         else:
             raise Unimplemented(f"unknown action {action.type[:100]!r}")
         yield pb.Result(body=protocol.encode(result))
+
+    async def _integrity(self, principal: Principal, kind: str, body: bytes) -> protocol.WireModel:
+        store = DigestStore.of(self.coordinator.data_dir.root)
+        if kind == integrity.VERIFY_TABLE:
+            verify = protocol.decode(integrity.VerifyTableRequest, body)
+            _require_role(principal, verify.table, "admin")
+            return await verify_table(
+                self.coordinator, store, verify.table, all_versions=verify.all_versions
+            )
+        request = protocol.decode(protocol.TableRequest, body)
+        _authorize(principal, request.table)
+        record = await self.coordinator.describe_table(request.table)
+        files = await asyncio.to_thread(store.recorded, record.incarnation)
+        return integrity.DataFileDigestsResult(
+            table=request.table, incarnation=record.incarnation, files=list(files.values())
+        )
 
     async def _create_table(
         self, principal: Principal, body: bytes

@@ -10,7 +10,9 @@ raises :class:`~lake_core.errors.ResourceExhausted`.
 The :class:`Permit` owns both slots until it is released, exactly once:
 :meth:`Admission.run` holds it for a whole DoGet stream and releases it on
 completion, error, execution timeout (the stream ends with
-DEADLINE_EXCEEDED), cancellation or client disconnect.
+DEADLINE_EXCEEDED), a stalled client (one that has not taken a message for
+``stall_timeout_ms``, see :mod:`lake_query.stall`), cancellation or client
+disconnect.
 
 Tenant gates exist only while a request holds or waits for them: an idle
 gate is removed synchronously on its last release. When ``max_tracked_tenants``
@@ -36,6 +38,7 @@ from lake_core.config import QUERY_MAX_CONCURRENT_PER_TENANT as MAX_CONCURRENT_P
 from lake_core.config import QUERY_MAX_SQL_BYTES as MAX_SQL_BYTES
 from lake_core.config import QUERY_MAX_TRACKED_TENANTS as MAX_TRACKED_TENANTS
 from lake_core.errors import ResourceExhausted
+from lake_query.stall import DEFAULT_STALL_TIMEOUT_MS, STALL_TIMEOUT_MS, StallClock, watch_stalls
 
 __all__ = [
     "MAX_CONCURRENT",
@@ -65,6 +68,7 @@ class AdmissionLimits:
     queue_timeout_ms: int = 100
     execution_timeout_ms: int = 30 * 60 * 1000
     max_sql_bytes: int = 1024 * 1024
+    stall_timeout_ms: int = DEFAULT_STALL_TIMEOUT_MS
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> AdmissionLimits:
@@ -80,6 +84,7 @@ class AdmissionLimits:
                 QUERY_EXECUTION_TIMEOUT_MS, d.execution_timeout_ms, 1, 7 * _DAY_MS, env
             ),
             max_sql_bytes=env_int(MAX_SQL_BYTES, d.max_sql_bytes, 1024, 64 * 1024 * 1024, env),
+            stall_timeout_ms=env_int(STALL_TIMEOUT_MS, d.stall_timeout_ms, 1, _DAY_MS, env),
         )
 
 
@@ -259,24 +264,42 @@ class Admission:
         task = asyncio.current_task()
         timeout_s = self.limits.execution_timeout_ms / 1000
 
-        async def expire() -> None:
-            await asyncio.sleep(timeout_s)
+        async def end(message: str) -> None:
             permit.release()
-            log.warning("query execution timed out", timeout_ms=self.limits.execution_timeout_ms)
             with contextlib.suppress(Exception):
-                await context.abort(
-                    grpc.StatusCode.DEADLINE_EXCEEDED,
-                    f"query exceeded the execution timeout of {self.limits.execution_timeout_ms} ms",
-                )
+                await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, message)
             if task is not None and not task.done():
                 task.cancel()
 
-        watchdog = asyncio.create_task(expire())
+        async def expire() -> None:
+            await asyncio.sleep(timeout_s)
+            log.warning("query execution timed out", timeout_ms=self.limits.execution_timeout_ms)
+            await end(
+                f"query exceeded the execution timeout of {self.limits.execution_timeout_ms} ms"
+            )
+
+        async def stalled() -> None:
+            log.warning("query client stalled", stall_timeout_ms=self.limits.stall_timeout_ms)
+            await end(
+                f"the client took no result message for {self.limits.stall_timeout_ms} ms "
+                f"({STALL_TIMEOUT_MS})"
+            )
+
+        clock = StallClock()
+        watchdogs = (
+            asyncio.create_task(expire()),
+            asyncio.create_task(watch_stalls(clock, self.limits.stall_timeout_ms, stalled)),
+        )
         try:
             stream = await start()
             async with contextlib.aclosing(stream):
                 async for message in stream:
+                    # grpc.aio resumes this generator once the message is written,
+                    # which flow control holds up while the client is not reading.
+                    clock.offered()
                     yield message
+                    clock.taken()
         finally:
-            watchdog.cancel()
+            for watchdog in watchdogs:
+                watchdog.cancel()
             permit.release()

@@ -27,6 +27,7 @@ from lake_query.flightsql import QueryHandler
 from lake_query.memory import collect_cycles, tune_allocator
 from lake_query.planning import DatasetOpener, PinnedDatasets
 from lake_query.stage import QueryStage
+from lake_query.verify import DataFileVerifier, MetaDigests
 
 __all__ = ["configure_logging", "main", "query", "run"]
 
@@ -45,6 +46,11 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
         token=config.metadata_token,
         ca_pem=config.metadata_tls.ca_pem,
         server_name=config.metadata_tls.server_name,
+    )
+    verifier = (
+        DataFileVerifier(MetaDigests(meta, asyncio.get_running_loop()))
+        if config.verify_on_open
+        else None
     )
     cache = CatalogCache(meta, config.catalog_refresh_s)
     stage = QueryStage(config.stage)
@@ -67,7 +73,7 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             admission=Admission(config.admission),
             max_sql_bytes=config.admission.max_sql_bytes,
             stage=stage,
-            datasets=DatasetOpener(config.storage, PinnedDatasets()),
+            datasets=DatasetOpener(config.storage, PinnedDatasets(), verifier=verifier),
             limits=config.limits,
         )
 

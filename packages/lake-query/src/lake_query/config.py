@@ -23,9 +23,11 @@ Security (``docs/security.md``): the listener policy of
 ``LAKE_AUTH_TOKEN_FILE``, ``LAKE_TLS_CERT_FILE``/``LAKE_TLS_KEY_FILE``,
 ``LAKE_ALLOW_INSECURE``); the Metasrv client's ``LAKE_METADATA_AUTH_TOKEN_FILE``,
 ``LAKE_METADATA_CA_FILE`` and ``LAKE_METADATA_SERVER_NAME``; admission limits
-from :class:`lake_query.admission.AdmissionLimits`; statement bounds
+from :class:`lake_query.admission.AdmissionLimits` (``LAKE_QUERY_STALL_TIMEOUT_MS``,
+default 60 s, among them: see :mod:`lake_query.stall`); statement bounds
 (``LAKE_QUERY_MEMORY_LIMIT_BYTES``, ``LAKE_QUERY_MAX_EXPRESSION_TERMS``, ...)
-from :class:`lake_query.planning.limits.QueryLimits`.
+from :class:`lake_query.planning.limits.QueryLimits`;
+``LAKE_QUERY_VERIFY_ON_OPEN`` (true/false, default false: :mod:`lake_query.verify`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from lake_core.tls import METADATA_CA_FILE, METADATA_SERVER_NAME, ClientTLS, loa
 from lake_objects.settings import StageSettings
 from lake_query.admission import AdmissionLimits
 from lake_query.planning.limits import QueryLimits
+from lake_query.verify import verify_on_open
 
 __all__ = [
     "DEFAULT_ADDR",
@@ -113,6 +116,8 @@ class QueryConfig:
     storage: DatasetStorage = field(default_factory=DatasetStorage)
     #: Per-statement bounds: expression size, plan depth, memory, function outputs.
     limits: QueryLimits = field(default_factory=QueryLimits)
+    #: ``LAKE_QUERY_VERIFY_ON_OPEN``: check data files before serving rows (lake_query.verify).
+    verify_on_open: bool = False
 
     @property
     def loopback(self) -> bool:
@@ -182,4 +187,5 @@ class QueryConfig:
             admission=admission,
             storage=DatasetStorage.from_env(source),
             limits=QueryLimits.from_env(source),
+            verify_on_open=verify_on_open(source),
         )

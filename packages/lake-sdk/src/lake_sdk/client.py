@@ -22,6 +22,7 @@ from lake_core.ids import new_operation_id
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2
 from lake_core.schemas import check_exact_schema, schema_from_base64
+from lake_core.values import check_batches
 from lake_objects.progress import ProgressCallback
 from lake_objects.s3 import DEFAULT_UPLOAD_CONCURRENCY
 from lake_objects.store import ManagedObjectStore
@@ -339,6 +340,7 @@ def _validate_append(
             raise InvalidAppend(f"batch {i} is a {type(batch).__name__}, not a pyarrow.RecordBatch")
         if batch.num_rows == 0:
             raise InvalidAppend(f"batch {i} of the append to {table} is empty")
+        check_batches(table, schema, [batch], first_row=rows)  # named by row and column
         check_exact_schema(schema, batch.schema, table)
         rows += batch.num_rows
         if rows > protocol.MAX_APPEND_ROWS:

@@ -22,6 +22,7 @@ from lake_core.filetype import FILE_STRUCT, is_file_field, location_to_row
 from lake_core.models import DataLocation
 from lake_core.names import TableRef, validate_identifier
 from lake_core.protocol import MAX_APPEND_ROWS
+from lake_core.values import check_values
 from lake_objects.source import FileUpload
 
 __all__ = [
@@ -196,6 +197,7 @@ def _plain_column(table: TableRef, table_field: pa.Field, values: list[Any]) -> 
             raise InvalidArgument(
                 f"{table_field.name}[{row}] is null but the column is not nullable"
             )
+    check_values(table, table_field, values)  # Arrow would truncate 1.5 to 1, 1e39 to inf
     try:
         return pa.array(values, type=table_field.type)
     except (pa.ArrowException, TypeError, ValueError, OverflowError) as exc:

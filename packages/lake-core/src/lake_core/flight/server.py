@@ -35,6 +35,7 @@ from lake_core.errors import (
     Unimplemented,
     wire_trailers,
 )
+from lake_core.flight.binding import NO_PORT_REUSE, ensure_address_free
 from lake_core.proto import flight_pb2 as pb
 from lake_core.protocol import MAX_MESSAGE_BYTES
 
@@ -503,6 +504,7 @@ class FlightServer:
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 # Room for a delegated principal's grants (lake_core.auth).
                 ("grpc.max_metadata_size", MAX_METADATA_BYTES),
+                NO_PORT_REUSE,
                 *options,
             ],
         )
@@ -510,13 +512,23 @@ class FlightServer:
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
 
     async def start(self, addr: str, tls: tuple[bytes, bytes] | None = None) -> int:
-        """Bind ``addr`` (TLS if ``tls=(cert_pem, key_pem)``), start, return the port."""
-        if tls is None:
-            port: int = self._server.add_insecure_port(addr)
-        else:
-            cert_pem, key_pem = tls
-            creds = grpc.ssl_server_credentials([(key_pem, cert_pem)])
-            port = self._server.add_secure_port(addr, creds)
+        """Bind ``addr`` (TLS if ``tls=(cert_pem, key_pem)``), start, return the port.
+
+        Raises ConfigError naming ``addr`` when another process serves it.
+        """
+        ensure_address_free(addr)
+        try:
+            if tls is None:
+                port: int = self._server.add_insecure_port(addr)
+            else:
+                cert_pem, key_pem = tls
+                creds = grpc.ssl_server_credentials([(key_pem, cert_pem)])
+                port = self._server.add_secure_port(addr, creds)
+        except RuntimeError:
+            # grpc's only bind failure; a busy port is the cause once the probe passed
+            # (a race with another starting server), an unbindable host fails the probe.
+            ensure_address_free(addr)
+            raise OSError(f"could not bind {addr}") from None
         if not port:
             raise OSError(f"could not bind {addr}")
         await self._server.start()

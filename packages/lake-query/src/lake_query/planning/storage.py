@@ -33,6 +33,7 @@ from lake_core.errors import (
 from lake_core.models import TableDescriptor, incarnation_of
 from lake_core.names import TableRef
 from lake_query.planning.pinned import PinnedDatasets
+from lake_query.verify import DataFileVerifier
 
 __all__ = ["DatasetOpener", "StorageProbe", "open_pinned"]
 
@@ -98,11 +99,17 @@ class DatasetOpener:
     """Opens pinned versions for one replica (it owns the cache of opened datasets)."""
 
     def __init__(
-        self, storage: DatasetStorage | None = None, cache: PinnedDatasets | None = None
+        self,
+        storage: DatasetStorage | None = None,
+        cache: PinnedDatasets | None = None,
+        *,
+        verifier: DataFileVerifier | None = None,
     ) -> None:
         self.storage = storage or DatasetStorage()
         self._cache = cache
         self._probe = StorageProbe(self.storage)
+        #: LAKE_QUERY_VERIFY_ON_OPEN: checks data files before any row is served.
+        self._verifier = verifier
 
     def open(self, table: TableRef, descriptor: TableDescriptor) -> Any:
         """The Lance dataset at exactly ``descriptor``'s version, or a typed Lake error."""
@@ -137,6 +144,8 @@ class DatasetOpener:
                 "the table was dropped and recreated since the query was planned; "
                 "run the query again"
             )
+        if self._verifier is not None:
+            self._verifier.check(dataset, table, descriptor)
         return dataset
 
     def _open_failure(self, table: TableRef, descriptor: TableDescriptor) -> LakeError:

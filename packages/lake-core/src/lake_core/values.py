@@ -1,0 +1,202 @@
+"""Values that would change meaning in their column's type are refused.
+
+Arrow's conversions are lossy where a caller would not expect it: Python's
+``1.5`` becomes ``1`` in an ``int64`` column, ``1e39`` becomes ``inf`` in a
+``float32`` one, and a ``safe=False`` cast wraps integers around. An append or
+insert carrying such a value is refused with :class:`InvalidAppend` naming the
+row and the column:
+
+- a fractional (or NaN/infinite) value into an integer column;
+- an integer outside the column's range;
+- a finite value whose nearest value of the column's float type is infinite.
+
+Ordinary rounding to the nearest ``float32`` (or ``float16``) stays allowed:
+``0.1`` into ``float32`` is the float32 nearest 0.1, as every engine stores it.
+
+:func:`check_values` checks Python values (the SDK's insert rows) and
+:func:`check_batches` Arrow columns whose numeric type differs from the
+table's (what a client that did not convert sends); both run before anything
+is converted.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from collections.abc import Iterable, Sequence
+from decimal import Decimal
+from numbers import Integral, Rational, Real
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from lake_core.errors import InvalidAppend
+
+__all__ = ["check_batches", "check_values", "integer_range"]
+
+#: struct formats that pack a double to the float type, failing on overflow.
+_PACK = {16: "<e", 32: "<f"}
+#: |x| at or above this rounds to infinity in float32 (ties to even at 2**128).
+_FLOAT32_OVERFLOW = 2.0**128 - 2.0**103
+#: |x| at or above this rounds to infinity in float16 (65520 = 65504 + half an ulp).
+_FLOAT16_OVERFLOW = 65520.0
+
+
+def integer_range(kind: pa.DataType) -> tuple[int, int]:
+    """The smallest and largest value of an Arrow integer type."""
+    bits = kind.bit_width
+    if pa.types.is_signed_integer(kind):
+        return -(2 ** (bits - 1)), 2 ** (bits - 1) - 1
+    return 0, 2**bits - 1
+
+
+def _refuse(table: object, field: pa.Field, row: int, value: object, why: str) -> InvalidAppend:
+    shown = repr(value)
+    if len(shown) > 64:
+        shown = shown[:61] + "..."
+    return InvalidAppend(
+        f"row {row}, column {field.name!r} of {table}: {shown} {why} ({field.type})"
+    )
+
+
+def _integer_problem(value: object, low: int, high: int) -> str | None:
+    """Why ``value`` cannot be stored unchanged in an integer column, or None."""
+    if isinstance(value, bool) or not isinstance(value, Integral | Real | Decimal):
+        return None  # not a number: Arrow's own conversion decides
+    if isinstance(value, Integral):
+        whole = int(value)
+    elif isinstance(value, Decimal):
+        if not value.is_finite():
+            return "is not a finite number"
+        if value != value.to_integral_value():
+            return "has a fractional part; an integer column holds whole numbers"
+        whole = int(value)
+    elif isinstance(value, Rational):
+        if value.denominator != 1:
+            return "has a fractional part; an integer column holds whole numbers"
+        whole = int(value.numerator)
+    else:
+        number = float(value)
+        if not math.isfinite(number):
+            return "is not a finite number"
+        if not number.is_integer():
+            return "has a fractional part; an integer column holds whole numbers"
+        whole = int(number)
+    if not low <= whole <= high:
+        return f"is outside the column's range {low}..={high}"
+    return None
+
+
+def _float_problem(value: object, bits: int) -> str | None:
+    """Why ``value`` would become infinite in a float column of ``bits``, or None."""
+    fmt = _PACK.get(bits)
+    if isinstance(value, bool) or not isinstance(value, Real | Decimal):
+        return None
+    if isinstance(value, Decimal) and not value.is_finite():
+        return None  # NaN and infinities are stored as they are
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond float64
+        return "overflows the column's float type to infinity"
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if not math.isfinite(number):  # e.g. Decimal("1e400")
+        return "overflows the column's float type to infinity"
+    if fmt is not None:
+        try:
+            struct.pack(fmt, number)
+        except OverflowError:
+            return "overflows the column's float type to infinity"
+    return None
+
+
+def check_values(
+    table: object, field: pa.Field, values: Iterable[object], *, first_row: int = 0
+) -> None:
+    """Raise InvalidAppend for the first of ``values`` that would change meaning in ``field``."""
+    kind = field.type
+    if pa.types.is_integer(kind):
+        low, high = integer_range(kind)
+        for row, value in enumerate(values, first_row):
+            problem = None if value is None else _integer_problem(value, low, high)
+            if problem is not None:
+                raise _refuse(table, field, row, value, problem)
+    elif pa.types.is_floating(kind):
+        for row, value in enumerate(values, first_row):
+            problem = None if value is None else _float_problem(value, kind.bit_width)
+            if problem is not None:
+                raise _refuse(table, field, row, value, problem)
+
+
+def _first(mask: pa.ChunkedArray | pa.Array) -> int | None:
+    index = pc.index(pc.fill_null(mask, False), True).as_py()
+    return None if index is None or index < 0 else int(index)
+
+
+def _array_problem(array: pa.Array, kind: pa.DataType) -> tuple[int, str] | None:
+    """The first row of a numeric ``array`` that would change meaning as ``kind``."""
+    source = array.type
+    if pa.types.is_integer(kind):
+        low, high = integer_range(kind)
+        if pa.types.is_floating(source):
+            as_double = pc.cast(array, pa.float64())
+            row = _first(pc.invert(pc.is_finite(as_double)))
+            if row is not None:
+                return row, "is not a finite number"
+            row = _first(pc.not_equal(pc.trunc(as_double), as_double))
+            if row is not None:
+                return row, "has a fractional part; an integer column holds whole numbers"
+            # Doubles compare exactly against these bounds (both are powers of two).
+            too_big = pc.greater_equal(as_double, float(high) + 1)
+            too_small = pc.less(as_double, float(low))
+        elif pa.types.is_integer(source):
+            source_low, source_high = integer_range(source)
+            # Compare in the source type: each bound checked only lies inside its range.
+            too_big = pc.greater(array, pa.scalar(high, source)) if high < source_high else None
+            too_small = pc.less(array, pa.scalar(low, source)) if low > source_low else None
+        else:
+            return None
+        found = [_first(mask) for mask in (too_big, too_small) if mask is not None]
+        rows = [row for row in found if row is not None]
+        if rows:
+            return min(rows), f"is outside the column's range {low}..={high}"
+        return None
+    if pa.types.is_floating(kind) and kind.bit_width in (16, 32):
+        if not (pa.types.is_floating(source) or pa.types.is_integer(source)):
+            return None
+        limit = _FLOAT32_OVERFLOW if kind.bit_width == 32 else _FLOAT16_OVERFLOW
+        if source.bit_width <= kind.bit_width and pa.types.is_floating(source):
+            return None
+        as_double = pc.cast(array, pa.float64(), safe=False)  # only the magnitude matters
+        overflow = pc.and_(pc.is_finite(as_double), pc.greater_equal(pc.abs(as_double), limit))
+        row = _first(overflow)
+        if row is not None:
+            return row, "overflows the column's float type to infinity"
+    return None
+
+
+def check_batches(
+    table: object,
+    table_schema: pa.Schema,
+    batches: Sequence[pa.RecordBatch],
+    *,
+    first_row: int = 0,
+) -> None:
+    """Raise InvalidAppend where a numeric column of another type would change meaning.
+
+    Only columns whose type differs from the table's are looked at: a column of
+    the table's exact type holds its values as they are. Rows are counted across
+    the batches, from ``first_row``.
+    """
+    fields = {f.name: f for f in table_schema}
+    offset = first_row
+    for batch in batches:
+        for name, column in zip(batch.schema.names, batch.columns, strict=True):
+            field = fields.get(name)
+            if field is None or column.type.equals(field.type):
+                continue
+            found = _array_problem(column, field.type)
+            if found is not None:
+                row, why = found
+                raise _refuse(table, field, offset + row, column[row].as_py(), why)
+        offset += batch.num_rows

@@ -1,0 +1,63 @@
+"""Digests recorded at commit (appends and compaction) and what verify reports."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from lake_core import protocol
+from lake_core.ids import new_operation_id
+from lake_core.names import TableRef
+from lake_metasrv.commits import CommitCoordinator
+from lake_metasrv.integrity import DigestStore, verify_table
+from lake_metasrv.maintenance import CompactionSettings, Maintenance
+
+T = TableRef("robots", "checked")
+SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.utf8())])
+
+
+async def append(coordinator: CommitCoordinator, start: int) -> int:
+    batch = pa.record_batch(
+        [pa.array(range(start, start + 10), pa.int64()), pa.array([f"r{start}"] * 10)],
+        schema=SCHEMA,
+    )
+    command = protocol.AppendCommand(table=T, operation_id=new_operation_id())
+    return (await coordinator.append(command, SCHEMA, [batch])).version
+
+
+def flip(path: Path, position: int) -> None:
+    raw = bytearray(path.read_bytes())
+    raw[position] ^= 0x01
+    path.write_bytes(bytes(raw))
+
+
+@pytest.mark.asyncio
+async def test_appends_and_compaction_are_recorded_and_a_flip_is_reported(
+    coordinator: CommitCoordinator,
+) -> None:
+    store = DigestStore.of(coordinator.data_dir.root)
+    await coordinator.create_table(T, SCHEMA)
+    for i in range(4):
+        await append(coordinator, i * 10)
+    before = await verify_table(coordinator, store, T, all_versions=True)
+    assert before.ok
+    assert (before.versions, before.files_checked, before.unrecorded) == ([0, 1, 2, 3, 4], 4, [])
+
+    await Maintenance(coordinator, CompactionSettings(), env={}).compact(T)
+    after = await verify_table(coordinator, store, T, all_versions=False)
+    assert after.ok
+    assert (after.files_checked, after.unrecorded) == (1, [])  # the compacted file is recorded
+
+    record = await coordinator.describe_table(T)
+    compacted = sorted(
+        (Path(record.location) / "data").glob("*.lance"), key=lambda p: p.stat().st_mtime_ns
+    )[-1]
+    flip(compacted, compacted.stat().st_size // 2)
+    broken = await verify_table(coordinator, store, T, all_versions=True)
+    [problem] = broken.problems
+    assert (problem.path, problem.problem, problem.versions) == (compacted.name, "sha256", [4])
+    compacted.unlink()
+    gone = await verify_table(coordinator, store, T, all_versions=False)
+    assert [p.problem for p in gone.problems] == ["missing"]

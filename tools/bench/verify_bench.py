@@ -1,0 +1,106 @@
+"""What ``LAKE_QUERY_VERIFY_ON_OPEN`` costs a replica's first query of a table version.
+
+In process, over a local Lance dataset of several fragments: Lake's side is a
+fresh :class:`~lake_query.verify.DataFileVerifier` checking the version (one
+read and SHA-256 of every data file) followed by a point query; the
+reference is the same point query on a freshly opened dataset, unverified.
+The second figure is the check once the version is verified (a set lookup).
+
+- ``verify_on_open_first_query_ms``: goal: within the time to read and hash
+  the data files at 200 MB/s on top of the query.
+- ``verify_on_open_repeat_check_ms``: the check once the version is verified,
+  against the point query itself. Goal: <= 3%.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import lance
+import numpy as np
+import pyarrow as pa
+
+from lake_core.integrity import DataFileDigest, digest_file, fragment_file_paths
+from lake_core.models import TableDescriptor
+from lake_core.names import TableRef
+from lake_query.verify import DataFileVerifier
+from tools.bench.harness import Figure, machine, measure, timed
+
+TABLE = TableRef("bench", "verify")
+
+
+def _dataset(root: Path, megabytes: int) -> tuple[str, dict[str, DataFileDigest]]:
+    uri = str(root / "verify.lance")
+    rows = megabytes * 1024 * 1024 // 16 // 8
+    fragments = 8
+    for i in range(fragments):
+        ids = np.arange(i * rows, (i + 1) * rows, dtype=np.int64)
+        batch = pa.table({"id": ids, "x": np.random.default_rng(i).random(rows)})
+        lance.write_dataset(batch, uri, mode="append" if i else "create")
+    data = Path(uri) / "data"
+    digests = {}
+    for path in fragment_file_paths(lance.dataset(uri).get_fragments()):
+        size, sha = digest_file(data / path)
+        digests[path] = DataFileDigest(path=path, size_bytes=size, sha256=sha)
+    return uri, digests
+
+
+def run(quick: bool) -> list[Figure]:
+    megabytes = 8 if quick else 128
+    with tempfile.TemporaryDirectory() as tmp:
+        uri, digests = _dataset(Path(tmp), megabytes)
+        version = lance.dataset(uri).version
+        descriptor = TableDescriptor(
+            location=uri, incarnation="bench", version=1, engine_version=version
+        )
+
+        def query(dataset: object) -> None:
+            dataset.to_table(filter="id = 12345")  # type: ignore[attr-defined]
+
+        def first_verified() -> float:
+            verifier = DataFileVerifier(lambda table: digests)
+            dataset = lance.dataset(uri, version=version)
+            return 1000 * timed(
+                lambda: (verifier.check(dataset, TABLE, descriptor), query(dataset))
+            )
+
+        def unverified() -> float:
+            dataset = lance.dataset(uri, version=version)
+            return 1000 * timed(lambda: query(dataset))
+
+        warm = DataFileVerifier(lambda table: digests)
+        warm.check(lance.dataset(uri, version=version), TABLE, descriptor)
+
+        def repeat_check() -> float:
+            dataset = lance.dataset(uri, version=version)
+            return 1000 * timed(lambda: warm.check(dataset, TABLE, descriptor))
+
+        budget_ms = megabytes / 200 * 1000
+        first = measure(
+            "verify_on_open_first_query_ms",
+            first_verified,
+            unverified,
+            unit="ms",
+            goal=f"<= query + {budget_ms:.0f} ms (read and hash {megabytes} MB at 200 MB/s)",
+            ratio_of=lambda lake_ms, ref_ms: lake_ms / ref_ms,
+            met=lambda lake_ms, ref_ms, _ratio: lake_ms <= ref_ms + budget_ms,
+            runs=5 if quick else 9,
+        )
+        repeat = measure(
+            "verify_on_open_repeat_check_ms",
+            repeat_check,
+            unverified,
+            unit="ms",
+            goal="the check of a verified version <= 3% of the point query it precedes",
+            ratio_of=lambda lake_ms, ref_ms: lake_ms / ref_ms,
+            met=lambda _lake, _ref, ratio: ratio <= 1.03,
+            runs=9 if quick else 31,
+        )
+    return [first, repeat]
+
+
+if __name__ == "__main__":
+    print(machine())
+    for figure in run(quick=False):
+        print(figure.json())
