@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tomllib
 import venv
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -145,3 +146,109 @@ def test_wheels_build_and_sdk_installs_alone(tmp_path: Path) -> None:
     assert "client" in help_text
     assert "demo" in help_text
     assert "meta" not in help_text.split("Commands:")[1]
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import that runs: at module level or deferred inside a function (a deferred
+    import still closes a cycle, it only hides it), but not under ``if TYPE_CHECKING:``."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            yield from (i for child in node.orelse for i in _runtime_imports_of(child))
+            continue
+        yield from _runtime_imports_of(node)
+
+
+def _runtime_imports_of(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        yield node
+    else:
+        yield from _runtime_imports(node)
+
+
+def _module_graph(package: str) -> dict[str, set[str]]:
+    """Module -> the modules of the same package it imports at run time."""
+    source = PACKAGES / package.replace("_", "-") / "src" / package
+    modules: dict[str, Path] = {}
+    for path in source.rglob("*.py"):
+        parts = list(path.relative_to(source.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        edges: set[str] = set()
+        for node in _runtime_imports(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    anchor = name.split(".")[: len(name.split(".")) - node.level + is_package]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                # ``from pkg import mod`` imports the submodule; ``from pkg import Name`` the package.
+                targets = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                    for alias in node.names
+                ]
+            for target in targets:
+                while target not in modules and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                # A package's own ancestors are imported before it anyway: not an edge.
+                if target in modules and target != name and not name.startswith(target + "."):
+                    edges.add(target)
+        graph[name] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in sorted(graph[node]):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component: list[str] = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_no_import_cycles_inside_a_package(package: str) -> None:
+    cycles = _cycles(_module_graph(package))
+    assert not cycles, f"{package} has import cycles (modules importing each other): {cycles}"
+
+
+def test_the_cycle_check_can_fail() -> None:
+    graph = {"p.a": {"p.b"}, "p.b": {"p.c"}, "p.c": {"p.a"}, "p.d": {"p.a"}}
+    assert _cycles(graph) == [["p.a", "p.b", "p.c"]]
+    assert _cycles({"p.a": {"p.b"}, "p.b": set()}) == []
