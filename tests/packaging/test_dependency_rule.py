@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -73,6 +74,63 @@ def test_declared_dependencies_follow_the_rule(package: str) -> None:
     assert set(_lake_imports(source)) - {package} <= lake_deps
 
 
+#: Distributions only servers need; ``pip install lake-sdk`` must not bring any of them.
+SERVER_ONLY_DISTRIBUTIONS = (
+    "cryptography",  # sealed tickets, server TLS keys (lake-core[server])
+    "grpcio-health-checking",  # gRPC Health on listeners (lake-core[server])
+    "pylance",  # table engine (lake-metasrv, lake-query)
+    "datafusion",  # SQL engine (lake-query)
+    "lake-metasrv",
+    "lake-query",
+    "lake-gc",
+    "lake-iceberg",
+)
+#: Modules of those distributions that importing the SDK (and its CLI) must not load.
+SERVER_ONLY_MODULES = (
+    "cryptography",
+    "grpc_health.v1",
+    "lance",
+    "datafusion",
+    "lake_metasrv",
+    "lake_query",
+    "lake_gc",
+    "lake_iceberg",
+)
+SDK_MODULES = ("lake_sdk", "lake_sdk.demo", "lake_core.cli", "lake_core.admin_cli")
+
+
+def test_sdk_imports_no_server_only_module() -> None:
+    """Measured, not declared: what importing the SDK and its commands really loads."""
+    probe = (
+        "import importlib, sys\n"
+        f"for name in {SDK_MODULES!r}: importlib.import_module(name)\n"
+        f"print(sorted(m for m in {SERVER_ONLY_MODULES!r} if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    assert out == "[]", f"importing the SDK loads server-only modules: {out}"
+
+
+def _installer(python: Path) -> list[str]:
+    """uv when it is there (seconds, from its cache), else pip (minutes)."""
+    uv = shutil.which("uv")
+    if uv is not None:
+        return [uv, "pip", "install", "--quiet", "--python", str(python)]
+    return [str(python), "-m", "pip", "install", "--quiet"]
+
+
+def _footprint(site_packages: Path) -> tuple[int, int]:
+    """Installed distributions (without pip/setuptools) and their total bytes on disk."""
+    dists = [
+        d
+        for d in site_packages.glob("*.dist-info")
+        if not d.name.startswith(("pip-", "setuptools-"))
+    ]
+    size = sum(p.stat().st_size for p in site_packages.rglob("*") if p.is_file())
+    return len(dists), size
+
+
 @pytest.mark.slow
 def test_wheels_build_and_sdk_installs_alone(tmp_path: Path) -> None:
     wheelhouse = tmp_path / "wheels"
@@ -95,47 +153,33 @@ def test_wheels_build_and_sdk_installs_alone(tmp_path: Path) -> None:
     assert built == sorted(p.replace("-", "_") for p in (x.name for x in PACKAGES.iterdir()))
 
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True, clear=True)
+    venv.create(env_dir, with_pip=shutil.which("uv") is None, clear=True)
     python = env_dir / "bin" / "python"
     clean_env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    # Lake's own wheels from the wheelhouse, third-party packages from the index.
     subprocess.run(
-        [
-            str(python),
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--find-links",
-            str(wheelhouse),
-            "lake-sdk",
-        ],
+        [*_installer(python), "--find-links", str(wheelhouse), "lake-sdk"],
         check=True,
         env=clean_env,
     )
     probe = (
-        "import importlib.util, lake_sdk, lake_core; "
-        "assert lake_sdk.LakeClient and lake_sdk.connect; "
-        "print(sorted(n for n in ('lake_metasrv','lake_query','lake_gc','lake_iceberg') "
-        "if importlib.util.find_spec(n)))"
+        "import importlib, importlib.metadata as md, lake_sdk\n"
+        f"for name in {SDK_MODULES!r}: importlib.import_module(name)\n"
+        "assert lake_sdk.AsyncClient and lake_sdk.Client\n"
+        "print(sorted(d.metadata['Name'].lower() for d in md.distributions()))"
     )
     out = subprocess.run(
         [str(python), "-c", probe], check=True, capture_output=True, text=True, env=clean_env
     ).stdout.strip()
-    assert out == "[]", f"lake-sdk pulled in other Lake packages: {out}"
-    freeze = subprocess.run(
-        [str(python), "-m", "pip", "freeze"],
-        check=True,
-        capture_output=True,
-        text=True,
-        env=clean_env,
-    ).stdout
-    lake_installed = sorted(
-        line.split("==")[0].split(" @ ")[0]
-        for line in freeze.splitlines()
-        if line.startswith("lake")
-    )
+    installed = set(ast.literal_eval(out))
+    lake_installed = sorted(name for name in installed if name.startswith("lake"))
     # The SDK moves FILE bytes itself, through lake-objects (the dependency rule allows it).
     assert lake_installed == ["lake-core", "lake-objects", "lake-sdk"]
+    server_only = sorted(installed & set(SERVER_ONLY_DISTRIBUTIONS))
+    assert not server_only, f"lake-sdk pulled in server-only packages: {server_only}"
+    site_packages = next((env_dir / "lib").glob("python3.*/site-packages"))
+    count, size = _footprint(site_packages)
+    print(f"lake-sdk installs {count} distributions, {size / 2**20:.1f} MiB")
     help_text = subprocess.run(
         [str(env_dir / "bin" / "lake"), "--help"],
         check=True,

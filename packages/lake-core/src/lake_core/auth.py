@@ -38,7 +38,7 @@ from typing import Any, get_args
 
 from lake_core.errors import ConfigError, InvalidArgument, PermissionDenied, Unauthenticated
 from lake_core.principal import DEV_PRINCIPAL, Principal, Role
-from lake_core.tickets import check_private_file
+from lake_core.private_file import check_private_file
 
 __all__ = [
     "ADMIN_PRINCIPAL",
