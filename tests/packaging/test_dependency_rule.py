@@ -112,6 +112,19 @@ def test_sdk_imports_no_server_only_module() -> None:
     assert out == "[]", f"importing the SDK loads server-only modules: {out}"
 
 
+@pytest.mark.parametrize("package", ["lake-metasrv", "lake-query"])
+def test_services_require_the_server_extra(package: str) -> None:
+    project = tomllib.loads((PACKAGES / package / "pyproject.toml").read_text())
+    assert "lake-core[server]" in project["project"]["dependencies"]
+    core = tomllib.loads((PACKAGES / "lake-core" / "pyproject.toml").read_text())
+    server = {
+        d.split(">")[0].split("<")[0] for d in core["project"]["optional-dependencies"]["server"]
+    }
+    base = {d.split(">")[0].split("<")[0] for d in core["project"]["dependencies"]}
+    assert {"cryptography", "grpcio-health-checking"} <= server
+    assert not base & set(SERVER_ONLY_DISTRIBUTIONS)
+
+
 def _installer(python: Path) -> list[str]:
     """uv when it is there (seconds, from its cache), else pip (minutes)."""
     uv = shutil.which("uv")
