@@ -68,6 +68,7 @@ class _State:
     files: FileAccess
     appender: Appender
     connect_timeout: float
+    ready: bool = False  # Query answered once: later ``async with`` blocks skip the check
 
 
 class AsyncClient:
@@ -149,11 +150,13 @@ class AsyncClient:
 
     async def __aenter__(self) -> AsyncClient:
         """Wait until Query answers (``connect_timeout``); close and raise if it does not."""
-        try:
-            await self._state.connection.wait_ready(self._state.connect_timeout)
-        except BaseException:
-            await self.close()
-            raise
+        if not self._state.ready:
+            try:
+                await self._state.connection.wait_ready(self._state.connect_timeout)
+            except BaseException:
+                await self.close()
+                raise
+            self._state.ready = True
         return self
 
     async def __aexit__(self, *_: object) -> None:
