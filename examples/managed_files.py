@@ -21,11 +21,10 @@ from pathlib import Path
 import pyarrow as pa
 
 import lake_sdk
-from lake_core.errors import TableExists
 from lake_core.filetype import file_field
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
-from lake_sdk import FileUpload, LakeClient, UploadProgressBar
+from lake_sdk import FileUpload, TableExists, UploadProgressBar
 
 CLIPS = TableRef("robots", "clips")
 
@@ -41,7 +40,7 @@ async def main(query_url: str, meta_addr: str) -> None:
             path = Path(tmp) / name
             path.write_bytes(os.urandom(size))
             files.append(path)
-        async with await LakeClient.connect(query_url) as client:
+        async with lake_sdk.AsyncClient(query_url) as client:
             with UploadProgressBar() as progress:
                 version = await client.insert_many(
                     "INSERT INTO robots.clips (clip_id, video) VALUES (?, ?)",

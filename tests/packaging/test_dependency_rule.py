@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
 import venv
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -72,6 +74,76 @@ def test_declared_dependencies_follow_the_rule(package: str) -> None:
     assert set(_lake_imports(source)) - {package} <= lake_deps
 
 
+#: Distributions only servers need; ``pip install lake-sdk`` must not bring any of them.
+SERVER_ONLY_DISTRIBUTIONS = (
+    "cryptography",  # sealed tickets, server TLS keys (lake-core[server])
+    "grpcio-health-checking",  # gRPC Health on listeners (lake-core[server])
+    "pylance",  # table engine (lake-metasrv, lake-query)
+    "datafusion",  # SQL engine (lake-query)
+    "lake-metasrv",
+    "lake-query",
+    "lake-gc",
+    "lake-iceberg",
+)
+#: Modules of those distributions that importing the SDK (and its CLI) must not load.
+SERVER_ONLY_MODULES = (
+    "cryptography",
+    "grpc_health.v1",
+    "lance",
+    "datafusion",
+    "lake_metasrv",
+    "lake_query",
+    "lake_gc",
+    "lake_iceberg",
+)
+SDK_MODULES = ("lake_sdk", "lake_sdk.demo", "lake_core.cli", "lake_core.admin_cli")
+
+
+def test_sdk_imports_no_server_only_module() -> None:
+    """Measured, not declared: what importing the SDK and its commands really loads."""
+    probe = (
+        "import importlib, sys\n"
+        f"for name in {SDK_MODULES!r}: importlib.import_module(name)\n"
+        f"print(sorted(m for m in {SERVER_ONLY_MODULES!r} if m in sys.modules))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], check=True, capture_output=True, text=True
+    ).stdout.strip()
+    assert out == "[]", f"importing the SDK loads server-only modules: {out}"
+
+
+@pytest.mark.parametrize("package", ["lake-metasrv", "lake-query"])
+def test_services_require_the_server_extra(package: str) -> None:
+    project = tomllib.loads((PACKAGES / package / "pyproject.toml").read_text())
+    assert "lake-core[server]" in project["project"]["dependencies"]
+    core = tomllib.loads((PACKAGES / "lake-core" / "pyproject.toml").read_text())
+    server = {
+        d.split(">")[0].split("<")[0] for d in core["project"]["optional-dependencies"]["server"]
+    }
+    base = {d.split(">")[0].split("<")[0] for d in core["project"]["dependencies"]}
+    assert {"cryptography", "grpcio-health-checking"} <= server
+    assert not base & set(SERVER_ONLY_DISTRIBUTIONS)
+
+
+def _installer(python: Path) -> list[str]:
+    """uv when it is there (seconds, from its cache), else pip (minutes)."""
+    uv = shutil.which("uv")
+    if uv is not None:
+        return [uv, "pip", "install", "--quiet", "--python", str(python)]
+    return [str(python), "-m", "pip", "install", "--quiet"]
+
+
+def _footprint(site_packages: Path) -> tuple[int, int]:
+    """Installed distributions (without pip/setuptools) and their total bytes on disk."""
+    dists = [
+        d
+        for d in site_packages.glob("*.dist-info")
+        if not d.name.startswith(("pip-", "setuptools-"))
+    ]
+    size = sum(p.stat().st_size for p in site_packages.rglob("*") if p.is_file())
+    return len(dists), size
+
+
 @pytest.mark.slow
 def test_wheels_build_and_sdk_installs_alone(tmp_path: Path) -> None:
     wheelhouse = tmp_path / "wheels"
@@ -94,47 +166,33 @@ def test_wheels_build_and_sdk_installs_alone(tmp_path: Path) -> None:
     assert built == sorted(p.replace("-", "_") for p in (x.name for x in PACKAGES.iterdir()))
 
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=True, clear=True)
+    venv.create(env_dir, with_pip=shutil.which("uv") is None, clear=True)
     python = env_dir / "bin" / "python"
     clean_env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    # Lake's own wheels from the wheelhouse, third-party packages from the index.
     subprocess.run(
-        [
-            str(python),
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--find-links",
-            str(wheelhouse),
-            "lake-sdk",
-        ],
+        [*_installer(python), "--find-links", str(wheelhouse), "lake-sdk"],
         check=True,
         env=clean_env,
     )
     probe = (
-        "import importlib.util, lake_sdk, lake_core; "
-        "assert lake_sdk.LakeClient and lake_sdk.connect; "
-        "print(sorted(n for n in ('lake_metasrv','lake_query','lake_gc','lake_iceberg') "
-        "if importlib.util.find_spec(n)))"
+        "import importlib, importlib.metadata as md, lake_sdk\n"
+        f"for name in {SDK_MODULES!r}: importlib.import_module(name)\n"
+        "assert lake_sdk.AsyncClient and lake_sdk.Client\n"
+        "print(sorted(d.metadata['Name'].lower() for d in md.distributions()))"
     )
     out = subprocess.run(
         [str(python), "-c", probe], check=True, capture_output=True, text=True, env=clean_env
     ).stdout.strip()
-    assert out == "[]", f"lake-sdk pulled in other Lake packages: {out}"
-    freeze = subprocess.run(
-        [str(python), "-m", "pip", "freeze"],
-        check=True,
-        capture_output=True,
-        text=True,
-        env=clean_env,
-    ).stdout
-    lake_installed = sorted(
-        line.split("==")[0].split(" @ ")[0]
-        for line in freeze.splitlines()
-        if line.startswith("lake")
-    )
+    installed = set(ast.literal_eval(out))
+    lake_installed = sorted(name for name in installed if name.startswith("lake"))
     # The SDK moves FILE bytes itself, through lake-objects (the dependency rule allows it).
     assert lake_installed == ["lake-core", "lake-objects", "lake-sdk"]
+    server_only = sorted(installed & set(SERVER_ONLY_DISTRIBUTIONS))
+    assert not server_only, f"lake-sdk pulled in server-only packages: {server_only}"
+    site_packages = next((env_dir / "lib").glob("python3.*/site-packages"))
+    count, size = _footprint(site_packages)
+    print(f"lake-sdk installs {count} distributions, {size / 2**20:.1f} MiB")
     help_text = subprocess.run(
         [str(env_dir / "bin" / "lake"), "--help"],
         check=True,
@@ -145,3 +203,109 @@ def test_wheels_build_and_sdk_installs_alone(tmp_path: Path) -> None:
     assert "client" in help_text
     assert "demo" in help_text
     assert "meta" not in help_text.split("Commands:")[1]
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _runtime_imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import that runs: at module level or deferred inside a function (a deferred
+    import still closes a cycle, it only hides it), but not under ``if TYPE_CHECKING:``."""
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and _is_type_checking(node.test):
+            yield from (i for child in node.orelse for i in _runtime_imports_of(child))
+            continue
+        yield from _runtime_imports_of(node)
+
+
+def _runtime_imports_of(node: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    if isinstance(node, ast.Import | ast.ImportFrom):
+        yield node
+    else:
+        yield from _runtime_imports(node)
+
+
+def _module_graph(package: str) -> dict[str, set[str]]:
+    """Module -> the modules of the same package it imports at run time."""
+    source = PACKAGES / package.replace("_", "-") / "src" / package
+    modules: dict[str, Path] = {}
+    for path in source.rglob("*.py"):
+        parts = list(path.relative_to(source.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        is_package = path.name == "__init__.py"
+        edges: set[str] = set()
+        for node in _runtime_imports(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            else:
+                base = node.module or ""
+                if node.level:
+                    anchor = name.split(".")[: len(name.split(".")) - node.level + is_package]
+                    base = ".".join([*anchor, *([base] if base else [])])
+                # ``from pkg import mod`` imports the submodule; ``from pkg import Name`` the package.
+                targets = [
+                    f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                    for alias in node.names
+                ]
+            for target in targets:
+                while target not in modules and "." in target:
+                    target = target.rsplit(".", 1)[0]
+                # A package's own ancestors are imported before it anyway: not an edge.
+                if target in modules and target != name and not name.startswith(target + "."):
+                    edges.add(target)
+        graph[name] = edges
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for succ in sorted(graph[node]):
+            if succ not in index:
+                visit(succ)
+                low[node] = min(low[node], low[succ])
+            elif succ in on_stack:
+                low[node] = min(low[node], index[succ])
+        if low[node] == index[node]:
+            component: list[str] = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+@pytest.mark.parametrize("package", sorted(ALLOWED))
+def test_no_import_cycles_inside_a_package(package: str) -> None:
+    cycles = _cycles(_module_graph(package))
+    assert not cycles, f"{package} has import cycles (modules importing each other): {cycles}"
+
+
+def test_the_cycle_check_can_fail() -> None:
+    graph = {"p.a": {"p.b"}, "p.b": {"p.c"}, "p.c": {"p.a"}, "p.d": {"p.a"}}
+    assert _cycles(graph) == [["p.a", "p.b", "p.c"]]
+    assert _cycles({"p.a": {"p.b"}, "p.b": set()}) == []

@@ -44,7 +44,7 @@ from lake_core.config import (
 )
 from lake_core.errors import ConfigError, InvalidArgument, PermissionDenied, Unauthenticated
 from lake_core.principal import DEV_PRINCIPAL, Principal, Role
-from lake_core.tickets import check_private_file
+from lake_core.private_file import check_private_file
 
 __all__ = [
     "ADMIN_PRINCIPAL",

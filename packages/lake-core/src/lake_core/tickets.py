@@ -15,7 +15,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import stat
 import time
 import zlib
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from lake_core.config import QUERY_TICKET_KEYS_FILE
 from lake_core.errors import ConfigError, PermissionDenied, Unauthenticated
 from lake_core.principal import Principal
+from lake_core.private_file import check_private_file
 
 __all__ = ["MAX_VERIFICATION_KEYS", "TicketKeyRing", "TicketSealer", "check_private_file"]
 
@@ -36,21 +36,6 @@ KEY_BYTES = 32
 NONCE_BYTES = 12
 MAX_VERIFICATION_KEYS = 3
 _MAX_CLAIMS_BYTES = 4 * 1024 * 1024
-
-
-def check_private_file(path: Path, variable: str) -> None:
-    """Fail unless ``path`` is a regular file without group/other permissions."""
-    try:
-        info = path.stat()
-    except OSError as exc:
-        raise ConfigError(f"{variable}: cannot read {path}: {exc.strerror}") from None
-    if not stat.S_ISREG(info.st_mode):
-        raise ConfigError(f"{variable}: {path} is not a regular file")
-    if os.name == "posix" and info.st_mode & 0o077:
-        raise ConfigError(
-            f"{variable}: {path} is readable by group or others "
-            f"(mode {stat.S_IMODE(info.st_mode):04o}); run: chmod 600 {path}"
-        )
 
 
 @dataclass(frozen=True, repr=False)

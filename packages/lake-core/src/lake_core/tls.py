@@ -14,12 +14,11 @@ address dialled): Query→Metasrv with ``LAKE_METADATA_CA_FILE`` and
 from __future__ import annotations
 
 import re
+import ssl
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-
-from cryptography import x509
-from cryptography.hazmat.primitives import serialization
+from typing import TYPE_CHECKING
 
 from lake_core.config import (
     METADATA_CA_FILE,
@@ -30,7 +29,10 @@ from lake_core.config import (
     TLS_KEY_FILE,
 )
 from lake_core.errors import ConfigError
-from lake_core.tickets import check_private_file
+from lake_core.private_file import check_private_file
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 __all__ = [
     "METADATA_CA_FILE",
@@ -57,6 +59,9 @@ def _read(path: Path, variable: str) -> bytes:
 
 
 def _certificates(pem: bytes, variable: str, path: Path) -> list[x509.Certificate]:
+    # Servers only (lake-core[server]): clients check CA bundles with the stdlib (_check_ca).
+    from cryptography import x509
+
     try:
         certs = x509.load_pem_x509_certificates(pem)
     except ValueError:
@@ -64,6 +69,16 @@ def _certificates(pem: bytes, variable: str, path: Path) -> list[x509.Certificat
     if not certs:
         raise ConfigError(f"{variable}: {path} holds no PEM certificate")
     return certs
+
+
+def _check_ca(pem: bytes, variable: str, path: Path) -> None:
+    """A CA bundle OpenSSL can load: the stdlib check, so clients need no cryptography."""
+    try:
+        if not pem.strip():
+            raise ValueError("empty")
+        ssl.create_default_context(cadata=pem.decode("ascii"))
+    except (ssl.SSLError, UnicodeDecodeError, ValueError):
+        raise ConfigError(f"{variable}: {path} holds no PEM certificate") from None
 
 
 @dataclass(frozen=True, repr=False)
@@ -113,6 +128,8 @@ def load_server_tls(env: Mapping[str, str]) -> ServerTLS | None:
             f"partial TLS configuration: {present} is set but {missing} is not; "
             f"set both {TLS_CERT_FILE} and {TLS_KEY_FILE}, or neither"
         )
+    from cryptography.hazmat.primitives import serialization
+
     cert_path, key_path = Path(cert_file), Path(key_file)
     cert_pem = _read(cert_path, TLS_CERT_FILE)
     leaf = _certificates(cert_pem, TLS_CERT_FILE, cert_path)[0]
@@ -143,7 +160,7 @@ def load_client_tls(env: Mapping[str, str], ca_variable: str, name_variable: str
     if ca_file:
         path = Path(ca_file)
         ca_pem = _read(path, ca_variable)
-        _certificates(ca_pem, ca_variable, path)
+        _check_ca(ca_pem, ca_variable, path)
     if name and not _SERVER_NAME.fullmatch(name):
         raise ConfigError(f"{name_variable} must be a DNS name or IP address, got {name[:80]!r}")
     return ClientTLS(ca_pem=ca_pem, server_name=name or None)

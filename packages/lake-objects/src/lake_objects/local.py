@@ -22,7 +22,7 @@ from lake_objects.errors import LocationOutsideStage, ObjectNotFound
 from lake_objects.progress import ProgressCallback, UploadProgress
 from lake_objects.reader import ObjectReader
 from lake_objects.source import FileUpload
-from lake_objects.store import ManagedObjectStore, register_store
+from lake_objects.store import ManagedObjectStore
 
 __all__ = ["LOCAL_CHUNK_SIZE", "LocalObjectStore"]
 
@@ -156,6 +156,3 @@ def _sync_close(out: BinaryIO) -> None:
     out.flush()
     os.fsync(out.fileno())
     out.close()
-
-
-register_store("local", LocalObjectStore)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["ProgressCallback", "UploadProgress"]
+__all__ = ["ProgressCallback", "ProgressTracker", "UploadProgress"]
 
 
 @dataclass(frozen=True)
@@ -19,3 +19,22 @@ class UploadProgress:
 
 
 ProgressCallback = Callable[[UploadProgress], None]
+
+
+class ProgressTracker:
+    """Counts one upload's bytes and reports them to an optional callback."""
+
+    def __init__(self, name: str, total: int | None, callback: ProgressCallback | None) -> None:
+        self.name = name
+        self.total = total
+        self.done = 0
+        self._callback = callback
+
+    def add(self, count: int) -> None:
+        self.done += count
+        if self._callback is not None:
+            self._callback(UploadProgress(self.name, self.done, self.total))
+
+    def finish(self) -> None:
+        if self._callback is not None:
+            self._callback(UploadProgress(self.name, self.done, self.total, finished=True))

@@ -27,28 +27,54 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
 from lake_core.models import DataLocation
 from lake_objects.checkpoint import CheckpointFile, PartEntry, SourceRecord, UploadCheckpoint
+from lake_objects.descriptor import StageDescriptor
 from lake_objects.errors import ObjectStoreUnavailable, UploadCheckpointMismatch
 from lake_objects.multipart import Part, PartReader, upload_parts
-from lake_objects.progress import ProgressCallback
+from lake_objects.progress import ProgressCallback, ProgressTracker
+from lake_objects.scope import TenantScope
 from lake_objects.source import FileUpload, SourceIdentity
 
-if TYPE_CHECKING:
-    from lake_objects.s3 import S3ObjectStore
+__all__ = ["MultipartStore", "cancel_upload", "resumable_upload"]
 
-__all__ = ["cancel_upload", "resumable_upload"]
+
+class MultipartStore(Protocol):
+    """What a resumable upload needs of its store (:class:`~lake_objects.S3ObjectStore`)."""
+
+    descriptor: StageDescriptor
+    scope: TenantScope
+    bucket: str
+    key_prefix: str
+    part_size: int
+    upload_concurrency: int
+    max_parts: int
+
+    def new_name(self) -> str: ...
+
+    def key_of(self, name: str) -> str: ...
+
+    async def client(self) -> Any: ...
+
+    async def one_shot(
+        self, upload: FileUpload, total: int | None, progress: ProgressCallback | None
+    ) -> DataLocation: ...
+
+    async def complete(
+        self, client: Any, key: str, uri: str, upload_id: str, parts: list[Part]
+    ) -> int: ...
+
 
 log = structlog.get_logger("lake_objects.resume")
 REHASH_CHUNK = 8 * 1024 * 1024
 
 
 async def resumable_upload(
-    store: S3ObjectStore,
+    store: MultipartStore,
     upload: FileUpload,
     checkpoint_dir: str | os.PathLike[str],
     progress: ProgressCallback | None,
@@ -75,7 +101,10 @@ async def resumable_upload(
 
 
 def _validate(
-    store: S3ObjectStore, checkpoint: UploadCheckpoint, identity: SourceIdentity, upload: FileUpload
+    store: MultipartStore,
+    checkpoint: UploadCheckpoint,
+    identity: SourceIdentity,
+    upload: FileUpload,
 ) -> None:
     if checkpoint.stage_uri != store.descriptor.uri or checkpoint.bucket != store.bucket:
         raise UploadCheckpointMismatch(
@@ -101,17 +130,15 @@ def _validate(
 
 
 async def _fresh(
-    store: S3ObjectStore,
+    store: MultipartStore,
     upload: FileUpload,
     file: CheckpointFile,
     identity: SourceIdentity,
     progress: ProgressCallback | None,
 ) -> DataLocation:
-    from lake_objects.s3 import _Progress
-
     if identity.size < store.part_size:
         # One PutObject: nothing to resume.
-        return await store._one_shot(upload, identity.size, progress)
+        return await store.one_shot(upload, identity.size, progress)
     name = store.new_name()
     uri = store.scope.uri_for(name)
     key = store.key_of(name)
@@ -128,12 +155,12 @@ async def _fresh(
         prefix_sha256=hashlib.sha256(b"").hexdigest(),
     )
     await asyncio.to_thread(file.save, checkpoint)
-    tracker = _Progress(upload.name, identity.size, progress)
+    tracker = ProgressTracker(upload.name, identity.size, progress)
     return await _run(store, upload, file, checkpoint, hashlib.sha256(), [], uri, tracker)
 
 
 async def _resume(
-    store: S3ObjectStore,
+    store: MultipartStore,
     upload: FileUpload,
     file: CheckpointFile,
     checkpoint: UploadCheckpoint,
@@ -141,14 +168,12 @@ async def _resume(
 ) -> DataLocation | None:
     from botocore.exceptions import ClientError
 
-    from lake_objects.s3 import _Progress
-
     client = await store.client()
     uri = store.descriptor.uri + "/" + checkpoint.key[len(store.key_prefix) + 1 :]
     try:
         remote = await _list_parts(client, store.bucket, checkpoint)
     except ClientError as exc:
-        if exc.response.get("Error", {}).get("Code") != "NoSuchUpload":
+        if _error_code(exc) != "NoSuchUpload":
             raise
         return await _finished_or_gone(store, client, checkpoint, uri, file)
     trusted = 0
@@ -168,20 +193,20 @@ async def _resume(
     if trusted < len(checkpoint.parts):
         checkpoint = _with_parts(checkpoint, done, hasher.hexdigest())
         await asyncio.to_thread(file.save, checkpoint)
-    tracker = _Progress(upload.name, checkpoint.source.size, progress)
+    tracker = ProgressTracker(upload.name, checkpoint.source.size, progress)
     tracker.add(sum(p.size for p in done))
     return await _run(store, upload, file, checkpoint, hasher, done, uri, tracker)
 
 
 async def _run(
-    store: S3ObjectStore,
+    store: MultipartStore,
     upload: FileUpload,
     file: CheckpointFile,
     checkpoint: UploadCheckpoint,
     hasher: Any,
     done: list[Part],
     uri: str,
-    tracker: Any,
+    tracker: ProgressTracker,
 ) -> DataLocation:
     client = await store.client()
     source = FileUpload.from_path(upload.path or "", upload.media_type).chunks(checkpoint.part_size)
@@ -245,7 +270,7 @@ async def _list_parts(
 
 
 async def _finished_or_gone(
-    store: S3ObjectStore, client: Any, checkpoint: UploadCheckpoint, uri: str, file: CheckpointFile
+    store: MultipartStore, client: Any, checkpoint: UploadCheckpoint, uri: str, file: CheckpointFile
 ) -> DataLocation | None:
     if checkpoint.completing and checkpoint.sha256:
         try:
@@ -287,6 +312,14 @@ def _rehash(path: str, checkpoint: UploadCheckpoint, trusted: int) -> Any:
     return kept
 
 
+def _error_code(exc: BaseException) -> str:
+    """S3's error code of a botocore ClientError (its structured reply, not its message)."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return ""
+    return str(response.get("Error", {}).get("Code", ""))
+
+
 def _with_parts(checkpoint: UploadCheckpoint, parts: list[Part], digest: str) -> UploadCheckpoint:
     return checkpoint.model_copy(
         update={
@@ -297,7 +330,7 @@ def _with_parts(checkpoint: UploadCheckpoint, parts: list[Part], digest: str) ->
 
 
 async def cancel_upload(
-    store: S3ObjectStore, path: str, checkpoint_dir: str | os.PathLike[str]
+    store: MultipartStore, path: str, checkpoint_dir: str | os.PathLike[str]
 ) -> bool:
     """Abort the checkpointed upload of ``path`` and delete its checkpoint."""
     file = CheckpointFile(checkpoint_dir, store.descriptor.uri, path)
@@ -317,7 +350,7 @@ async def cancel_upload(
                     Bucket=store.bucket, Key=checkpoint.key, UploadId=checkpoint.upload_id
                 )
             except Exception as exc:
-                if "NoSuchUpload" not in str(exc):
+                if _error_code(exc) != "NoSuchUpload":
                     raise ObjectStoreUnavailable(
                         f"aborting the upload of {path!r} failed: {type(exc).__name__}"
                     ) from None

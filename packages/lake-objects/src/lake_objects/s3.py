@@ -37,10 +37,11 @@ from lake_objects.errors import (
     TooManyParts,
 )
 from lake_objects.multipart import MAX_PARTS, Part, PartReader, upload_parts
-from lake_objects.progress import ProgressCallback, UploadProgress
+from lake_objects.progress import ProgressCallback, ProgressTracker
 from lake_objects.reader import CHUNK_SIZE, ObjectReader
+from lake_objects.resume import cancel_upload, resumable_upload
 from lake_objects.source import FileUpload
-from lake_objects.store import ManagedObjectStore, capability_ttl, register_store
+from lake_objects.store import ManagedObjectStore, capability_ttl
 
 __all__ = [
     "DEFAULT_PART_SIZE",
@@ -258,10 +259,8 @@ class S3ObjectStore(ManagedObjectStore):
             )
         try:
             if checkpoint_dir is not None and upload.path is not None:
-                from lake_objects.resume import resumable_upload
-
                 return await resumable_upload(self, upload, checkpoint_dir, progress)
-            return await self._one_shot(upload, total, progress)
+            return await self.one_shot(upload, total, progress)
         except Exception as exc:
             if _is_storage_failure(exc):
                 raise storage_error(exc, self.descriptor.uri) from None
@@ -270,9 +269,10 @@ class S3ObjectStore(ManagedObjectStore):
     def new_name(self) -> str:
         return f"{OBJECTS_DIR}/{new_operation_id()}"
 
-    async def _one_shot(
+    async def one_shot(
         self, upload: FileUpload, total: int | None, progress: ProgressCallback | None
     ) -> DataLocation:
+        """Upload without a checkpoint: one PutObject, or a multipart upload aborted on failure."""
         name = self.new_name()
         uri = self.scope.uri_for(name)
         key = self.key_of(name)
@@ -280,7 +280,7 @@ class S3ObjectStore(ManagedObjectStore):
         hasher = hashlib.sha256()
         source = upload.chunks(self.part_size)
         reader = PartReader(source, hasher, digests=False)
-        tracker = _Progress(upload.name, total, progress)
+        tracker = ProgressTracker(upload.name, total, progress)
         try:
             # A list, handed on and popped: no frame keeps the first part alive.
             first = [await reader.next()]
@@ -313,7 +313,7 @@ class S3ObjectStore(ManagedObjectStore):
         uri: str,
         reader: PartReader,
         first: list[tuple[bytes, str]],
-        tracker: _Progress,
+        tracker: ProgressTracker,
     ) -> int:
         try:
             created = await client.create_multipart_upload(Bucket=self.bucket, Key=key)
@@ -376,8 +376,6 @@ class S3ObjectStore(ManagedObjectStore):
     async def cancel_upload(
         self, path: str | os.PathLike[str], checkpoint_dir: str | os.PathLike[str]
     ) -> bool:
-        from lake_objects.resume import cancel_upload
-
         return await cancel_upload(self, os.path.abspath(path), checkpoint_dir)  # noqa: ASYNC240
 
     # -- reads -------------------------------------------------------------------
@@ -437,23 +435,3 @@ class S3ObjectStore(ManagedObjectStore):
         )
         uploads: list[dict[str, Any]] = reply.get("Uploads", [])
         return uploads
-
-
-class _Progress:
-    def __init__(self, name: str, total: int | None, callback: ProgressCallback | None) -> None:
-        self.name = name
-        self.total = total
-        self.done = 0
-        self._callback = callback
-
-    def add(self, count: int) -> None:
-        self.done += count
-        if self._callback is not None:
-            self._callback(UploadProgress(self.name, self.done, self.total))
-
-    def finish(self) -> None:
-        if self._callback is not None:
-            self._callback(UploadProgress(self.name, self.done, self.total, finished=True))
-
-
-register_store("s3", S3ObjectStore)

@@ -8,6 +8,7 @@ before any storage call.
 
 from __future__ import annotations
 
+import importlib
 import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -29,7 +30,13 @@ from lake_objects.reader import ObjectReader, check_range
 from lake_objects.scope import TenantScope
 from lake_objects.source import FileUpload
 
-__all__ = ["ManagedObjectStore", "capability_ttl", "open_store", "register_store"]
+__all__ = [
+    "STORE_IMPLEMENTATIONS",
+    "ManagedObjectStore",
+    "capability_ttl",
+    "open_store",
+    "register_store",
+]
 
 
 def capability_ttl(ttl: float | timedelta) -> int:
@@ -107,21 +114,34 @@ class ManagedObjectStore(ABC):
         """Release connections."""
 
 
+#: Stage kind -> "module:attribute" of its store factory, imported on first use.
+STORE_IMPLEMENTATIONS: dict[str, str] = {
+    "local": "lake_objects.local:LocalObjectStore",
+    "s3": "lake_objects.s3:S3ObjectStore",
+}
 _FACTORIES: dict[str, Callable[..., ManagedObjectStore]] = {}
 
 
 def register_store(kind: str, factory: Callable[..., ManagedObjectStore]) -> None:
+    """Use ``factory`` for stages of ``kind`` (embedders, tests); it wins over the table."""
     _FACTORIES[kind] = factory
+
+
+def _factory(kind: str) -> Callable[..., ManagedObjectStore]:
+    found = _FACTORIES.get(kind)
+    if found is not None:
+        return found
+    path = STORE_IMPLEMENTATIONS.get(kind)
+    if path is None:
+        raise InvalidArgument(f"no object store for stage kind {kind!r}")
+    module, _, attribute = path.partition(":")
+    factory: Callable[..., ManagedObjectStore] = getattr(importlib.import_module(module), attribute)
+    return factory
 
 
 def open_store(descriptor: StageDescriptor, **options: Any) -> ManagedObjectStore:
     """The store for a descriptor: local files or S3 with this process's credentials."""
-    if not _FACTORIES:
-        from lake_objects import local, s3  # noqa: F401  (they register themselves)
-    factory = _FACTORIES.get(descriptor.kind)
-    if factory is None:
-        raise InvalidArgument(f"no object store for stage kind {descriptor.kind!r}")
-    return factory(descriptor, **options)
+    return _factory(descriptor.kind)(descriptor, **options)
 
 
 def checkpoint_path(value: str | os.PathLike[str] | None) -> Path | None:

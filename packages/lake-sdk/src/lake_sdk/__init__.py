@@ -1,65 +1,200 @@
-"""Lake's Python SDK.
+"""Lake's Python SDK: SQL, appends and FILE values through one Query endpoint.
 
-    import asyncio, lake_sdk
+Connect one way, with the client as a context manager (entering it waits until
+Query answers and raises ``Unavailable`` or ``Unauthenticated`` if it does not;
+leaving it closes the connection)::
 
-    async def main():
-        async with await lake_sdk.LakeClient.connect("grpc://127.0.0.1:50051") as client:
-            table = await client.query_table("SELECT * FROM robots.episodes")
+    import lake_sdk
 
-or, blocking: ``client = lake_sdk.connect("grpc://127.0.0.1:50051")``.
+    with lake_sdk.Client("grpc://127.0.0.1:50051") as client:
+        table = client.query_table("SELECT * FROM robots.episodes")
 
-With TLS and a bearer token (``lake_sdk.Client.builder`` for the blocking client)::
+    async with lake_sdk.AsyncClient("grpc://127.0.0.1:50051") as client:
+        table = await client.query_table("SELECT * FROM robots.episodes")
 
-    client = await (
-        lake_sdk.LakeClient.builder("https://query.internal:50051")
-        .with_bearer_token(token)
-        .with_ca_certificate_pem(ca_pem)
-        .with_server_name("query.internal")
-        .connect()
+Both take the same keyword-only options and have the same methods (the async
+ones are coroutines). With TLS and a bearer token::
+
+    client = lake_sdk.Client(
+        "https://query.internal:50051",
+        token=token,                      # sent as ``authorization: Bearer ...``
+        ca_pem=ca_pem,                    # verify Query against this CA bundle
+        server_name="query.internal",     # when the certificate names another host
     )
+
+Other options: ``connect_timeout``, ``retries`` (appends with an unknown
+outcome), ``schema_cache`` (a :class:`SchemaCache`), ``upload_checkpoint_dir``,
+``upload_concurrency``, ``progress``, ``query_only`` and ``store``; see
+:class:`AsyncClient`. Every error class is importable from here and from
+:mod:`lake_sdk.errors`, whose docstring draws the tree.
+
+The 0.1 names ``LakeClient``, ``connect``, ``LakeClientBuilder`` and
+``ClientBuilder`` still work for one release and warn (DeprecationWarning).
 """
 
-from lake_core.errors import LakeError
+from typing import Any
+
 from lake_core.models import DataLocation
 from lake_core.names import TableRef
-from lake_objects import (
+from lake_objects.capability import ReadCapability
+from lake_objects.episode import (
     EPISODE_ARTIFACT_SCHEMA_V1,
     EpisodeBundle,
-    FileUpload,
-    ObjectIntegrityError,
-    ObjectReader,
-    ReadCapability,
-    UploadProgress,
     episode_artifact_table_v1,
 )
-from lake_sdk.builder import ClientBuilder, LakeClientBuilder
-from lake_sdk.client import LakeClient, QueryResult
+from lake_objects.progress import ProgressCallback, UploadProgress
+from lake_objects.reader import ObjectReader
+from lake_objects.source import FileUpload
+from lake_objects.store import ManagedObjectStore
+from lake_sdk import errors
+from lake_sdk._deprecation import warn
+from lake_sdk.client import AsyncClient
+from lake_sdk.errors import (
+    Aborted,
+    AlreadyExists,
+    CapabilityRejected,
+    CommitStateUnknown,
+    ConfigError,
+    DataCorrupted,
+    DeadlineExceeded,
+    FailedPrecondition,
+    HashMismatch,
+    Internal,
+    InvalidAppend,
+    InvalidArgument,
+    InvalidFlightData,
+    InvalidName,
+    InvalidRange,
+    InvalidSchema,
+    InvalidUpload,
+    LakeError,
+    LocationOutsideStage,
+    NotFound,
+    NotLeader,
+    ObjectIntegrityError,
+    ObjectNotFound,
+    ObjectOverlong,
+    ObjectStoreUnavailable,
+    OperationExpired,
+    PayloadTooLarge,
+    PendingAppendDamaged,
+    PendingAppendUncertain,
+    PermissionDenied,
+    PrematureEof,
+    PresignUnsupported,
+    RangeMismatch,
+    ReadOnlySql,
+    ResourceExhausted,
+    SchemaMismatch,
+    SqlError,
+    StageUnavailable,
+    StaleReadVersion,
+    TableExists,
+    TableNotFound,
+    TooManyParts,
+    Unauthenticated,
+    Unavailable,
+    Unimplemented,
+    UploadCheckpointMismatch,
+    UploadInProgress,
+    VersionReclaimed,
+)
 from lake_sdk.locations import data_location
-from lake_sdk.pending import PendingAppendUncertain
 from lake_sdk.progress import UploadProgressBar
+from lake_sdk.results import QueryResult
 from lake_sdk.schema_cache import SchemaCache
-from lake_sdk.sync import Client, connect
+from lake_sdk.sync import Client, SyncObjectReader, SyncObjectStore, SyncQueryResult
 
 __all__ = [
     "EPISODE_ARTIFACT_SCHEMA_V1",
+    "Aborted",
+    "AlreadyExists",
+    "AsyncClient",
+    "CapabilityRejected",
     "Client",
-    "ClientBuilder",
+    "CommitStateUnknown",
+    "ConfigError",
+    "DataCorrupted",
     "DataLocation",
+    "DeadlineExceeded",
     "EpisodeBundle",
+    "FailedPrecondition",
     "FileUpload",
-    "LakeClient",
-    "LakeClientBuilder",
+    "HashMismatch",
+    "Internal",
+    "InvalidAppend",
+    "InvalidArgument",
+    "InvalidFlightData",
+    "InvalidName",
+    "InvalidRange",
+    "InvalidSchema",
+    "InvalidUpload",
     "LakeError",
+    "LocationOutsideStage",
+    "ManagedObjectStore",
+    "NotFound",
+    "NotLeader",
     "ObjectIntegrityError",
+    "ObjectNotFound",
+    "ObjectOverlong",
     "ObjectReader",
+    "ObjectStoreUnavailable",
+    "OperationExpired",
+    "PayloadTooLarge",
+    "PendingAppendDamaged",
     "PendingAppendUncertain",
+    "PermissionDenied",
+    "PrematureEof",
+    "PresignUnsupported",
+    "ProgressCallback",
     "QueryResult",
+    "RangeMismatch",
     "ReadCapability",
+    "ReadOnlySql",
+    "ResourceExhausted",
     "SchemaCache",
+    "SchemaMismatch",
+    "SqlError",
+    "StageUnavailable",
+    "StaleReadVersion",
+    "SyncObjectReader",
+    "SyncObjectStore",
+    "SyncQueryResult",
+    "TableExists",
+    "TableNotFound",
     "TableRef",
+    "TooManyParts",
+    "Unauthenticated",
+    "Unavailable",
+    "Unimplemented",
+    "UploadCheckpointMismatch",
+    "UploadInProgress",
     "UploadProgress",
     "UploadProgressBar",
-    "connect",
+    "VersionReclaimed",
     "data_location",
     "episode_artifact_table_v1",
+    "errors",
 ]
+
+#: Deprecated 0.1 name -> (module, attribute, what to use instead).
+_DEPRECATED = {
+    "LakeClient": ("lake_sdk.client", "LakeClient", "lake_sdk.AsyncClient"),
+    "connect": ("lake_sdk.sync", "connect", "with lake_sdk.Client(url, ...) as client"),
+    "LakeClientBuilder": (
+        "lake_sdk.builder",
+        "LakeClientBuilder",
+        "lake_sdk.AsyncClient(url, ...)",
+    ),
+    "ClientBuilder": ("lake_sdk.builder", "ClientBuilder", "lake_sdk.Client(url, ...)"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _DEPRECATED:
+        raise AttributeError(f"module 'lake_sdk' has no attribute {name!r}")
+    import importlib
+
+    module, attribute, instead = _DEPRECATED[name]
+    warn(f"lake_sdk.{name}", instead)
+    return getattr(importlib.import_module(module), attribute)

@@ -1,99 +1,65 @@
-"""Connection builders: TLS verification and a bearer token for every Flight call.
+"""Deprecated: the 0.1 connection builders and ``connect(url, **kwargs)`` options.
 
-    client = await (
-        LakeClient.builder("https://query.internal:50051")
-        .with_bearer_token(Path("/run/secrets/query-token").read_text().strip())
-        .with_ca_certificate_pem(Path("/run/tls/ca.crt").read_bytes())
-        .with_server_name("query.internal")
-        .connect()
-    )
+Pass the options to the client instead::
 
-:class:`ClientBuilder` (``lake_sdk.Client.builder(url)``) is the blocking
-twin. Builders are immutable: each ``with_*`` returns a new one. The token is
-sent as ``authorization: Bearer ...`` on every RPC (SQL, schema lookups,
-appends, discovery) and never appears in a ``repr``, an error or a log line.
+    async with lake_sdk.AsyncClient(url, token=token, ca_pem=ca, server_name="q.internal"):
+        ...
+
+:class:`LakeClientBuilder` (``LakeClient.builder(url)``) and
+:class:`ClientBuilder` (``lake_sdk.Client.builder(url)``) stay for one
+release. Builders are immutable: each ``with_*`` returns a new one. The
+token never appears in a ``repr``, an error or a log line.
 """
 
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import pyarrow.flight as flight
-
-from lake_core.auth import Secret
 from lake_core.errors import InvalidArgument
-from lake_sdk._errors import TrailerCapture
+from lake_sdk.schema_cache import (
+    DEFAULT_SCHEMA_CACHE_CAPACITY,
+    DEFAULT_SCHEMA_CACHE_TTL_S,
+    SchemaCache,
+)
+from lake_sdk.transport import ConnectOptions, check_ca_pem, check_server_name, check_token
 
 if TYPE_CHECKING:
     from lake_sdk.client import LakeClient
     from lake_sdk.sync import Client
 
-__all__ = ["ClientBuilder", "ConnectOptions", "LakeClientBuilder"]
+__all__ = ["ClientBuilder", "ConnectOptions", "LakeClientBuilder", "connect_kwargs"]
 
 B = TypeVar("B", bound="_Builder")
 
-_TOKEN = re.compile(r"[\x21-\x7e]{1,4096}")
-_SERVER_NAME = re.compile(r"[A-Za-z0-9.-]{1,253}|[0-9A-Fa-f:.]{2,45}")
-_TLS_SCHEMES = ("https://", "grpc+tls://")
 
-
-class _BearerMiddleware(flight.ClientMiddleware):  # type: ignore[misc]
-    def __init__(self, header: str) -> None:
-        self._header = header
-
-    def sending_headers(self) -> dict[str, str]:
-        return {"authorization": self._header}
-
-    def __repr__(self) -> str:
-        return "_BearerMiddleware(***)"
-
-
-class _BearerFactory(flight.ClientMiddlewareFactory):  # type: ignore[misc]
-    def __init__(self, token: Secret) -> None:
-        self._token = token
-
-    def start_call(self, info: Any) -> _BearerMiddleware:
-        return _BearerMiddleware(f"Bearer {self._token.reveal()}")
-
-    def __repr__(self) -> str:
-        return "_BearerFactory(***)"
-
-
-@dataclass(frozen=True, repr=False)
-class ConnectOptions:
-    """How the SDK reaches Query: credentials and TLS verification."""
-
-    bearer_token: Secret | None = None
-    ca_pem: bytes | None = None
-    server_name: str | None = None
-
-    def __repr__(self) -> str:
-        token = "***" if self.bearer_token is not None else None
-        ca = "<pem>" if self.ca_pem is not None else None
-        return (
-            f"ConnectOptions(bearer_token={token}, ca_pem={ca}, server_name={self.server_name!r})"
+def connect_kwargs(old: Mapping[str, Any]) -> dict[str, Any]:
+    """The client constructor's options for the 0.1 ``connect(url, **kwargs)`` keywords."""
+    new = dict(old)
+    options = new.pop("options", None) or ConnectOptions()
+    if not isinstance(options, ConnectOptions):
+        raise InvalidArgument("options must be a ConnectOptions")
+    if options.bearer_token is not None:
+        new["token"] = options.bearer_token.reveal()
+    if options.ca_pem is not None:
+        new["ca_pem"] = options.ca_pem
+    if options.server_name is not None:
+        new["server_name"] = options.server_name
+    if "timeout_s" in new:
+        new["connect_timeout"] = new.pop("timeout_s")
+    if "append_attempts" in new:
+        attempts = new.pop("append_attempts")
+        if isinstance(attempts, bool) or not isinstance(attempts, int) or not 1 <= attempts <= 10:
+            raise InvalidArgument("append_attempts must be in 1..=10")
+        new["retries"] = attempts - 1
+    if "schema_cache_capacity" in new or "schema_cache_ttl_s" in new:
+        new["schema_cache"] = SchemaCache(
+            new.pop("schema_cache_capacity", DEFAULT_SCHEMA_CACHE_CAPACITY),
+            new.pop("schema_cache_ttl_s", DEFAULT_SCHEMA_CACHE_TTL_S),
         )
-
-    def flight_client(self, url: str, location: str) -> flight.FlightClient:
-        """A pyarrow FlightClient for ``location`` (``url`` as the caller wrote it)."""
-        tls = url.startswith(_TLS_SCHEMES)
-        if not tls and (self.ca_pem is not None or self.server_name is not None):
-            raise InvalidArgument(
-                f"a CA certificate or server name needs a TLS endpoint (https://), got {url!r}"
-            )
-        middleware: list[flight.ClientMiddlewareFactory] = [TrailerCapture()]
-        kwargs: dict[str, Any] = {"middleware": middleware}
-        if self.ca_pem is not None:
-            kwargs["tls_root_certs"] = self.ca_pem
-        if self.server_name is not None:
-            kwargs["override_hostname"] = self.server_name
-        if self.bearer_token is not None:
-            middleware.append(_BearerFactory(self.bearer_token))
-        return flight.FlightClient(location, **kwargs)
+    return new
 
 
 class _Builder:
@@ -101,43 +67,43 @@ class _Builder:
         self,
         url: str,
         options: ConnectOptions | None = None,
-        connect_kwargs: Mapping[str, Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        *,
+        connect: Callable[..., Any],
     ) -> None:
         self.url = url
         self._options = options or ConnectOptions()
-        self._kwargs: dict[str, Any] = dict(connect_kwargs or {})
+        self._kwargs: dict[str, Any] = dict(kwargs or {})
+        self._connect = connect
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.url!r}, {self._options!r})"
 
     def _with(self: B, **changes: Any) -> B:
-        return type(self)(self.url, replace(self._options, **changes), self._kwargs)
+        options = replace(self._options, **changes)
+        return type(self)(self.url, options, self._kwargs, connect=self._connect)
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        return {**self._kwargs, "options": self._options}
 
     def with_options(self: B, **connect_kwargs: Any) -> B:
-        """Any other keyword of :meth:`LakeClient.connect` (``upload_checkpoint_dir``, ...)."""
+        """Any other keyword of the 0.1 ``connect`` (``upload_checkpoint_dir``, ...)."""
         if "options" in connect_kwargs:
             raise InvalidArgument("set credentials and TLS with the builder's with_* methods")
-        return type(self)(self.url, self._options, {**self._kwargs, **connect_kwargs})
+        kwargs = {**self._kwargs, **connect_kwargs}
+        return type(self)(self.url, self._options, kwargs, connect=self._connect)
 
     def with_bearer_token(self: B, token: str) -> B:
         """Send ``authorization: Bearer <token>`` on every call."""
-        if not isinstance(token, str) or not _TOKEN.fullmatch(token):
-            # The value is never echoed: it may be a real credential.
-            raise InvalidArgument("a bearer token must be visible ASCII without spaces")
-        return self._with(bearer_token=Secret(token))
+        return self._with(bearer_token=check_token(token))
 
     def with_ca_certificate_pem(self: B, pem: bytes | str) -> B:
         """Verify Query's certificate against this CA bundle (PEM) instead of system roots."""
-        data = pem.encode() if isinstance(pem, str) else bytes(pem)
-        if b"-----BEGIN CERTIFICATE-----" not in data:
-            raise InvalidArgument("the CA certificate must be PEM text (BEGIN CERTIFICATE)")
-        return self._with(ca_pem=data)
+        return self._with(ca_pem=check_ca_pem(pem))
 
     def with_server_name(self: B, name: str) -> B:
         """Expect this name in Query's certificate (when it differs from the URL's host)."""
-        if not isinstance(name, str) or not _SERVER_NAME.fullmatch(name):
-            raise InvalidArgument(f"server name must be a DNS name or IP address, got {name!r}")
-        return self._with(server_name=name)
+        return self._with(server_name=check_server_name(name))
 
     def with_timeout(self: B, seconds: float) -> B:
         """How long :meth:`connect` waits for Query to answer (default 10 s)."""
@@ -148,7 +114,7 @@ class _Builder:
         return self.with_options(append_attempts=attempts)
 
     def with_upload_checkpoint_dir(self: B, path: str | os.PathLike[str]) -> B:
-        """Make path-backed FILE uploads restart-resumable (see :mod:`lake_sdk`)."""
+        """Make path-backed FILE uploads restart-resumable."""
         return self.with_options(upload_checkpoint_dir=path)
 
     def with_schema_cache(self: B, capacity: int, ttl_s: float) -> B:
@@ -157,25 +123,23 @@ class _Builder:
 
 
 class LakeClientBuilder(_Builder):
-    """Builds an async :class:`~lake_sdk.LakeClient`; see the module docstring."""
+    """Deprecated: builds an async client; pass the options to :class:`lake_sdk.AsyncClient`."""
 
-    async def connect(self) -> LakeClient:
-        from lake_sdk.client import LakeClient
+    def connect(self) -> Awaitable[LakeClient]:
+        result: Awaitable[LakeClient] = self._connect(self.url, **self._connect_kwargs())
+        return result
 
-        return await LakeClient.connect(self.url, options=self._options, **self._kwargs)
-
-    async def connect_query_only(self) -> LakeClient:
+    def connect_query_only(self) -> Awaitable[LakeClient]:
         """A client without storage access: FILE reads go through Query-issued capabilities."""
-        return await self.with_options(query_only=True).connect()
+        return self.with_options(query_only=True).connect()
 
 
 class ClientBuilder(_Builder):
-    """Builds a blocking :class:`~lake_sdk.Client`; see the module docstring."""
+    """Deprecated: builds a blocking client; pass the options to :class:`lake_sdk.Client`."""
 
     def connect(self) -> Client:
-        from lake_sdk.sync import connect
-
-        return connect(self.url, options=self._options, **self._kwargs)
+        client: Client = self._connect(self.url, **self._connect_kwargs())
+        return client
 
     def connect_query_only(self) -> Client:
         """A client without storage access: FILE reads go through Query-issued capabilities."""

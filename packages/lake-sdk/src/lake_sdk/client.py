@@ -2,40 +2,48 @@
 
 The client talks to one Query endpoint only; Query forwards appends to the
 commit authority. FILE bytes go directly between this process and the managed
-object stage (:mod:`lake_sdk.objects`). Blocking pyarrow Flight calls run on worker threads so the
-event loop never waits on the network.
+object stage. It is composed of small parts shared with its clones: the
+:class:`~lake_sdk.transport.Connection`, the :class:`~lake_sdk.SchemaCache`,
+the :class:`~lake_sdk.files.FileAccess` (stage and object store) and the
+:class:`~lake_sdk.appends.Appender` (retries and pending appends).
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from lake_core import protocol
-from lake_core.errors import InvalidAppend, InvalidArgument, LakeError, Unavailable
+from lake_core.errors import InvalidArgument
 from lake_core.ids import new_operation_id
+from lake_core.models import DataLocation
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2
-from lake_core.schemas import check_exact_schema, schema_from_base64
-from lake_core.values import check_batches
+from lake_core.schemas import schema_from_base64
+from lake_objects.capability import ReadCapability
 from lake_objects.progress import ProgressCallback
+from lake_objects.reader import ObjectReader
 from lake_objects.s3 import DEFAULT_UPLOAD_CONCURRENCY
 from lake_objects.store import ManagedObjectStore
-from lake_sdk._errors import Trailers, calling, lake_error
-from lake_sdk.builder import ConnectOptions, LakeClientBuilder
-from lake_sdk.files import FileOptions, validate_file_options
-from lake_sdk.objects import ClientState, ObjectMethods, new_state
-from lake_sdk.schema_cache import DEFAULT_SCHEMA_CACHE_CAPACITY, DEFAULT_SCHEMA_CACHE_TTL_S
+from lake_sdk._deprecation import deprecated
+from lake_sdk.appends import DEFAULT_APPEND_RETRIES, Appender, validate_append
+from lake_sdk.builder import LakeClientBuilder, connect_kwargs
+from lake_sdk.files import FileAccess, FileOptions
+from lake_sdk.inserts import insert_rows
+from lake_sdk.pending import PendingAppendStore
+from lake_sdk.results import QueryResult
+from lake_sdk.schema_cache import SchemaCache
+from lake_sdk.transport import Connection, ConnectOptions
 
-__all__ = ["LakeClient", "QueryResult"]
+__all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "AsyncClient", "LakeClient"]
 
-_SCHEMES = ("grpc://", "http://", "grpc+tls://", "https://")
-_SQL_TYPE_URL = "type.googleapis.com/arrow.flight.protocol.sql."
+DEFAULT_CONNECT_TIMEOUT_S = 10.0
 
 
 def _any(message: Any) -> bytes:
@@ -47,120 +55,62 @@ def _any(message: Any) -> bytes:
     return data
 
 
-def _location(url: str) -> str:
-    if not isinstance(url, str) or not url.startswith(_SCHEMES):
-        raise InvalidArgument(f"Lake endpoint {url!r} must start with one of {', '.join(_SCHEMES)}")
-    for plain, flight_scheme in (
-        ("http://", "grpc+tcp://"),
-        ("grpc://", "grpc+tcp://"),
-        ("https://", "grpc+tls://"),
-    ):
-        if url.startswith(plain):
-            return flight_scheme + url[len(plain) :]
-    return url
+def _ref(table: TableRef | str) -> TableRef:
+    return table if isinstance(table, TableRef) else TableRef.parse(table)
 
 
-class QueryResult:
-    """A stream of record batches; iterate it, or collect it with :meth:`to_table`."""
+@dataclass
+class _State:
+    """What a client shares with its clones."""
 
-    def __init__(
-        self, reader: flight.FlightStreamReader, schema: pa.Schema, trailers: Trailers
-    ) -> None:
-        self._reader = reader
-        self._trailers = trailers
-        self.schema = schema
-
-    def __aiter__(self) -> AsyncIterator[pa.RecordBatch]:
-        return self._batches()
-
-    async def _batches(self) -> AsyncIterator[pa.RecordBatch]:
-        while True:
-            try:
-                batch = await asyncio.to_thread(self._next_batch)
-            except (flight.FlightError, pa.ArrowException) as exc:
-                raise lake_error(exc, self._trailers) from None
-            if batch is None:
-                return
-            yield batch
-
-    def _next_batch(self) -> pa.RecordBatch | None:
-        # StopIteration cannot cross a thread future, so end-of-stream becomes None.
-        try:
-            return self._reader.read_chunk().data
-        except StopIteration:
-            return None
-
-    async def to_table(self) -> pa.Table:
-        batches = [batch async for batch in self]
-        return pa.Table.from_batches(batches, schema=self.schema)
-
-    def cancel(self) -> None:
-        self._reader.cancel()
+    connection: Connection
+    schemas: SchemaCache
+    files: FileAccess
+    appender: Appender
+    connect_timeout: float
+    ready: bool = False  # Query answered once: later ``async with`` blocks skip the check
 
 
-class LakeClient(ObjectMethods):
-    """An async connection to a Lake Query endpoint.
+class AsyncClient:
+    """An async client of one Lake Query endpoint; see :mod:`lake_sdk` for how to open one.
 
-    FILE options (see :mod:`lake_sdk.objects`): ``upload_checkpoint_dir`` makes
-    path uploads restart-resumable and appends durable; ``upload_concurrency``
-    (1..=16 parts in flight, default 4); the schema cache's capacity and TTL.
-    :meth:`clone` shares the connection, schema cache and stage.
+    Options (keyword-only, validated here, before anything is sent):
+
+    - ``token``: bearer token sent on every call (never shown in a repr or error);
+    - ``ca_pem``, ``server_name``: verify Query's certificate against this CA
+      bundle and expect this name in it (``https://`` endpoints only);
+    - ``connect_timeout``: seconds entering ``async with`` waits for Query (10);
+    - ``retries``: how often an append whose outcome a transport failure left
+      unknown is re-sent with the same operation id (0..=9, default 2);
+    - ``schema_cache``: the :class:`~lake_sdk.SchemaCache` for table schemas
+      (default 1,024 tables for 60 s);
+    - ``upload_checkpoint_dir``: makes path uploads restart-resumable and appends
+      durable (pending appends); ``upload_concurrency``: S3 parts in flight (1..=16, 4);
+    - ``progress``: default upload progress callback (e.g. :class:`~lake_sdk.UploadProgressBar`);
+    - ``query_only``: no storage access, FILE reads through Query-issued capabilities;
+    - ``store``: use this object store instead of discovering the stage (embedders, tests).
     """
 
     def __init__(
         self,
         url: str,
-        client: flight.FlightClient,
         *,
-        append_attempts: int,
-        state: ClientState | None = None,
-        files: FileOptions | None = None,
-        schema_cache_capacity: int = DEFAULT_SCHEMA_CACHE_CAPACITY,
-        schema_cache_ttl_s: float = DEFAULT_SCHEMA_CACHE_TTL_S,
-    ) -> None:
-        self.url = url
-        self._client = client
-        self._append_attempts = append_attempts
-        self._state = state or new_state(
-            files or FileOptions(),
-            self._action,
-            schema_cache_capacity=schema_cache_capacity,
-            schema_cache_ttl_s=schema_cache_ttl_s,
-        )
-
-    def clone(self) -> LakeClient:
-        """Another handle on this connection, sharing its schema cache and stage."""
-        return LakeClient(
-            self.url, self._client, append_attempts=self._append_attempts, state=self._state
-        )
-
-    def __repr__(self) -> str:
-        return f"LakeClient({self.url!r})"
-
-    @classmethod
-    def builder(cls, url: str) -> LakeClientBuilder:
-        """Configure a connection (bearer token, CA, server name); see :mod:`lake_sdk.builder`."""
-        return LakeClientBuilder(url)
-
-    @classmethod
-    async def connect(
-        cls,
-        url: str,
-        *,
-        timeout_s: float = 10.0,
-        append_attempts: int = 3,
-        options: ConnectOptions | None = None,
+        token: str | None = None,
+        ca_pem: bytes | str | None = None,
+        server_name: str | None = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+        retries: int = DEFAULT_APPEND_RETRIES,
+        schema_cache: SchemaCache | None = None,
         upload_checkpoint_dir: str | os.PathLike[str] | None = None,
         upload_concurrency: int = DEFAULT_UPLOAD_CONCURRENCY,
-        schema_cache_capacity: int = DEFAULT_SCHEMA_CACHE_CAPACITY,
-        schema_cache_ttl_s: float = DEFAULT_SCHEMA_CACHE_TTL_S,
         progress: ProgressCallback | None = None,
         query_only: bool = False,
         store: ManagedObjectStore | None = None,
-    ) -> LakeClient:
-        """Connect to a Query endpoint (``grpc://host:port`` or ``http://host:port``)."""
-        if not 1 <= append_attempts <= 10:
-            raise InvalidArgument("append_attempts must be in 1..=10")
+    ) -> None:
+        if isinstance(connect_timeout, bool) or not isinstance(connect_timeout, int | float):
+            raise InvalidArgument("connect_timeout must be a number of seconds")
+        if not 0 < connect_timeout <= 3600:
+            raise InvalidArgument(f"connect_timeout must be in (0, 3600] s, got {connect_timeout}")
         files = FileOptions.create(
             upload_checkpoint_dir=upload_checkpoint_dir,
             upload_concurrency=upload_concurrency,
@@ -168,66 +118,54 @@ class LakeClient(ObjectMethods):
             store=store,
             progress=progress,
         )
-        validate_file_options(files, schema_cache_capacity, schema_cache_ttl_s)
-        location = _location(url)
-        client = (options or ConnectOptions()).flight_client(url, location)
-        error: LakeError | None = None
-        with calling() as trailers:
-            try:
-                await asyncio.to_thread(client.wait_for_available, timeout_s)
-            except (flight.FlightError, pa.ArrowException) as exc:
-                error = lake_error(exc, trailers)
-        if error is not None:
-            client.close()
-            if isinstance(error, Unavailable):
-                raise Unavailable(f"Lake Query at {url} is not reachable: {error}") from None
-            raise error from None  # e.g. Unauthenticated: a wrong or missing token
-        return cls(
-            url,
-            client,
-            append_attempts=append_attempts,
-            files=files,
-            schema_cache_capacity=schema_cache_capacity,
-            schema_cache_ttl_s=schema_cache_ttl_s,
+        options = ConnectOptions.create(token=token, ca_pem=ca_pem, server_name=server_name)
+        schemas = schema_cache if schema_cache is not None else SchemaCache()
+        if not isinstance(schemas, SchemaCache):
+            raise InvalidArgument("schema_cache must be a lake_sdk.SchemaCache")
+        connection = Connection(url, options)
+        pending = (
+            None
+            if files.upload_checkpoint_dir is None
+            else PendingAppendStore(files.upload_checkpoint_dir)
+        )
+        appender = Appender(
+            connection, retries=retries, pending=pending, schema_changed=schemas.invalidate
+        )
+        self._state = _State(
+            connection, schemas, FileAccess(files, connection.action), appender, connect_timeout
         )
 
-    @classmethod
-    async def connect_query_only(cls, url: str, **kwargs: Any) -> LakeClient:
-        """A client with no storage access: FILE reads go through Query-issued capabilities."""
-        return await cls.connect(url, query_only=True, **kwargs)
+    @property
+    def url(self) -> str:
+        return self._state.connection.url
 
-    @classmethod
-    async def connect_with_store(
-        cls, url: str, store: ManagedObjectStore, **kwargs: Any
-    ) -> LakeClient:
-        """A client using ``store`` instead of discovering the stage (embedders, tests)."""
-        return await cls.connect(url, store=store, **kwargs)
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.url!r})"
 
-    async def close(self) -> None:
-        """Close the connection (shared with clones) and the object store."""
-        await self._state.files.close()
-        await asyncio.to_thread(self._client.close)
+    def clone(self) -> AsyncClient:
+        """Another handle on this connection, sharing its schema cache, stage and pending appends."""
+        twin = object.__new__(type(self))
+        twin._state = self._state
+        return twin
 
-    async def _action(self, name: str, body: bytes) -> bytes:
-        """One Lake DoAction and its single result body."""
-        results = await self._call(lambda: list(self._client.do_action(flight.Action(name, body))))
-        if not results:
-            raise LakeError(f"Query sent no result for {name}")
-        data: bytes = results[0].body.to_pybytes()
-        return data
-
-    async def __aenter__(self) -> LakeClient:
+    async def __aenter__(self) -> AsyncClient:
+        """Wait until Query answers (``connect_timeout``); close and raise if it does not."""
+        if not self._state.ready:
+            try:
+                await self._state.connection.wait_ready(self._state.connect_timeout)
+            except BaseException:
+                await self.close()
+                raise
+            self._state.ready = True
         return self
 
     async def __aexit__(self, *_: object) -> None:
         await self.close()
 
-    async def _call(self, fn: Any, *args: Any) -> Any:
-        with calling() as trailers:
-            try:
-                return await asyncio.to_thread(fn, *args)
-            except (flight.FlightError, pa.ArrowException) as exc:
-                raise lake_error(exc, trailers) from None
+    async def close(self) -> None:
+        """Close the connection (shared with clones) and the object store."""
+        await self._state.files.close()
+        await self._state.connection.close()
 
     # -- SQL ---------------------------------------------------------------
 
@@ -237,13 +175,8 @@ class LakeClient(ObjectMethods):
             raise InvalidArgument("SQL must be a non-empty string")
         command = flight_sql_pb2.CommandStatementQuery(query=sql)
         descriptor = flight.FlightDescriptor.for_command(_any(command))
-        info: flight.FlightInfo = await self._call(self._client.get_flight_info, descriptor)
-        endpoint = info.endpoints[0]
-        with calling() as trailers:
-            try:
-                reader = await asyncio.to_thread(self._client.do_get, endpoint.ticket)
-            except (flight.FlightError, pa.ArrowException) as exc:
-                raise lake_error(exc, trailers) from None
+        info = await self._state.connection.flight_info(descriptor)
+        reader, trailers = await self._state.connection.stream(info.endpoints[0].ticket)
         return QueryResult(reader, info.schema, trailers)
 
     async def query_table(self, sql: str) -> pa.Table:
@@ -254,16 +187,24 @@ class LakeClient(ObjectMethods):
 
     async def table_schema(self, table: TableRef | str) -> pa.Schema:
         """The table's Arrow schema, as Query's catalog knows it (from the schema cache)."""
-        ref = table if isinstance(table, TableRef) else TableRef.parse(table)
+        ref = _ref(table)
 
         async def load() -> pa.Schema:
             body = protocol.encode(protocol.TableRequest(table=ref))
             reply = protocol.decode(
-                protocol.DescribeTableResult, await self._action(protocol.TABLE_SCHEMA, body)
+                protocol.DescribeTableResult,
+                await self._state.connection.action(protocol.TABLE_SCHEMA, body),
             )
             return schema_from_base64(reply.entry.schema_ipc)
 
         return await self._state.schemas.get(ref, load)
+
+    def invalidate_table_schema(self, table: TableRef | str) -> None:
+        """Forget one cached schema (e.g. after the table was replaced)."""
+        self._state.schemas.invalidate(_ref(table))
+
+    def clear_schema_cache(self) -> None:
+        self._state.schemas.clear()
 
     # -- appends -----------------------------------------------------------
 
@@ -279,78 +220,120 @@ class LakeClient(ObjectMethods):
         Retries an ambiguous transport failure with the same operation id, so
         the append commits at most once.
         """
-        ref = table if isinstance(table, TableRef) else TableRef.parse(table)
+        ref = _ref(table)
         items = batches.to_batches() if isinstance(batches, pa.Table) else list(batches)
         schema = await self.table_schema(ref)
-        items = _validate_append(ref, schema, items)
-        # With an upload checkpoint directory the operation is recorded durably first.
-        return await self._durable_append(ref, schema, items, operation_id or new_operation_id())
+        items = validate_append(ref, schema, items)
+        return await self._state.appender.append(
+            ref, schema, items, operation_id or new_operation_id()
+        )
 
-    async def _append_with_retries(
-        self, ref: TableRef, schema: pa.Schema, items: list[pa.RecordBatch], op_id: str
+    async def insert(
+        self, sql: str, params: Sequence[Any], *, progress: ProgressCallback | None = None
     ) -> int:
-        command = protocol.AppendCommand(table=ref, operation_id=op_id)
-        descriptor = flight.FlightDescriptor.for_command(protocol.encode(command))
-        last: LakeError | None = None
-        for attempt in range(self._append_attempts):
-            with calling() as trailers:
-                try:
-                    result = await asyncio.to_thread(self._put, descriptor, schema, items)
-                    return result.version
-                except (flight.FlightError, pa.ArrowException) as exc:
-                    error = lake_error(exc, trailers, commit=True)
-                if not error.retryable or isinstance(error, InvalidArgument):
-                    if isinstance(error, InvalidArgument):
-                        self.invalidate_table_schema(ref)
-                    raise error from None
-                last = error
-                await asyncio.sleep(min(0.2 * 2**attempt, 2.0))
-        assert last is not None
-        raise last
+        """``INSERT INTO ns.table (cols) VALUES (?, ...)`` with one row; returns the version."""
+        return await self.insert_many(sql, [params], progress=progress)
 
-    def _put(
-        self,
-        descriptor: flight.FlightDescriptor,
-        schema: pa.Schema,
-        batches: Sequence[pa.RecordBatch],
-    ) -> protocol.AppendResult:
-        writer, reader = self._client.do_put(descriptor, schema)
-        try:
-            for batch in batches:
-                writer.write_batch(batch)
-            writer.done_writing()
-            metadata = reader.read()
-        finally:
-            writer.close()
-        if metadata is None:
-            raise LakeError("Query acknowledged the append without a result")
-        return protocol.decode(protocol.AppendResult, metadata.to_pybytes())
+    async def insert_many(
+        self, sql: str, rows: Sequence[Sequence[Any]], *, progress: ProgressCallback | None = None
+    ) -> int:
+        """Insert 1..=10,000 rows as one append and one table version.
+
+        ``FileUpload`` parameters stream straight to the managed stage first;
+        only their DataLocations enter the batch. Every row is validated before
+        the first upload.
+        """
+        return await insert_rows(
+            sql,
+            rows,
+            schema_of=self.table_schema,
+            files=self._state.files,
+            appender=self._state.appender,
+            progress=progress,
+        )
+
+    async def pending_append_ids(self) -> list[str]:
+        """Operation ids of appends whose outcome a crash left unknown (at most 1,024)."""
+        return await self._state.appender.pending_ids()
+
+    async def resume_pending_append(self, operation_id: str) -> int:
+        """Replay one pending append with its own operation id; returns the committed version.
+
+        Commits at most once: if the first attempt committed, the server returns
+        that version. A conclusive rejection (including an expired operation)
+        removes the pending file and raises.
+        """
+        return await self._state.appender.resume(operation_id)
+
+    # -- FILE values -------------------------------------------------------
+
+    async def object_store(self) -> ManagedObjectStore:
+        """This client's managed store (discovered through Query once, shared by clones)."""
+        return await self._state.files.store()
+
+    async def cancel_upload(self, path: str | os.PathLike[str]) -> bool:
+        """Abort the checkpointed upload of ``path`` (and delete its checkpoint)."""
+        directory = self._state.files.options.upload_checkpoint_dir
+        if directory is None:
+            return False
+        return await (await self.object_store()).cancel_upload(path, directory)
+
+    async def open(self, location: DataLocation) -> ObjectReader:
+        """Stream an object directly from storage; EOF proves its size and SHA-256."""
+        return await self._state.files.open(location)
+
+    async def open_range(self, location: DataLocation, start: int, end: int) -> ObjectReader:
+        """Exactly bytes ``start..end`` (half-open) of an object, directly from storage."""
+        return await self._state.files.open_range(location, start, end)
+
+    async def presign_read(self, location: DataLocation, ttl: float | timedelta) -> ReadCapability:
+        """A presigned GET (1 s..=1 h) signed with this process's credentials (S3 only)."""
+        return await self._state.files.presign_read(location, ttl)
+
+    async def open_via_query(self, location: DataLocation, ttl: float | timedelta) -> ObjectReader:
+        """Read through a capability Query signs (needs no storage credentials here)."""
+        return await self._state.files.open_via_query(location, ttl)
+
+    async def open_range_via_query(
+        self, location: DataLocation, start: int, end: int, ttl: float | timedelta
+    ) -> ObjectReader:
+        """Bytes ``start..end`` through a capability Query signs for exactly that range."""
+        return await self._state.files.open_range_via_query(location, start, end, ttl)
+
+    async def presign_read_via_query(
+        self, location: DataLocation, ttl: float | timedelta
+    ) -> ReadCapability:
+        """The capability itself: a bearer URL and headers; never log them."""
+        return await self._state.files.presign_read_via_query(location, ttl)
 
 
-def _validate_append(
-    table: TableRef, schema: pa.Schema, batches: Sequence[pa.RecordBatch]
-) -> list[pa.RecordBatch]:
-    """Check Lake's append bounds locally, before anything is sent."""
-    if not batches:
-        raise InvalidAppend(f"append to {table} has no batches")
-    rows = 0
-    encoded = 0
-    for i, batch in enumerate(batches):
-        if not isinstance(batch, pa.RecordBatch):
-            raise InvalidAppend(f"batch {i} is a {type(batch).__name__}, not a pyarrow.RecordBatch")
-        if batch.num_rows == 0:
-            raise InvalidAppend(f"batch {i} of the append to {table} is empty")
-        check_batches(table, schema, [batch], first_row=rows)  # named by row and column
-        check_exact_schema(schema, batch.schema, table)
-        rows += batch.num_rows
-        if rows > protocol.MAX_APPEND_ROWS:
-            raise InvalidAppend(
-                f"append to {table} has more than {protocol.MAX_APPEND_ROWS:,} rows"
-            )
-        encoded += pa.ipc.get_record_batch_size(batch)
-        if encoded > protocol.MAX_APPEND_BYTES:
-            raise InvalidAppend(
-                f"append to {table} encodes to more than {protocol.MAX_APPEND_BYTES // 2**20} MiB"
-            )
-    # Send the table's own schema (FILE markers included) so the server's check is exact.
-    return [pa.RecordBatch.from_arrays(batch.columns, schema=schema) for batch in batches]
+class LakeClient(AsyncClient):
+    """Deprecated: the 0.1 name of :class:`AsyncClient`, with its ``connect`` class methods."""
+
+    @classmethod
+    @deprecated("LakeClient.connect(url, ...)", "async with lake_sdk.AsyncClient(url, ...)")
+    async def connect(cls, url: str, **kwargs: Any) -> LakeClient:
+        return await cls._connect(url, **kwargs)
+
+    @classmethod
+    @deprecated("LakeClient.connect_query_only(url)", "AsyncClient(url, query_only=True)")
+    async def connect_query_only(cls, url: str, **kwargs: Any) -> LakeClient:
+        return await cls._connect(url, query_only=True, **kwargs)
+
+    @classmethod
+    @deprecated("LakeClient.connect_with_store(url, store)", "AsyncClient(url, store=store)")
+    async def connect_with_store(
+        cls, url: str, store: ManagedObjectStore, **kwargs: Any
+    ) -> LakeClient:
+        return await cls._connect(url, store=store, **kwargs)
+
+    @classmethod
+    @deprecated("LakeClient.builder(url)", "lake_sdk.AsyncClient(url, token=..., ca_pem=...)")
+    def builder(cls, url: str) -> LakeClientBuilder:
+        return LakeClientBuilder(url, connect=cls._connect)
+
+    @classmethod
+    async def _connect(cls, url: str, **old_kwargs: Any) -> LakeClient:
+        client = cls(url, **connect_kwargs(old_kwargs))
+        await client.__aenter__()
+        return client

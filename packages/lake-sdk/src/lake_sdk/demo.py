@@ -30,7 +30,7 @@ from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.schemas import parse_column_spec
 from lake_objects.source import FileUpload
-from lake_sdk.client import LakeClient
+from lake_sdk.client import AsyncClient
 from lake_sdk.locations import data_location
 from lake_sdk.progress import UploadProgressBar
 
@@ -138,7 +138,7 @@ async def _run(data_dir: Path) -> None:
 
         media = data_dir / "media"
         media.mkdir(exist_ok=True)
-        async with await LakeClient.connect(f"grpc://{query_addr}") as client:
+        async with AsyncClient(f"grpc://{query_addr}") as client:
             for start in (0, 4, 8):
                 with UploadProgressBar() as bar:
                     version = await client.insert_many(

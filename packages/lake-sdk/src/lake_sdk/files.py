@@ -27,15 +27,13 @@ from lake_objects.descriptor import (
     StageDescriptor,
     StageRequest,
 )
-from lake_objects.errors import (
-    StageUnavailable,
-)
+from lake_objects.errors import InvalidUpload, StageUnavailable
 from lake_objects.progress import ProgressCallback
 from lake_objects.reader import ObjectReader, check_range
-from lake_objects.s3 import DEFAULT_UPLOAD_CONCURRENCY
+from lake_objects.s3 import DEFAULT_UPLOAD_CONCURRENCY, MAX_UPLOAD_CONCURRENCY
 from lake_objects.store import ManagedObjectStore, capability_ttl, open_store
 
-__all__ = ["FileAccess", "FileOptions", "validate_file_options"]
+__all__ = ["FileAccess", "FileOptions"]
 
 Action = Callable[[str, bytes], Awaitable[bytes]]
 
@@ -60,32 +58,24 @@ class FileOptions:
         store: ManagedObjectStore | None = None,
         progress: ProgressCallback | None = None,
     ) -> FileOptions:
+        """Validated options: bad ones fail before connecting (and long before any storage call)."""
+        if (
+            isinstance(upload_concurrency, bool)
+            or not isinstance(upload_concurrency, int)
+            or not 1 <= upload_concurrency <= MAX_UPLOAD_CONCURRENCY
+        ):
+            raise InvalidUpload(
+                f"upload_concurrency must be in 1..={MAX_UPLOAD_CONCURRENCY}, "
+                f"got {upload_concurrency!r}"
+            )
+        if query_only and store is not None:
+            raise InvalidUpload("a query-only client cannot have an object store")
         directory = (
             None
             if upload_checkpoint_dir is None
             else Path(upload_checkpoint_dir).expanduser().absolute()
         )
         return cls(directory, upload_concurrency, query_only, store, progress)
-
-
-def validate_file_options(options: FileOptions, capacity: int, ttl_s: float) -> None:
-    """Fail on bad FILE options before connecting (and long before any storage call)."""
-    from lake_objects.errors import InvalidUpload
-    from lake_objects.s3 import MAX_UPLOAD_CONCURRENCY
-    from lake_sdk.schema_cache import SchemaCache
-
-    concurrency = options.upload_concurrency
-    if (
-        isinstance(concurrency, bool)
-        or not isinstance(concurrency, int)
-        or not 1 <= concurrency <= MAX_UPLOAD_CONCURRENCY
-    ):
-        raise InvalidUpload(
-            f"upload_concurrency must be in 1..={MAX_UPLOAD_CONCURRENCY}, got {concurrency!r}"
-        )
-    SchemaCache(capacity, ttl_s)
-    if options.query_only and options.store is not None:
-        raise InvalidUpload("a query-only client cannot have an object store")
 
 
 class FileAccess:

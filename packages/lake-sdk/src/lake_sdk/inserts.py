@@ -11,7 +11,7 @@ DataLocations the uploads will return are capped at 16 MiB each.
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,17 +19,22 @@ import pyarrow as pa
 
 from lake_core.errors import InvalidArgument
 from lake_core.filetype import FILE_STRUCT, is_file_field, location_to_row
+from lake_core.ids import new_operation_id
 from lake_core.models import DataLocation
 from lake_core.names import TableRef, validate_identifier
 from lake_core.protocol import MAX_APPEND_ROWS
 from lake_core.values import check_values
+from lake_objects.progress import ProgressCallback
 from lake_objects.source import FileUpload
+from lake_sdk.appends import Appender
+from lake_sdk.files import FileAccess
 
 __all__ = [
     "MAX_INSERT_LOCATION_BYTES",
     "MAX_INSERT_METADATA_BYTES",
     "InsertPlan",
     "InsertStatement",
+    "insert_rows",
     "parse_insert",
     "plan_insert",
 ]
@@ -205,3 +210,37 @@ def _plain_column(table: TableRef, table_field: pa.Field, values: list[Any]) -> 
             f"column {table_field.name!r} of {table} cannot hold the given values "
             f"({table_field.type}): {str(exc)[:200]}"
         ) from None
+
+
+async def insert_rows(
+    sql: str,
+    rows: Sequence[Sequence[Any]],
+    *,
+    schema_of: Callable[[TableRef], Awaitable[pa.Schema]],
+    files: FileAccess,
+    appender: Appender,
+    progress: ProgressCallback | None,
+) -> int:
+    """Validate every row, upload its FileUploads, then append one batch; return the version."""
+    statement = parse_insert(sql)
+    schema = await schema_of(statement.table)
+    plan = plan_insert(statement, schema, rows)
+    uploaded: dict[tuple[str, int], DataLocation] = {}
+    if plan.uploads or plan.locations:
+        store = await files.store()
+        for location in plan.locations:
+            store.check(location)
+        if plan.projected_location_bytes(store.descriptor.uri) > MAX_INSERT_LOCATION_BYTES:
+            raise InvalidArgument(
+                "the DataLocations of this insert would exceed "
+                f"{MAX_INSERT_LOCATION_BYTES // (1024 * 1024)} MiB; split it"
+            )
+        callback = progress or files.options.progress
+        checkpoint_dir = files.options.upload_checkpoint_dir
+        # One upload after another, each with bounded memory.
+        for column, row, upload in plan.uploads:
+            uploaded[(column, row)] = await store.upload(
+                upload, checkpoint_dir=checkpoint_dir, progress=callback
+            )
+    batch = plan.build(uploaded)
+    return await appender.append(statement.table, schema, [batch], new_operation_id())

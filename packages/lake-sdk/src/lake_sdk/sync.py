@@ -1,10 +1,16 @@
-"""The blocking facade: the async client driven on a private event loop thread."""
+"""The blocking client: :class:`~lake_sdk.AsyncClient` driven on a private event-loop thread.
+
+Same constructor, same options and same method names as the async client;
+results that stream (queries, object readers) come back as blocking views.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
-from collections.abc import Coroutine, Iterable, Iterator
+from collections.abc import Coroutine, Iterable, Iterator, Sequence
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -12,12 +18,20 @@ import pyarrow as pa
 from lake_core.models import DataLocation
 from lake_core.names import TableRef
 from lake_objects.capability import ReadCapability
+from lake_objects.descriptor import StageDescriptor
 from lake_objects.progress import ProgressCallback
 from lake_objects.reader import ObjectReader
-from lake_sdk.builder import ClientBuilder
-from lake_sdk.client import LakeClient
+from lake_objects.s3 import DEFAULT_UPLOAD_CONCURRENCY
+from lake_objects.source import FileUpload
+from lake_objects.store import ManagedObjectStore
+from lake_sdk._deprecation import deprecated
+from lake_sdk.appends import DEFAULT_APPEND_RETRIES
+from lake_sdk.builder import ClientBuilder, connect_kwargs
+from lake_sdk.client import DEFAULT_CONNECT_TIMEOUT_S, AsyncClient
+from lake_sdk.results import QueryResult
+from lake_sdk.schema_cache import SchemaCache
 
-__all__ = ["Client", "connect"]
+__all__ = ["Client", "SyncObjectReader", "SyncObjectStore", "SyncQueryResult", "connect"]
 
 T = TypeVar("T")
 
@@ -27,45 +41,112 @@ class _LoopThread:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="lake-sdk", daemon=True)
         self._thread.start()
+        self._stopped = False
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def stop(self) -> None:
+        if self._stopped:
+            return
+        self._stopped = True
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join()
         self.loop.close()
 
 
 class Client:
-    """A blocking Lake client; see :class:`lake_sdk.LakeClient` for the async one."""
+    """A blocking client of one Lake Query endpoint; options as :class:`~lake_sdk.AsyncClient`."""
 
-    def __init__(self, runner: _LoopThread, inner: LakeClient) -> None:
-        self._runner = runner
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None = None,
+        ca_pem: bytes | str | None = None,
+        server_name: str | None = None,
+        connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+        retries: int = DEFAULT_APPEND_RETRIES,
+        schema_cache: SchemaCache | None = None,
+        upload_checkpoint_dir: str | os.PathLike[str] | None = None,
+        upload_concurrency: int = DEFAULT_UPLOAD_CONCURRENCY,
+        progress: ProgressCallback | None = None,
+        query_only: bool = False,
+        store: ManagedObjectStore | None = None,
+    ) -> None:
+        inner = AsyncClient(
+            url,
+            token=token,
+            ca_pem=ca_pem,
+            server_name=server_name,
+            connect_timeout=connect_timeout,
+            retries=retries,
+            schema_cache=schema_cache,
+            upload_checkpoint_dir=upload_checkpoint_dir,
+            upload_concurrency=upload_concurrency,
+            progress=progress,
+            query_only=query_only,
+            store=store,
+        )
+        self._runner = _LoopThread()
         self._inner = inner
 
+    @property
+    def url(self) -> str:
+        return self._inner.url
+
     def __repr__(self) -> str:
-        return f"Client({self._inner.url!r})"
+        return f"Client({self.url!r})"
+
+    def clone(self) -> Client:
+        """Another handle on this connection (and its loop thread, schema cache and stage)."""
+        twin = object.__new__(Client)
+        twin._runner = self._runner
+        twin._inner = self._inner.clone()
+        return twin
+
+    def __enter__(self) -> Client:
+        """Wait until Query answers (``connect_timeout``); close and raise if it does not."""
+        try:
+            self._runner.run(self._inner.__aenter__())
+        except BaseException:
+            self._runner.stop()
+            raise
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection (shared with clones) and stop the loop thread."""
+        try:
+            self._runner.run(self._inner.close())
+        finally:
+            self._runner.stop()
 
     @classmethod
+    @deprecated("lake_sdk.Client.builder(url)", "lake_sdk.Client(url, token=..., ca_pem=...)")
     def builder(cls, url: str) -> ClientBuilder:
-        """Configure a blocking connection (bearer token, CA, server name)."""
-        return ClientBuilder(url)
+        return ClientBuilder(url, connect=_connect)
 
-    def query(self, sql: str) -> Iterator[pa.RecordBatch]:
-        result = self._runner.run(self._inner.query(sql))
-        stream = result.__aiter__()
-        while True:
-            try:
-                yield self._runner.run(_next(stream))
-            except StopAsyncIteration:
-                return
+    # -- SQL and schemas ---------------------------------------------------
+
+    def query(self, sql: str) -> SyncQueryResult:
+        return SyncQueryResult(self._runner, self._runner.run(self._inner.query(sql)))
 
     def query_table(self, sql: str) -> pa.Table:
         return self._runner.run(self._inner.query_table(sql))
 
     def table_schema(self, table: TableRef | str) -> pa.Schema:
         return self._runner.run(self._inner.table_schema(table))
+
+    def invalidate_table_schema(self, table: TableRef | str) -> None:
+        self._inner.invalidate_table_schema(table)
+
+    def clear_schema_cache(self) -> None:
+        self._inner.clear_schema_cache()
+
+    # -- appends -----------------------------------------------------------
 
     def append_batches(
         self,
@@ -78,15 +159,13 @@ class Client:
             self._inner.append_batches(table, batches, operation_id=operation_id)
         )
 
-    # FILE values (see LakeClient): inserts with uploads, pending appends, reads.
-
     def insert(
-        self, sql: str, params: list[Any], *, progress: ProgressCallback | None = None
+        self, sql: str, params: Sequence[Any], *, progress: ProgressCallback | None = None
     ) -> int:
         return self._runner.run(self._inner.insert(sql, params, progress=progress))
 
     def insert_many(
-        self, sql: str, rows: list[list[Any]], *, progress: ProgressCallback | None = None
+        self, sql: str, rows: Sequence[Sequence[Any]], *, progress: ProgressCallback | None = None
     ) -> int:
         return self._runner.run(self._inner.insert_many(sql, rows, progress=progress))
 
@@ -96,11 +175,13 @@ class Client:
     def resume_pending_append(self, operation_id: str) -> int:
         return self._runner.run(self._inner.resume_pending_append(operation_id))
 
-    def invalidate_table_schema(self, table: TableRef | str) -> None:
-        self._inner.invalidate_table_schema(table)
+    # -- FILE values -------------------------------------------------------
 
-    def clear_schema_cache(self) -> None:
-        self._inner.clear_schema_cache()
+    def object_store(self) -> SyncObjectStore:
+        return SyncObjectStore(self._runner, self._runner.run(self._inner.object_store()))
+
+    def cancel_upload(self, path: str | os.PathLike[str]) -> bool:
+        return self._runner.run(self._inner.cancel_upload(path))
 
     def open(self, location: DataLocation) -> SyncObjectReader:
         return SyncObjectReader(self._runner, self._runner.run(self._inner.open(location)))
@@ -109,33 +190,45 @@ class Client:
         reader = self._runner.run(self._inner.open_range(location, start, end))
         return SyncObjectReader(self._runner, reader)
 
-    def presign_read(self, location: DataLocation, ttl: float) -> ReadCapability:
+    def presign_read(self, location: DataLocation, ttl: float | timedelta) -> ReadCapability:
         return self._runner.run(self._inner.presign_read(location, ttl))
 
-    def open_via_query(self, location: DataLocation, ttl: float) -> SyncObjectReader:
+    def open_via_query(self, location: DataLocation, ttl: float | timedelta) -> SyncObjectReader:
         reader = self._runner.run(self._inner.open_via_query(location, ttl))
         return SyncObjectReader(self._runner, reader)
 
     def open_range_via_query(
-        self, location: DataLocation, start: int, end: int, ttl: float
+        self, location: DataLocation, start: int, end: int, ttl: float | timedelta
     ) -> SyncObjectReader:
         reader = self._runner.run(self._inner.open_range_via_query(location, start, end, ttl))
         return SyncObjectReader(self._runner, reader)
 
-    def presign_read_via_query(self, location: DataLocation, ttl: float) -> ReadCapability:
+    def presign_read_via_query(
+        self, location: DataLocation, ttl: float | timedelta
+    ) -> ReadCapability:
         return self._runner.run(self._inner.presign_read_via_query(location, ttl))
 
-    def close(self) -> None:
-        try:
-            self._runner.run(self._inner.close())
-        finally:
-            self._runner.stop()
 
-    def __enter__(self) -> Client:
-        return self
+class SyncQueryResult:
+    """A blocking view of a :class:`~lake_sdk.QueryResult`: iterate it or call :meth:`to_table`."""
 
-    def __exit__(self, *_: object) -> None:
-        self.close()
+    def __init__(self, runner: _LoopThread, result: QueryResult) -> None:
+        self._runner = runner
+        self._result = result
+        self.schema = result.schema
+
+    def __repr__(self) -> str:
+        return f"Sync{self._result!r}"
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        while (batch := self._runner.run(self._result.next_batch())) is not None:
+            yield batch
+
+    def to_table(self) -> pa.Table:
+        return self._runner.run(self._result.to_table())
+
+    def cancel(self) -> None:
+        self._result.cancel()
 
 
 class SyncObjectReader:
@@ -172,17 +265,48 @@ class SyncObjectReader:
         self.close()
 
 
-async def _next(stream: Any) -> pa.RecordBatch:
-    batch: pa.RecordBatch = await stream.__anext__()
-    return batch
+class SyncObjectStore:
+    """A blocking view of the client's :class:`~lake_objects.ManagedObjectStore`."""
+
+    def __init__(self, runner: _LoopThread, store: ManagedObjectStore) -> None:
+        self._runner = runner
+        self.store = store
+
+    def __repr__(self) -> str:
+        return f"Sync{self.store!r}"
+
+    @property
+    def descriptor(self) -> StageDescriptor:
+        return self.store.descriptor
+
+    def check(self, location: DataLocation) -> str:
+        return self.store.check(location)
+
+    def upload(
+        self,
+        upload: FileUpload,
+        *,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        progress: ProgressCallback | None = None,
+    ) -> DataLocation:
+        return self._runner.run(
+            self.store.upload(upload, checkpoint_dir=checkpoint_dir, progress=progress)
+        )
+
+    def open(self, location: DataLocation) -> SyncObjectReader:
+        return SyncObjectReader(self._runner, self._runner.run(self.store.open(location)))
+
+    def open_range(self, location: DataLocation, start: int, end: int) -> SyncObjectReader:
+        reader = self._runner.run(self.store.open_range(location, start, end))
+        return SyncObjectReader(self._runner, reader)
 
 
+def _connect(url: str, **old_kwargs: Any) -> Client:
+    client = Client(url, **connect_kwargs(old_kwargs))
+    return client.__enter__()
+
+
+@deprecated("lake_sdk.connect(url, ...)", "with lake_sdk.Client(url, ...) as client")
 def connect(url: str, **kwargs: Any) -> Client:
-    """Connect to a Lake Query endpoint and return a blocking client."""
-    runner = _LoopThread()
-    try:
-        inner = runner.run(LakeClient.connect(url, **kwargs))
-    except BaseException:
-        runner.stop()
-        raise
-    return Client(runner, inner)
+    """Deprecated: connect to a Lake Query endpoint and return a blocking client."""
+    return _connect(url, **kwargs)

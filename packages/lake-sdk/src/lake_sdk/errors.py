@@ -1,0 +1,160 @@
+"""Every error a Lake client can raise, under one ``LakeError`` root.
+
+Catch the class you mean; each knows its gRPC status and whether retrying the
+same call may succeed (``error.retryable``). Servers send the exact class
+name with every error, so a ``TableNotFound`` raised in Query or Metasrv is a
+``TableNotFound`` here (not a bare ``NotFound``)::
+
+    LakeError
+    ├── InvalidArgument            INVALID_ARGUMENT
+    │   ├── InvalidName
+    │   ├── InvalidSchema
+    │   ├── SchemaMismatch
+    │   ├── InvalidAppend
+    │   ├── SqlError
+    │   ├── ReadOnlySql
+    │   ├── InvalidFlightData            a DoPut stream that is not well-formed Arrow IPC
+    │   ├── InvalidRange                 empty, reversed or out-of-bounds byte range
+    │   ├── InvalidUpload                bad media type, unreadable source, bad options
+    │   └── TooManyParts                 an upload would need more than 10,000 parts
+    ├── ConfigError                (startup only)
+    ├── NotFound                   NOT_FOUND
+    │   ├── TableNotFound
+    │   └── ObjectNotFound
+    ├── AlreadyExists              ALREADY_EXISTS
+    │   └── TableExists
+    ├── FailedPrecondition         FAILED_PRECONDITION
+    │   ├── VersionReclaimed
+    │   ├── OperationExpired
+    │   ├── StageUnavailable             no stage (query-only client, none configured)
+    │   ├── PresignUnsupported           the stage cannot mint read capabilities
+    │   ├── UploadCheckpointMismatch     source or stage changed since the checkpoint
+    │   └── UploadInProgress             another process holds the checkpoint lock
+    ├── Aborted                    ABORTED (refresh, then retry)
+    │   └── StaleReadVersion
+    ├── Unauthenticated            UNAUTHENTICATED
+    ├── PermissionDenied           PERMISSION_DENIED
+    │   ├── LocationOutsideStage         a DataLocation outside the tenant's child prefix
+    │   └── CapabilityRejected           storage refused a capability, or redirected
+    ├── ResourceExhausted          RESOURCE_EXHAUSTED (retryable)
+    │   └── PayloadTooLarge              over a byte cap (not retryable unchanged)
+    ├── DeadlineExceeded           DEADLINE_EXCEEDED
+    ├── Unavailable                UNAVAILABLE (retryable)
+    │   ├── NotLeader                    this Metasrv may not write now
+    │   └── ObjectStoreUnavailable       object storage did not answer
+    ├── CommitStateUnknown         UNKNOWN (retry with the same operation id)
+    ├── Unimplemented              UNIMPLEMENTED
+    ├── DataCorrupted              DATA_LOSS (a stored file is not what was written)
+    └── Internal                   INTERNAL
+        └── ObjectIntegrityError         the bytes are not the ones the DataLocation names
+            ├── PrematureEof
+            ├── ObjectOverlong
+            ├── HashMismatch
+            └── RangeMismatch            a ranged response that is not exactly the range
+
+The SDK adds two, for durable appends (``upload_checkpoint_dir``):
+``PendingAppendDamaged`` (a FailedPrecondition: a pending-append file that is
+truncated or altered) and ``PendingAppendUncertain`` (the pending append was
+written but its directory could not be synced: resume it, do not insert again).
+"""
+
+from lake_core.errors import (
+    Aborted,
+    AlreadyExists,
+    CapabilityRejected,
+    CommitStateUnknown,
+    ConfigError,
+    DataCorrupted,
+    DeadlineExceeded,
+    FailedPrecondition,
+    HashMismatch,
+    Internal,
+    InvalidAppend,
+    InvalidArgument,
+    InvalidFlightData,
+    InvalidName,
+    InvalidRange,
+    InvalidSchema,
+    InvalidUpload,
+    LakeError,
+    LocationOutsideStage,
+    NotFound,
+    NotLeader,
+    ObjectIntegrityError,
+    ObjectNotFound,
+    ObjectOverlong,
+    ObjectStoreUnavailable,
+    OperationExpired,
+    PayloadTooLarge,
+    PermissionDenied,
+    PrematureEof,
+    PresignUnsupported,
+    RangeMismatch,
+    ReadOnlySql,
+    ResourceExhausted,
+    SchemaMismatch,
+    SqlError,
+    StageUnavailable,
+    StaleReadVersion,
+    TableExists,
+    TableNotFound,
+    TooManyParts,
+    Unauthenticated,
+    Unavailable,
+    Unimplemented,
+    UploadCheckpointMismatch,
+    UploadInProgress,
+    VersionReclaimed,
+)
+from lake_sdk.pending import PendingAppendDamaged, PendingAppendUncertain
+
+__all__ = [
+    "Aborted",
+    "AlreadyExists",
+    "CapabilityRejected",
+    "CommitStateUnknown",
+    "ConfigError",
+    "DataCorrupted",
+    "DeadlineExceeded",
+    "FailedPrecondition",
+    "HashMismatch",
+    "Internal",
+    "InvalidAppend",
+    "InvalidArgument",
+    "InvalidFlightData",
+    "InvalidName",
+    "InvalidRange",
+    "InvalidSchema",
+    "InvalidUpload",
+    "LakeError",
+    "LocationOutsideStage",
+    "NotFound",
+    "NotLeader",
+    "ObjectIntegrityError",
+    "ObjectNotFound",
+    "ObjectOverlong",
+    "ObjectStoreUnavailable",
+    "OperationExpired",
+    "PayloadTooLarge",
+    "PendingAppendDamaged",
+    "PendingAppendUncertain",
+    "PermissionDenied",
+    "PrematureEof",
+    "PresignUnsupported",
+    "RangeMismatch",
+    "ReadOnlySql",
+    "ResourceExhausted",
+    "SchemaMismatch",
+    "SqlError",
+    "StageUnavailable",
+    "StaleReadVersion",
+    "TableExists",
+    "TableNotFound",
+    "TooManyParts",
+    "Unauthenticated",
+    "Unavailable",
+    "Unimplemented",
+    "UploadCheckpointMismatch",
+    "UploadInProgress",
+    "VersionReclaimed",
+]

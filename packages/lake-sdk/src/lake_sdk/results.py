@@ -1,0 +1,60 @@
+"""Query results: a stream of Arrow record batches pinned to the versions seen at planning."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from lake_sdk._errors import Trailers, lake_error
+
+__all__ = ["QueryResult"]
+
+
+class QueryResult:
+    """A stream of record batches; iterate it (``async for``), or collect it with
+    :meth:`to_table`. ``schema`` is known before the first batch."""
+
+    def __init__(
+        self, reader: flight.FlightStreamReader, schema: pa.Schema, trailers: Trailers
+    ) -> None:
+        self._reader = reader
+        self._trailers = trailers
+        self.schema = schema
+
+    def __repr__(self) -> str:
+        return f"QueryResult({len(self.schema)} columns)"
+
+    def __aiter__(self) -> AsyncIterator[pa.RecordBatch]:
+        return self._batches()
+
+    async def _batches(self) -> AsyncIterator[pa.RecordBatch]:
+        while True:
+            batch = await self.next_batch()
+            if batch is None:
+                return
+            yield batch
+
+    async def next_batch(self) -> pa.RecordBatch | None:
+        """The next batch, or None at the end of the stream."""
+        try:
+            return await asyncio.to_thread(self._next_batch)
+        except (flight.FlightError, pa.ArrowException) as exc:
+            raise lake_error(exc, self._trailers) from None
+
+    def _next_batch(self) -> pa.RecordBatch | None:
+        # StopIteration cannot cross a thread future, so end-of-stream becomes None.
+        try:
+            return self._reader.read_chunk().data
+        except StopIteration:
+            return None
+
+    async def to_table(self) -> pa.Table:
+        batches = [batch async for batch in self]
+        return pa.Table.from_batches(batches, schema=self.schema)
+
+    def cancel(self) -> None:
+        """Stop the stream early (the server stops sending)."""
+        self._reader.cancel()

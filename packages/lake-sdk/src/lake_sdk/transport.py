@@ -1,0 +1,227 @@
+"""How the SDK reaches Query: endpoint URLs, credentials, TLS and the Flight calls.
+
+:class:`ConnectOptions` holds the validated bearer token (a
+:class:`~lake_core.auth.Secret`, never shown in a ``repr``, an error or a
+log line), the CA bundle and the expected server name. :class:`Connection`
+is the one pyarrow ``FlightClient`` a client and its clones share; every
+call it makes runs inside :func:`~lake_sdk._errors.calling` and turns a
+pyarrow failure into the exact Lake error class the server sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from lake_core import protocol
+from lake_core.auth import Secret
+from lake_core.errors import InvalidArgument, LakeError, Unavailable
+from lake_sdk._errors import TrailerCapture, Trailers, calling, lake_error
+
+__all__ = ["SCHEMES", "ConnectOptions", "Connection", "flight_location"]
+
+T = TypeVar("T")
+
+#: The endpoint schemes a client accepts (``http``/``grpc`` plaintext, ``https``/``grpc+tls`` TLS).
+SCHEMES = ("grpc://", "http://", "grpc+tls://", "https://")
+_TLS_SCHEMES = ("https://", "grpc+tls://")
+_TOKEN = re.compile(r"[\x21-\x7e]{1,4096}")
+_SERVER_NAME = re.compile(r"[A-Za-z0-9.-]{1,253}|[0-9A-Fa-f:.]{2,45}")
+
+
+def flight_location(url: str) -> str:
+    """The pyarrow Flight location for a Lake endpoint URL."""
+    if not isinstance(url, str) or not url.startswith(SCHEMES):
+        raise InvalidArgument(f"Lake endpoint {url!r} must start with one of {', '.join(SCHEMES)}")
+    for plain, flight_scheme in (
+        ("http://", "grpc+tcp://"),
+        ("grpc://", "grpc+tcp://"),
+        ("https://", "grpc+tls://"),
+    ):
+        if url.startswith(plain):
+            return flight_scheme + url[len(plain) :]
+    return url
+
+
+def check_token(token: str) -> Secret:
+    if not isinstance(token, str) or not _TOKEN.fullmatch(token):
+        # The value is never echoed: it may be a real credential.
+        raise InvalidArgument("a bearer token must be visible ASCII without spaces")
+    return Secret(token)
+
+
+def check_ca_pem(pem: bytes | str) -> bytes:
+    data = pem.encode() if isinstance(pem, str) else bytes(pem)
+    if b"-----BEGIN CERTIFICATE-----" not in data:
+        raise InvalidArgument("the CA certificate must be PEM text (BEGIN CERTIFICATE)")
+    return data
+
+
+def check_server_name(name: str) -> str:
+    if not isinstance(name, str) or not _SERVER_NAME.fullmatch(name):
+        raise InvalidArgument(f"server name must be a DNS name or IP address, got {name!r}")
+    return name
+
+
+class _BearerMiddleware(flight.ClientMiddleware):  # type: ignore[misc]
+    def __init__(self, header: str) -> None:
+        self._header = header
+
+    def sending_headers(self) -> dict[str, str]:
+        return {"authorization": self._header}
+
+    def __repr__(self) -> str:
+        return "_BearerMiddleware(***)"
+
+
+class _BearerFactory(flight.ClientMiddlewareFactory):  # type: ignore[misc]
+    def __init__(self, token: Secret) -> None:
+        self._token = token
+
+    def start_call(self, info: Any) -> _BearerMiddleware:
+        return _BearerMiddleware(f"Bearer {self._token.reveal()}")
+
+    def __repr__(self) -> str:
+        return "_BearerFactory(***)"
+
+
+@dataclass(frozen=True, repr=False)
+class ConnectOptions:
+    """Credentials and TLS verification for one endpoint."""
+
+    bearer_token: Secret | None = None
+    ca_pem: bytes | None = None
+    server_name: str | None = None
+
+    @classmethod
+    def create(
+        cls,
+        *,
+        token: str | None = None,
+        ca_pem: bytes | str | None = None,
+        server_name: str | None = None,
+    ) -> ConnectOptions:
+        """Validated options (InvalidArgument names the bad one, never a token's value)."""
+        return cls(
+            None if token is None else check_token(token),
+            None if ca_pem is None else check_ca_pem(ca_pem),
+            None if server_name is None else check_server_name(server_name),
+        )
+
+    def __repr__(self) -> str:
+        token = "***" if self.bearer_token is not None else None
+        ca = "<pem>" if self.ca_pem is not None else None
+        return (
+            f"ConnectOptions(bearer_token={token}, ca_pem={ca}, server_name={self.server_name!r})"
+        )
+
+    def flight_client(self, url: str, location: str) -> flight.FlightClient:
+        """A pyarrow FlightClient for ``location`` (``url`` as the caller wrote it)."""
+        tls = url.startswith(_TLS_SCHEMES)
+        if not tls and (self.ca_pem is not None or self.server_name is not None):
+            raise InvalidArgument(
+                f"a CA certificate or server name needs a TLS endpoint (https://), got {url!r}"
+            )
+        middleware: list[flight.ClientMiddlewareFactory] = [TrailerCapture()]
+        kwargs: dict[str, Any] = {"middleware": middleware}
+        if self.ca_pem is not None:
+            kwargs["tls_root_certs"] = self.ca_pem
+        if self.server_name is not None:
+            kwargs["override_hostname"] = self.server_name
+        if self.bearer_token is not None:
+            middleware.append(_BearerFactory(self.bearer_token))
+        return flight.FlightClient(location, **kwargs)
+
+
+class Connection:
+    """One Flight client to Query, shared by a client and its clones.
+
+    Blocking pyarrow calls run on worker threads so the event loop never waits
+    on the network. Building it sends nothing; :meth:`wait_ready` does.
+    """
+
+    def __init__(self, url: str, options: ConnectOptions) -> None:
+        self.url = url
+        self.options = options
+        self._client = options.flight_client(url, flight_location(url))
+        self._closed = False
+
+    def __repr__(self) -> str:
+        return f"Connection({self.url!r}, {self.options!r})"
+
+    async def call(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a worker thread; a pyarrow failure becomes its Lake error."""
+        with calling() as trailers:
+            try:
+                return await asyncio.to_thread(fn, *args)
+            except (flight.FlightError, pa.ArrowException) as exc:
+                raise lake_error(exc, trailers) from None
+
+    async def wait_ready(self, timeout_s: float) -> None:
+        """Wait until Query answers; Unavailable names the endpoint if it never does."""
+        try:
+            await self.call(self._client.wait_for_available, timeout_s)
+        except Unavailable as error:
+            raise Unavailable(f"Lake Query at {self.url} is not reachable: {error}") from None
+
+    async def action(self, name: str, body: bytes) -> bytes:
+        """One Lake DoAction and its single result body."""
+        results = await self.call(lambda: list(self._client.do_action(flight.Action(name, body))))
+        if not results:
+            raise LakeError(f"Query sent no result for {name}")
+        data: bytes = results[0].body.to_pybytes()
+        return data
+
+    async def flight_info(self, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
+        return await self.call(self._client.get_flight_info, descriptor)
+
+    async def stream(self, ticket: flight.Ticket) -> tuple[flight.FlightStreamReader, Trailers]:
+        """A DoGet stream and the trailer sink its later failures fill."""
+        with calling() as trailers:
+            try:
+                reader = await asyncio.to_thread(self._client.do_get, ticket)
+            except (flight.FlightError, pa.ArrowException) as exc:
+                raise lake_error(exc, trailers) from None
+        return reader, trailers
+
+    async def append(
+        self,
+        descriptor: flight.FlightDescriptor,
+        schema: pa.Schema,
+        batches: Sequence[pa.RecordBatch],
+    ) -> protocol.AppendResult:
+        """One DoPut; a failure is a Lake error whose outcome a codeless failure leaves unknown."""
+        with calling() as trailers:
+            try:
+                return await asyncio.to_thread(self._put, descriptor, schema, batches)
+            except (flight.FlightError, pa.ArrowException) as exc:
+                raise lake_error(exc, trailers, commit=True) from None
+
+    def _put(
+        self,
+        descriptor: flight.FlightDescriptor,
+        schema: pa.Schema,
+        batches: Sequence[pa.RecordBatch],
+    ) -> protocol.AppendResult:
+        writer, reader = self._client.do_put(descriptor, schema)
+        try:
+            for batch in batches:
+                writer.write_batch(batch)
+            writer.done_writing()
+            metadata = reader.read()
+        finally:
+            writer.close()
+        if metadata is None:
+            raise LakeError("Query acknowledged the append without a result")
+        return protocol.decode(protocol.AppendResult, metadata.to_pybytes())
+
+    async def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await asyncio.to_thread(self._client.close)
