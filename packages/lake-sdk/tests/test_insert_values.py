@@ -9,7 +9,7 @@ import pytest
 
 from lake_core.errors import InvalidAppend
 from lake_core.names import TableRef
-from lake_sdk.client import _validate_append
+from lake_sdk.appends import validate_append as _validate_append
 from lake_sdk.inserts import parse_insert, plan_insert
 
 SCHEMA = pa.schema(

@@ -48,6 +48,7 @@ from lake_core.config import (
     env_int,
     is_loopback_address,
 )
+from lake_core.endpoints import parse_endpoint
 from lake_core.errors import ConfigError
 from lake_core.security import ServerSecurity, check_internal_client, optional_token
 from lake_core.tickets import TicketKeyRing
@@ -74,7 +75,6 @@ DEFAULT_CATALOG_REFRESH_MS = 1000
 MAX_CATALOG_REFRESH_MS = 3_600_000
 
 _HOST_PORT = re.compile(r"(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9_.-]+):([0-9]{1,5})")
-_METADATA_SCHEMES = ("http://", "https://", "grpc://", "grpc+tls://")
 _AUDIENCE = re.compile(r"[A-Za-z0-9_.:/-]{1,128}")
 
 
@@ -86,8 +86,8 @@ def _check_listen_addr(addr: str) -> str:
 
 
 def _check_metadata_addr(addr: str) -> str:
-    rest = next((addr[len(s) :] for s in _METADATA_SCHEMES if addr.startswith(s)), None)
-    if rest is None or _HOST_PORT.fullmatch(rest.rstrip("/")) is None:
+    endpoint = parse_endpoint(addr)
+    if endpoint is None or _HOST_PORT.fullmatch(endpoint.target) is None:
         raise ConfigError(
             f"--metadata-addr must be a URL such as {DEFAULT_METADATA_ADDR}, got {addr!r}"
         )

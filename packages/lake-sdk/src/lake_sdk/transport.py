@@ -21,6 +21,8 @@ import pyarrow.flight as flight
 
 from lake_core import protocol
 from lake_core.auth import Secret
+from lake_core.endpoints import SCHEMES as ENDPOINT_SCHEMES
+from lake_core.endpoints import parse_endpoint
 from lake_core.errors import InvalidArgument, LakeError, Unavailable
 from lake_sdk._errors import TrailerCapture, Trailers, calling, lake_error
 
@@ -29,24 +31,17 @@ __all__ = ["SCHEMES", "ConnectOptions", "Connection", "flight_location"]
 T = TypeVar("T")
 
 #: The endpoint schemes a client accepts (``http``/``grpc`` plaintext, ``https``/``grpc+tls`` TLS).
-SCHEMES = ("grpc://", "http://", "grpc+tls://", "https://")
-_TLS_SCHEMES = ("https://", "grpc+tls://")
+SCHEMES = tuple(scheme.prefix for scheme in ENDPOINT_SCHEMES)
 _TOKEN = re.compile(r"[\x21-\x7e]{1,4096}")
 _SERVER_NAME = re.compile(r"[A-Za-z0-9.-]{1,253}|[0-9A-Fa-f:.]{2,45}")
 
 
 def flight_location(url: str) -> str:
     """The pyarrow Flight location for a Lake endpoint URL."""
-    if not isinstance(url, str) or not url.startswith(SCHEMES):
+    endpoint = parse_endpoint(url) if isinstance(url, str) else None
+    if endpoint is None:
         raise InvalidArgument(f"Lake endpoint {url!r} must start with one of {', '.join(SCHEMES)}")
-    for plain, flight_scheme in (
-        ("http://", "grpc+tcp://"),
-        ("grpc://", "grpc+tcp://"),
-        ("https://", "grpc+tls://"),
-    ):
-        if url.startswith(plain):
-            return flight_scheme + url[len(plain) :]
-    return url
+    return endpoint.flight_location
 
 
 def check_token(token: str) -> Secret:
@@ -123,7 +118,8 @@ class ConnectOptions:
 
     def flight_client(self, url: str, location: str) -> flight.FlightClient:
         """A pyarrow FlightClient for ``location`` (``url`` as the caller wrote it)."""
-        tls = url.startswith(_TLS_SCHEMES)
+        endpoint = parse_endpoint(url)
+        tls = endpoint is not None and endpoint.tls
         if not tls and (self.ca_pem is not None or self.server_name is not None):
             raise InvalidArgument(
                 f"a CA certificate or server name needs a TLS endpoint (https://), got {url!r}"
