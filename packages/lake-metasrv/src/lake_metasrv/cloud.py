@@ -204,7 +204,7 @@ async def run_cloud_server(
             cloud.registry_table,
             client=dynamodb,
             fence=leadership.epoch,
-            pause_point=config.pause_point,
+            fault_points=config.faults,
         )
         engine = S3LanceEngine(config.retain_versions, cloud.storage, fence=leadership.epoch)
         sidecars = S3SidecarStore(cloud.bucket, cloud.sidecar_prefix, lambda: engine.client("s3"))

@@ -27,7 +27,6 @@ version, its own checks and its own outcome.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
@@ -37,6 +36,7 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import structlog
 
+from lake_core import faults
 from lake_core.errors import (
     CommitStateUnknown,
     InvalidAppend,
@@ -72,7 +72,6 @@ PRUNE_INTERVAL_S = 60.0
 MAX_GROUP = 64
 #: Under a steady stream of appends, retention runs at most this often per table.
 RETENTION_INTERVAL_S = 1.0
-CRASH_EXIT_CODE = 137
 
 
 class CommitCoordinator:
@@ -106,7 +105,7 @@ class CommitCoordinator:
         self._on_many_appends: Callable[[TableRef], None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._last_prune = float("-inf")
-        self._crash_point = config.crash_point
+        self._faults = config.faults
         self.stage = config.stage or StageSettings.local(config.data_dir / "objects")
 
     @classmethod
@@ -349,7 +348,7 @@ class CommitCoordinator:
             return retry
         # Sidecars and Lance commits are independent; both must be durable
         # before the registry moves. A failure of either leaves only orphans.
-        self._maybe_crash("before_lance_commit")
+        self._faults.crash(faults.BEFORE_LANCE_COMMIT)
         sidecars, outcome = await asyncio.gather(
             asyncio.to_thread(self.sidecars.write_deltas, [s.delta for s in staged]),
             self.engine.append_many(
@@ -366,7 +365,7 @@ class CommitCoordinator:
                     _fail(item.queued, failure)
                 return retry
         assert isinstance(outcome, AppendOutcome)
-        self._maybe_crash("after_lance_commit")
+        self._faults.crash(faults.AFTER_LANCE_COMMIT)
         written = staged[: len(outcome.versions)]
         if outcome.error is not None:
             # The Lance write of this one failed; those after it were never tried.
@@ -398,7 +397,7 @@ class CommitCoordinator:
                 # Never tried: their Lance versions are orphans, restored over on retry.
                 retry.extend(s.queued for s in written[start + batch :])
                 break
-            self._maybe_crash("after_registry_commit")
+            self._faults.crash(faults.AFTER_REGISTRY_COMMIT)
             done.extend(zip(chunk, updated, strict=True))
         if done:
             last = done[-1][1]
@@ -530,11 +529,6 @@ class CommitCoordinator:
             return
         if pruned:
             log.info("expired operation ids pruned", count=pruned)
-
-    def _maybe_crash(self, point: str) -> None:
-        if self._crash_point == point:
-            log.warning("test crash point reached", point=point)
-            os._exit(CRASH_EXIT_CODE)
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)

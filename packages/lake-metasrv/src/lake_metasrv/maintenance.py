@@ -44,6 +44,7 @@ import pyarrow as pa
 import structlog
 from lance.optimize import Compaction, CompactionOptions
 
+from lake_core import faults
 from lake_core.durable import fsync_dir, fsync_file
 from lake_core.errors import (
     ConfigError,
@@ -64,7 +65,6 @@ from lake_metasrv.s3engine import S3LanceEngine
 
 __all__ = [
     "COMPACTION",
-    "TEST_MAINTENANCE_CRASH_POINT",
     "AutoCompactor",
     "CompactionSettings",
     "Maintenance",
@@ -75,11 +75,6 @@ log = structlog.get_logger("lake_metasrv.maintenance")
 
 #: ``on`` (default) or ``off``: background compaction of tables with many small fragments.
 COMPACTION = "LAKE_COMPACTION"
-#: Test builds only (with ``LAKE_TEST_HOOKS=1``): ``after_lance_write`` makes
-#: the process exit between the Lance maintenance write and the registry move.
-TEST_MAINTENANCE_CRASH_POINT = "LAKE_TEST_MAINTENANCE_CRASH_POINT"
-MAINTENANCE_CRASH_POINTS = frozenset({"after_lance_write"})
-CRASH_EXIT_CODE = 137
 
 #: Fragments are merged up to this many rows.
 TARGET_ROWS_PER_FRAGMENT = 1 << 20
@@ -329,20 +324,10 @@ class Maintenance:
         self,
         coordinator: CommitCoordinator,
         settings: CompactionSettings | None = None,
-        env: Mapping[str, str] | None = None,
     ) -> None:
         self.coordinator = coordinator
         self.settings = settings or CompactionSettings()
-        env = os.environ if env is None else env
-        point = None
-        if env.get("LAKE_TEST_HOOKS", "").strip() == "1":
-            point = (env.get(TEST_MAINTENANCE_CRASH_POINT) or "").strip() or None
-            if point is not None and point not in MAINTENANCE_CRASH_POINTS:
-                raise ConfigError(
-                    f"{TEST_MAINTENANCE_CRASH_POINT} must be one of "
-                    f"{', '.join(sorted(MAINTENANCE_CRASH_POINTS))}, got {point[:80]!r}"
-                )
-        self._crash_point = point
+        self._faults = coordinator.config.faults
 
     def _dataset(self, record: TableRecord) -> _Dataset:
         engine = self.coordinator.engine
@@ -409,9 +394,7 @@ class Maintenance:
     async def _commit(self, record: TableRecord, outcome: _Outcome, what: str) -> MaintenanceResult:
         current = record
         if outcome.engine_version != record.engine_version:
-            if self._crash_point == "after_lance_write":
-                log.warning("test crash point reached", point=self._crash_point)
-                os._exit(CRASH_EXIT_CODE)
+            self._faults.crash(faults.AFTER_LANCE_WRITE)
             commit = MaintenanceCommit(
                 table=record.table,
                 incarnation=record.incarnation,

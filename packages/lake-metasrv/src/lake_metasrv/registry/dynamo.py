@@ -43,8 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
@@ -52,6 +50,7 @@ from typing import Any, cast
 
 import structlog
 
+from lake_core import faults
 from lake_core.errors import (
     FailedPrecondition,
     Internal,
@@ -151,7 +150,7 @@ class DynamoRegistry(RegistryStore):
         region: str | None = None,
         fence: Fence | None = None,
         provision: bool = True,
-        pause_point: str | None = None,
+        fault_points: faults.Faults | None = None,
     ) -> None:
         self.table = table
         self.client: Any = client
@@ -165,7 +164,7 @@ class DynamoRegistry(RegistryStore):
         #: Heads moved by this process whose version/operation records are not yet written.
         self._unsynced: dict[TableRef, _Owed] = {}
         self._generation_owed = False
-        self._pause_point = pause_point
+        self._faults = fault_points or faults.Faults()
 
     def __repr__(self) -> str:
         return f"DynamoRegistry({self.table!r})"
@@ -216,13 +215,6 @@ class DynamoRegistry(RegistryStore):
 
     async def _put(self, values: dict[str, Any], key: Item, **kwargs: Any) -> None:
         await self._call("put_item", Item={**key, **encode(values)}, **kwargs)
-
-    def _maybe_pause(self, point: str) -> None:
-        """Test hook: stop this process (SIGSTOP) once, at a named step."""
-        if self._pause_point == point:
-            self._pause_point = None
-            log.warning("test pause point reached", point=point)
-            os.kill(os.getpid(), signal.SIGSTOP)
 
     # -- lifecycle ------------------------------------------------------------
 
@@ -642,7 +634,7 @@ class DynamoRegistry(RegistryStore):
             raise self._unavailable(exc) from None
 
         epoch = self.fence()
-        self._maybe_pause("before_head_update")
+        self._faults.stop(faults.STOP_BEFORE_HEAD_UPDATE)
         try:
             reply = await self._call(
                 "update_item",
