@@ -61,7 +61,6 @@ from lake_core.names import TableRef
 from lake_core.protocol import IndexKind, MaintenanceResult
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.registry.base import MaintenanceCommit, TableRecord
-from lake_metasrv.s3engine import S3LanceEngine
 
 __all__ = [
     "COMPACTION",
@@ -331,15 +330,13 @@ class Maintenance:
 
     def _dataset(self, record: TableRecord) -> _Dataset:
         engine = self.coordinator.engine
-        if isinstance(engine, S3LanceEngine):
-            storage = engine.storage
-            return _Dataset(
-                storage.lance_uri(record.location),
-                storage.storage_options(record.location),
-                None,
-                engine.fence,
-            )
-        return _Dataset(record.location, None, Path(record.location), lambda: None)
+        location = record.location
+        return _Dataset(
+            engine.uri(location),
+            engine.storage_options(location),
+            engine.local_path(location),
+            engine.fence,
+        )
 
     async def compact(self, table: TableRef, *, automatic: bool = False) -> MaintenanceResult:
         """Merge small fragments into ~1M-row ones and bring indexes up to date.
