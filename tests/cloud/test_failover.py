@@ -16,12 +16,13 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
-from lake_core import protocol
+from lake_core import faults, protocol
 from lake_core.errors import LakeError
 from lake_core.ids import new_operation_id
 from lake_core.metaclient import MetaClient
 from tests.cloud.conftest import CloudLake
 from tools.lake_testing.data import EPISODES, EPISODES_SCHEMA, episodes
+from tools.lake_testing.faults import fault_env
 from tools.lake_testing.servers import LakeProcess
 
 pytestmark = [pytest.mark.slow, pytest.mark.s3, pytest.mark.dynamodb]
@@ -185,10 +186,10 @@ def _state(pid: int) -> str:
 
 def test_a_fenced_old_leader_cannot_commit_after_it_resumes(make_cloud_lake) -> None:
     ttl_ms = 3000  # a test hook: this test waits out the lease once
-    lake = make_cloud_lake(meta_env={"LAKE_TEST_HOOKS": "1", "LAKE_TEST_LEASE_TTL_MS": str(ttl_ms)})
+    lake = make_cloud_lake(meta_env=fault_env(f"{faults.LEASE_TTL_MS}={ttl_ms}"))
     # The old leader stops itself (SIGSTOP) after checking its lease and just
     # before its registry write: the one window the lease clock cannot cover.
-    old = two_node_lake(lake, {"LAKE_TEST_PAUSE_POINT": "before_head_update"})
+    old = two_node_lake(lake, fault_env(faults.STOP_BEFORE_HEAD_UPDATE, base=lake.meta_env))
     new = next(m for m in lake.metas if m is not old)
     lake.admin(lambda c: c.create_table(EPISODES, EPISODES_SCHEMA), target=old)
 

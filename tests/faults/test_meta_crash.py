@@ -22,8 +22,8 @@ from tools.lake_testing.data import (
     describe_version,
     episodes,
 )
+from tools.lake_testing.faults import fault_env
 from tools.lake_testing.plugin import LakeCluster
-from tools.lake_testing.servers import start_meta
 
 ROWS_PER_APPEND = 50
 
@@ -114,14 +114,7 @@ def test_retry_after_a_crash_at_each_commit_step_gives_exactly_one_version(
         )
 
     # Restart Metasrv armed to die at the crash point of the next commit.
-    lake_cluster.meta.stop()
-    port = int(lake_cluster.meta.addr.rsplit(":", 1)[1])
-    armed = start_meta(
-        lake_cluster.root / "data",
-        lake_cluster.root,
-        port=port,
-        env={**lake_cluster.env, "LAKE_TEST_HOOKS": "1", "LAKE_TEST_CRASH_POINT": crash_point},
-    )
+    armed = lake_cluster.replace_meta(fault_env(f"meta.{crash_point}"))
     op_id = new_operation_id()
     with lake_sdk.connect(lake_cluster.query.url, append_attempts=1) as client:
         try:

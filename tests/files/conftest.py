@@ -10,9 +10,11 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from lake_core import faults
 from lake_core.filetype import file_field
 from lake_core.names import TableRef
 from tools.lake_testing.data import create_table
+from tools.lake_testing.faults import fault_env, reset_process_faults
 from tools.lake_testing.plugin import LakeCluster, write_ticket_keys
 from tools.lake_testing.s3proxy import S3Proxy
 from tools.lake_testing.seaweed import SeaweedS3
@@ -85,12 +87,9 @@ def s3_lake(
         "LAKE_MANAGED_OBJECT_PREFIX": PREFIX,
         **aws,
     }
-    for key, value in {
-        **aws,
-        "LAKE_TEST_HOOKS": "1",
-        "LAKE_TEST_UPLOAD_PART_SIZE": str(5 * MIB),
-    }.items():
+    for key, value in {**aws, **fault_env(f"{faults.UPLOAD_PART_SIZE}={5 * MIB}")}.items():
         monkeypatch.setenv(key, value)
+    faults.configure()  # this process is the SDK: its new uploads use 5 MiB parts
     meta = start_meta(tmp_path / "data", tmp_path, env=env)
     cluster = LakeCluster(root=tmp_path, meta=meta, env=env)
     try:
@@ -98,6 +97,7 @@ def s3_lake(
         create_table(meta.addr, EPISODES, EPISODES_SCHEMA)
         yield S3Lake(cluster, s3_server, s3_bucket, proxy)
     finally:
+        reset_process_faults()
         cluster.stop()
         proxy.stop()
 

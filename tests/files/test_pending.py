@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import time
@@ -18,6 +19,7 @@ from lake_sdk import LakeClient
 from lake_sdk.pending import PendingAppendStore
 from tests.files.conftest import EPISODES, sdk_env, write_random
 from tools.lake_testing.data import describe_version
+from tools.lake_testing.faults import fault_env
 from tools.lake_testing.plugin import LakeCluster
 
 pytestmark = [pytest.mark.asyncio]
@@ -40,7 +42,7 @@ asyncio.run(main(*sys.argv[1:4]))
 def _crash(cluster: LakeCluster, source: Path, checkpoints: Path, point: str) -> None:
     done = subprocess.run(
         [sys.executable, "-c", CHILD, cluster.query.url, str(source), str(checkpoints)],
-        env=sdk_env({"LAKE_TEST_HOOKS": "1", "LAKE_TEST_SDK_CRASH_POINT": point}),
+        env=sdk_env(fault_env(f"sdk.{point}", base=os.environ)),
         capture_output=True,
         timeout=120,
     )

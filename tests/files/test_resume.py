@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 
 import lake_sdk
+from lake_core import faults
 from lake_objects import FileUpload, S3ObjectStore, UploadCheckpointMismatch
 from lake_objects.checkpoint import CheckpointFile
 from lake_sdk import LakeClient
 from tests.files.conftest import INSERT, MIB, S3Lake, sdk_env, write_random
+from tools.lake_testing.faults import reset_process_faults
 
 pytestmark = [pytest.mark.s3, pytest.mark.asyncio, pytest.mark.slow]
 
@@ -93,7 +95,8 @@ async def test_sigkilled_upload_resumes_sending_only_missing_parts(
     assert len(remote) >= durable  # S3 may hold a part finished after the last checkpoint
 
     # The new process uses today's default part size: the checkpoint's 5 MiB wins.
-    monkeypatch.delenv("LAKE_TEST_UPLOAD_PART_SIZE")
+    monkeypatch.delenv(faults.FAULTS)
+    reset_process_faults()
     async with await LakeClient.connect(s3_lake.url, upload_checkpoint_dir=checkpoints) as client:
         version = await client.insert(
             INSERT, ["ep-resumed", FileUpload.from_path(source, "video/mp4")]

@@ -22,12 +22,14 @@ from click.testing import CliRunner
 from google.protobuf import any_pb2
 
 import lake_sdk
+from lake_core import faults
 from lake_core.admin_cli import client as admin_cli
 from lake_core.errors import LakeError
 from lake_core.metaclient import MetaClient
 from lake_core.proto import flight_sql_pb2
 from lake_metasrv.registry import SqliteRegistry
 from tools.lake_testing.data import EPISODES, EPISODES_SCHEMA, create_table, episodes
+from tools.lake_testing.faults import fault_env
 from tools.lake_testing.plugin import LakeCluster
 from tools.lake_testing.servers import start_meta
 
@@ -132,8 +134,7 @@ def test_optimize_and_index_keep_rows_and_version_and_query_uses_them(
 
 def test_kill_between_lance_write_and_registry_move(tmp_path: Path) -> None:
     hooks = {
-        "LAKE_TEST_HOOKS": "1",
-        "LAKE_TEST_MAINTENANCE_CRASH_POINT": "after_lance_write",
+        **fault_env(faults.AFTER_LANCE_WRITE),
         "LAKE_COMPACTION": "off",
     }
     meta = start_meta(tmp_path / "data", tmp_path, env=hooks)

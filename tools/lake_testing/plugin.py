@@ -35,6 +35,26 @@ class LakeCluster:
         self.queries.append(replica)
         return replica
 
+    def replace_meta(self, env: dict[str, str]) -> LakeProcess:
+        """A Metasrv with ``env`` added (armed faults, say) in place of ``meta``: same port, same data.
+
+        ``meta`` itself is stopped, not replaced: ``meta.start()`` brings it
+        back later. Every Query replica restarts after the new Metasrv is up,
+        so the next request reaches that process: a replica whose channel saw
+        the old Metasrv go away may still be in gRPC's reconnect backoff and
+        would fail that request fast (UNAVAILABLE) without sending it.
+        """
+        self.meta.stop()
+        port = int(self.meta.addr.rsplit(":", 1)[1])
+        replacement = start_meta(self.root / "data", self.root, port=port, env={**self.env, **env})
+        try:
+            for replica in self.queries:
+                replica.restart()
+        except BaseException:
+            replacement.stop()
+            raise
+        return replacement
+
     def stop(self) -> None:
         for replica in self.queries:
             replica.stop()

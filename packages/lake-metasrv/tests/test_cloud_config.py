@@ -28,7 +28,7 @@ def test_cloud_defaults(tmp_path: Path) -> None:
     assert config.cloud.registry_table == "lake_registry"
     assert config.cloud.storage.manifest_table == "lake_manifests"
     assert config.lease_ttl_s == 10.0
-    assert config.pause_point is None
+    assert not config.faults.armed
     assert config.advertise_url is None
     assert config.stage is not None
     assert config.stage.kind == "s3"
@@ -36,12 +36,16 @@ def test_cloud_defaults(tmp_path: Path) -> None:
     assert MetaConfig.load(data_dir=tmp_path, env={"LAKE_S3_BUCKET": "b-1"}).cloud is None
 
 
-def test_test_hooks_only_apply_with_hooks_enabled(tmp_path: Path) -> None:
-    env = {**CLOUD, "LAKE_TEST_LEASE_TTL_MS": "2000", "LAKE_TEST_PAUSE_POINT": "before_head_update"}
-    plain = MetaConfig.load(data_dir=tmp_path, env=env)
-    assert (plain.lease_ttl_s, plain.pause_point) == (10.0, None)
-    hooked = MetaConfig.load(data_dir=tmp_path, env={**env, "LAKE_TEST_HOOKS": "1"})
-    assert (hooked.lease_ttl_s, hooked.pause_point) == (2.0, "before_head_update")
+def test_test_hooks_only_apply_through_lake_faults(tmp_path: Path) -> None:
+    old = {"LAKE_TEST_HOOKS": "1", "LAKE_TEST_LEASE_TTL_MS": "2000"}
+    plain = MetaConfig.load(data_dir=tmp_path, env={**CLOUD, **old})
+    assert (plain.lease_ttl_s, plain.faults.armed) == (10.0, False)
+    spec = "meta.lease_ttl_ms=2000,meta.stop_before_head_update"
+    hooked = MetaConfig.load(data_dir=tmp_path, env={**CLOUD, "LAKE_FAULTS": spec})
+    assert hooked.lease_ttl_s == 2.0
+    assert hooked.faults.points == {"meta.stop_before_head_update"}
+    with pytest.raises(ConfigError, match="LAKE_FAULTS"):
+        MetaConfig.load(data_dir=tmp_path, env={**CLOUD, "LAKE_FAULTS": "meta.lease_ttl_ms=100"})
 
 
 @pytest.mark.parametrize(

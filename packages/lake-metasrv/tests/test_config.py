@@ -18,7 +18,7 @@ def test_defaults(tmp_path: Path) -> None:
     assert config.retain_versions == 10
     assert config.operation_retention_secs == 604_800
     assert config.shutdown_grace_ms == 30_000
-    assert config.crash_point is None
+    assert not config.faults.armed
     assert config.addr == "127.0.0.1:50052"
     assert not (tmp_path / "d").exists(), "parsing must not create the data dir"
 
@@ -49,15 +49,14 @@ def test_other_bad_values(tmp_path: Path, name: str, value: str) -> None:
         MetaConfig.load(data_dir=tmp_path, env={name: value})
 
 
-def test_crash_point_needs_hooks(tmp_path: Path) -> None:
-    env = {"LAKE_TEST_CRASH_POINT": "after_lance_commit"}
-    assert MetaConfig.load(data_dir=tmp_path, env=env).crash_point is None
-    hooked = MetaConfig.load(data_dir=tmp_path, env={**env, "LAKE_TEST_HOOKS": "1"})
-    assert hooked.crash_point == "after_lance_commit"
-    with pytest.raises(ConfigError, match="LAKE_TEST_CRASH_POINT"):
-        MetaConfig.load(
-            data_dir=tmp_path, env={"LAKE_TEST_HOOKS": "1", "LAKE_TEST_CRASH_POINT": "nowhere"}
-        )
+def test_crash_points_come_only_from_lake_faults(tmp_path: Path) -> None:
+    # The old per-hook variables arm nothing.
+    env = {"LAKE_TEST_HOOKS": "1", "LAKE_TEST_CRASH_POINT": "after_lance_commit"}
+    assert not MetaConfig.load(data_dir=tmp_path, env=env).faults.armed
+    hooked = MetaConfig.load(data_dir=tmp_path, env={"LAKE_FAULTS": "meta.after_lance_commit"})
+    assert hooked.faults.points == {"meta.after_lance_commit"}
+    with pytest.raises(ConfigError, match="LAKE_FAULTS"):
+        MetaConfig.load(data_dir=tmp_path, env={"LAKE_FAULTS": "meta.nowhere"})
 
 
 @pytest.mark.parametrize("addr", ["0.0.0.0:50052", "10.1.2.3:1", "nohost", "127.0.0.1:x"])

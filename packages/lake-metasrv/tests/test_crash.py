@@ -25,6 +25,7 @@ from lake_core.ids import new_operation_id
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_metasrv.registry import SqliteRegistry
+from tools.lake_testing.faults import fault_env
 from tools.lake_testing.servers import LakeProcess, start_meta
 
 pytestmark = pytest.mark.slow
@@ -167,7 +168,7 @@ async def test_sigkill_during_append_stream(tmp_path: Path, client_factory: Any)
 )
 async def test_crash_points(tmp_path: Path, client_factory: Any, point: str) -> None:
     data_dir = tmp_path / "data"
-    hooks = {"LAKE_TEST_HOOKS": "1", "LAKE_TEST_CRASH_POINT": point}
+    hooks = fault_env(f"meta.{point}")
     meta = start_meta(data_dir, tmp_path, env=hooks)
     with running(meta):
         client = client_factory(meta)

@@ -66,7 +66,7 @@ def sorted_rows(location: str, engine_version: int) -> pa.Table:
 
 
 def maintenance(coordinator: CommitCoordinator, **settings: Any) -> Maintenance:
-    return Maintenance(coordinator, CompactionSettings(**settings), env={})
+    return Maintenance(coordinator, CompactionSettings(**settings))
 
 
 @pytest.mark.asyncio

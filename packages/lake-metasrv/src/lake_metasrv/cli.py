@@ -31,7 +31,7 @@ from lake_core.schemas import parse_column_spec, validate_table_schema
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.config import DEFAULT_ADDR, DEFAULT_DATA_DIR, MetaConfig
 from lake_metasrv.datadir import DataDir
-from lake_metasrv.integrity import DigestStore, verify_table
+from lake_metasrv.integrity import verify_table
 from lake_metasrv.maintenance import CompactionSettings, Maintenance
 from lake_metasrv.registry.base import TableRecord
 from lake_metasrv.service import MetaHandler
@@ -280,9 +280,8 @@ def verify_table_command(name: str, all_versions: bool, as_json: bool, data_dir:
     ref = _parse_table(name)
 
     async def work(c: CommitCoordinator) -> VerifyTableResult:
-        return await verify_table(
-            c, DigestStore.of(c.data_dir.root), ref, all_versions=all_versions
-        )
+        assert c.digests is not None  # a local data directory always records digests
+        return await verify_table(c, c.digests, ref, all_versions=all_versions)
 
     result = _local(data_dir, work)
     click.echo(render_report(result, as_json=as_json))

@@ -18,35 +18,32 @@ import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, TypeVar
+from typing import Any
 
 import structlog
 from pydantic import BaseModel
 
-from lake_core.cloud import CloudSettings
 from lake_core.errors import Internal, Unavailable
 from lake_core.flight.server import FlightServer
-from lake_core.names import TableRef
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.config import MetaConfig
-from lake_metasrv.datadir import DataDir
 from lake_metasrv.forwarding import ForwardingMetaHandler, PeerClients
+from lake_metasrv.gate import LeadershipGate
 from lake_metasrv.lease import Leadership
 from lake_metasrv.registry.dynamo import DynamoRegistry, dynamo_client_config, ensure_table
 from lake_metasrv.s3engine import MANIFEST_TABLE_SCHEMA, S3LanceEngine, is_storage_outage
 from lake_metasrv.serving import serve_and_drain, use_io_threads
 from lake_metasrv.sidecars import DropMarker, ReferenceDelta, SidecarStore
 
-__all__ = ["CloudCommitCoordinator", "S3SidecarStore", "run_cloud_server"]
+__all__ = ["S3SidecarStore", "run_cloud_server"]
 
 log = structlog.get_logger("lake_metasrv.cloud")
-T = TypeVar("T")
 
 
 class S3SidecarStore(SidecarStore):
-    """Reference-delta sidecars as S3 objects, one per version *and* operation.
+    """Reference-delta sidecars as S3 objects, one per version *and* operation (cloud mode).
 
     ``<prefix>/<incarnation>/<version:020d>/<operation-id or create>.json``:
     a retry of a version after a crash, or a fenced old leader writing late,
@@ -62,7 +59,7 @@ class S3SidecarStore(SidecarStore):
     def key(self, incarnation: str, version: int, operation_id: str | None) -> str:
         return f"{self.prefix}/{incarnation}/{version:020d}/{operation_id or 'create'}.json"
 
-    def write_delta(self, delta: ReferenceDelta) -> str:  # type: ignore[override]
+    def write_delta(self, delta: ReferenceDelta) -> str:
         key = self.key(delta.incarnation, delta.version, delta.operation_id)
         return self._put(key, delta)
 
@@ -75,7 +72,7 @@ class S3SidecarStore(SidecarStore):
             for _ in pool.map(self.write_delta, deltas):
                 pass
 
-    def write_drop(self, marker: DropMarker) -> str:  # type: ignore[override]
+    def write_drop(self, marker: DropMarker) -> str:
         key = f"{self.prefix}/{marker.incarnation}/dropped.json"
         try:
             return self._put(key, marker)
@@ -127,49 +124,6 @@ def _s3_error(exc: BaseException, uri: str) -> Exception:
     return exc if isinstance(exc, Exception) else Internal(str(exc))
 
 
-class CloudCommitCoordinator(CommitCoordinator):
-    """The commit coordinator with S3 locations and a leadership gate.
-
-    Nothing changes a table unless this node holds a valid lease: the gate
-    is checked before a change starts, the engine checks it again before
-    Lance commits, and the registry before each write (and fences on the
-    epoch).
-    """
-
-    def __init__(
-        self,
-        config: MetaConfig,
-        cloud: CloudSettings,
-        registry: DynamoRegistry,
-        engine: S3LanceEngine,
-        sidecars: S3SidecarStore,
-        leadership: Leadership | None = None,
-    ) -> None:
-        super().__init__(config, registry, engine, DataDir(config.data_dir), sidecars)
-        self.cloud = cloud
-        self.leadership = leadership
-
-    def location_for(self, table: TableRef) -> str:
-        return self.cloud.table_location(table)
-
-    async def open(self) -> None:
-        # No data directory in cloud mode; pruning is the leader's job.
-        await self.registry.open()
-
-    async def _prune_operations(self, *, force: bool = False) -> None:
-        if self.leadership is None or self.leadership.is_leader:
-            await super()._prune_operations(force=force)
-
-    async def _exclusive(self, table: TableRef, work: Coroutine[Any, Any, T]) -> T:
-        if self.leadership is not None:
-            try:
-                self.leadership.epoch()
-            except BaseException:
-                work.close()  # never started: do not leave a coroutine un-awaited
-                raise
-        return await super()._exclusive(table, work)
-
-
 def _advertised(config: MetaConfig, server: FlightServer) -> str:
     if config.advertise_url:
         return config.advertise_url
@@ -204,11 +158,21 @@ async def run_cloud_server(
             cloud.registry_table,
             client=dynamodb,
             fence=leadership.epoch,
-            pause_point=config.pause_point,
+            fault_points=config.faults,
         )
-        engine = S3LanceEngine(config.retain_versions, cloud.storage, fence=leadership.epoch)
+        engine = S3LanceEngine(
+            config.retain_versions,
+            cloud.storage,
+            fence=leadership.epoch,
+            table_location=cloud.table_location,
+        )
         sidecars = S3SidecarStore(cloud.bucket, cloud.sidecar_prefix, lambda: engine.client("s3"))
-        coordinator = CloudCommitCoordinator(config, cloud, registry, engine, sidecars, leadership)
+        # Nothing changes a table unless this node holds a valid lease: the gate
+        # is checked before a change starts, the engine again before Lance
+        # commits, and the registry before each write (and fences on the epoch).
+        coordinator = CommitCoordinator(
+            config, registry, engine, sidecars, gate=LeadershipGate(leadership)
+        )
         peers = PeerClients(config.peer_token, config.peer_tls)
         await ensure_table(dynamodb, cloud.storage.manifest_table, **MANIFEST_TABLE_SCHEMA)
         await coordinator.open()

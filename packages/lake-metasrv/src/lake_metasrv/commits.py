@@ -27,21 +27,19 @@ version, its own checks and its own outcome.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import pyarrow as pa
 import structlog
 
+from lake_core import faults
 from lake_core.errors import (
-    CommitStateUnknown,
     InvalidAppend,
     OperationExpired,
-    StaleReadVersion,
     TableExists,
     TableNotFound,
     Unavailable,
@@ -49,15 +47,25 @@ from lake_core.errors import (
 from lake_core.ids import new_operation_id, operation_time_ms, parse_operation_id
 from lake_core.names import TableRef
 from lake_core.principal import DEV_PRINCIPAL
-from lake_core.protocol import MAX_APPEND_ROWS, AppendCommand, AppendResult, DropTableResult
-from lake_core.schemas import check_exact_schema, schema_to_ipc, validate_table_schema
-from lake_core.values import check_batches
+from lake_core.protocol import AppendCommand, AppendResult, DropTableResult
+from lake_core.schemas import schema_to_ipc, validate_table_schema
+from lake_metasrv.appends import (
+    Queued,
+    Staged,
+    check_read_version,
+    check_rows,
+    check_shape,
+    fail,
+    registry_failure,
+    retrieve,
+)
 from lake_metasrv.config import MetaConfig
 from lake_metasrv.datadir import DataDir
-from lake_metasrv.engine import AppendOutcome, LanceEngine, PreparedAppend
+from lake_metasrv.engine import AppendOutcome, LanceEngine, LocalLanceEngine
+from lake_metasrv.gate import OpenGate, WriteGate
 from lake_metasrv.integrity import DigestStore
 from lake_metasrv.registry.base import AppendCommit, OperationRecord, RegistryStore, TableRecord
-from lake_metasrv.sidecars import DropMarker, ReferenceDelta, SidecarStore, file_uris
+from lake_metasrv.sidecars import DropMarker, LocalSidecarStore, ReferenceDelta, SidecarStore
 from lake_objects.scope import TenantScope
 from lake_objects.settings import StageSettings
 
@@ -74,30 +82,39 @@ PRUNE_INTERVAL_S = 60.0
 MAX_GROUP = 64
 #: Under a steady stream of appends, retention runs at most this often per table.
 RETENTION_INTERVAL_S = 1.0
-CRASH_EXIT_CODE = 137
 
 
 class CommitCoordinator:
-    """Serializes and performs every table change of one Metasrv."""
+    """Serializes and performs every table change of one Metasrv.
+
+    Its seams are chosen at construction: the registry, the table engine,
+    the sidecar store and the write gate (:mod:`lake_metasrv.gate`), which
+    every registry-changing operation passes. ``data_dir`` is the local data
+    directory to create on open (None in cloud mode).
+    """
 
     def __init__(
         self,
         config: MetaConfig,
         registry: RegistryStore,
         engine: LanceEngine,
-        data_dir: DataDir,
         sidecars: SidecarStore,
         *,
+        gate: WriteGate | None = None,
+        data_dir: DataDir | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
         self.registry = registry
         self.engine = engine
-        self.data_dir = data_dir
         self.sidecars = sidecars
+        self.gate: WriteGate = gate or OpenGate()
+        self.data_dir = data_dir
+        #: Size and SHA-256 of every data file a commit writes (local tables only).
+        self.digests = DigestStore.of(data_dir.root) if data_dir is not None else None
         self._clock = clock
         self._locks: dict[TableRef, asyncio.Lock] = {}
-        self._queues: dict[TableRef, deque[_Queued]] = {}
+        self._queues: dict[TableRef, deque[Queued]] = {}
         self._committers: set[TableRef] = set()
         self._retained_at: dict[TableRef, float] = {}
         #: Each table as this coordinator last read or wrote it (a hint: appends
@@ -108,7 +125,7 @@ class CommitCoordinator:
         self._on_many_appends: Callable[[TableRef], None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._last_prune = float("-inf")
-        self._crash_point = config.crash_point
+        self._faults = config.faults
         self.stage = config.stage or StageSettings.local(config.data_dir / "objects")
 
     @classmethod
@@ -120,14 +137,15 @@ class CommitCoordinator:
         return cls(
             config,
             registry if registry is not None else SqliteRegistry(data_dir.registry_path),
-            LanceEngine(config.retain_versions),
-            data_dir,
-            SidecarStore(data_dir.sidecars_root),
+            LocalLanceEngine(config.retain_versions, data_dir.tables_root),
+            LocalSidecarStore(data_dir.sidecars_root),
+            data_dir=data_dir,
         )
 
     async def open(self) -> None:
-        """Open the registry and forget expired operation ids."""
-        self.data_dir.create()
+        """Open the registry and forget expired operation ids (where this node writes)."""
+        if self.data_dir is not None:
+            self.data_dir.create()
         await self.registry.open()
         await self._prune_operations(force=True)
 
@@ -156,7 +174,7 @@ class CommitCoordinator:
         return record
 
     def location_for(self, table: TableRef) -> str:
-        return str(self.data_dir.table_path(table))
+        return self.engine.location(table)
 
     # -- create / drop ------------------------------------------------------
 
@@ -232,8 +250,9 @@ class CommitCoordinator:
         committed as a group (see :meth:`_commit_group`); each still gets its
         own version and its own outcome.
         """
+        self.gate.check()  # before anything is read or written for it
         op_time = self._check_operation_id(command.operation_id)
-        rows = _check_shape(batches)
+        rows = check_shape(batches)
         scope = self.stage.scope(tenant_id)
         # Runs to completion even if our caller goes away: once started, an
         # append is never abandoned half-way.
@@ -260,15 +279,15 @@ class CommitCoordinator:
             record = await self.describe_table(command.table)
             self._seen[command.table] = record
         if command.read_version is not None and command.read_version < record.version:
-            _check_read_version(command, record.version)  # stale already: versions only grow
-        checked = _check_rows(record, schema, batches, scope)
+            check_read_version(command, record.version)  # stale already: versions only grow
+        checked = check_rows(record, schema, batches, scope)
         prepared = await self.engine.prepare(
             record.location, record.incarnation, record.engine_version, checked.data
         )
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        future.add_done_callback(_retrieve)
+        future.add_done_callback(retrieve)
         self._queues.setdefault(command.table, deque()).append(
-            _Queued(command, schema, batches, rows, op_time, scope, checked, prepared, future)
+            Queued(command, schema, batches, rows, op_time, scope, checked, prepared, future)
         )
         self._start_committer(command.table)
         return await future
@@ -316,7 +335,7 @@ class CommitCoordinator:
                             )
                         )
                         for queued in group:
-                            _fail(queued, error)
+                            fail(queued, error)
                         raise
                     queue.extendleft(reversed(retry))
         finally:
@@ -326,7 +345,17 @@ class CommitCoordinator:
             else:
                 self._queues.pop(table, None)
 
-    async def _commit_group(self, table: TableRef, group: list[_Queued]) -> list[_Queued]:
+    def _record_digests(self, record: TableRecord, staged: Sequence[Staged]) -> None:
+        """Hash the data files each staged version adds (blocking; local tables only)."""
+        if self.digests is not None:
+            self.digests.record(
+                record.table,
+                record.incarnation,
+                record.location,
+                [(s.version, s.queued.prepared.fragments) for s in staged],
+            )
+
+    async def _commit_group(self, table: TableRef, group: list[Queued]) -> list[Queued]:
         """Commit ``group`` in order, each append its own version; return those to retry.
 
         The group shares one registry read, one sidecar directory fsync, one
@@ -339,11 +368,12 @@ class CommitCoordinator:
         its window, never fewer versions).
         """
         try:
+            self.gate.check()  # again: the lease may have gone while these waited
             record = await self.describe_table(table)
         except Exception as exc:
             self._seen.pop(table, None)
             for queued in group:
-                _fail(queued, exc)
+                fail(queued, exc)
             return []
         self._seen[table] = record
         staged, retry = await self._stage(record, group)
@@ -351,16 +381,10 @@ class CommitCoordinator:
             return retry
         # Sidecars and Lance commits are independent; both must be durable
         # before the registry moves. A failure of either leaves only orphans.
-        self._maybe_crash("before_lance_commit")
+        self._faults.crash(faults.BEFORE_LANCE_COMMIT)
         sidecars, digests, outcome = await asyncio.gather(
             asyncio.to_thread(self.sidecars.write_deltas, [s.delta for s in staged]),
-            asyncio.to_thread(
-                DigestStore.of(self.data_dir.root).record,
-                table,
-                record.incarnation,
-                record.location,
-                [(s.version, s.queued.prepared.fragments) for s in staged],
-            ),
+            asyncio.to_thread(self._record_digests, record, staged),
             self.engine.append_many(
                 record.location,
                 record.incarnation,
@@ -372,14 +396,14 @@ class CommitCoordinator:
         for failure in (sidecars, digests, outcome):
             if isinstance(failure, BaseException):
                 for item in staged:
-                    _fail(item.queued, failure)
+                    fail(item.queued, failure)
                 return retry
         assert isinstance(outcome, AppendOutcome)
-        self._maybe_crash("after_lance_commit")
+        self._faults.crash(faults.AFTER_LANCE_COMMIT)
         written = staged[: len(outcome.versions)]
         if outcome.error is not None:
             # The Lance write of this one failed; those after it were never tried.
-            _fail(staged[len(written)].queued, outcome.error)
+            fail(staged[len(written)].queued, outcome.error)
             retry.extend(s.queued for s in staged[len(written) + 1 :])
         committed_at = self._now_ms()
         commits = [
@@ -394,20 +418,20 @@ class CommitCoordinator:
             )
             for item, engine_version in zip(written, outcome.versions, strict=True)
         ]
-        done: list[tuple[_Staged, TableRecord]] = []
+        done: list[tuple[Staged, TableRecord]] = []
         batch = self.registry.atomic_append_batch
         for start in range(0, len(commits), batch):
             chunk = written[start : start + batch]
             try:
                 updated = await self.registry.commit_appends(commits[start : start + batch])
             except Exception as exc:
-                error = _registry_failure(table, exc)
+                error = registry_failure(table, exc)
                 for item in chunk:
-                    _fail(item.queued, error)
+                    fail(item.queued, error)
                 # Never tried: their Lance versions are orphans, restored over on retry.
                 retry.extend(s.queued for s in written[start + batch :])
                 break
-            self._maybe_crash("after_registry_commit")
+            self._faults.crash(faults.AFTER_REGISTRY_COMMIT)
             done.extend(zip(chunk, updated, strict=True))
         if done:
             last = done[-1][1]
@@ -442,15 +466,15 @@ class CommitCoordinator:
         return retry
 
     async def _stage(
-        self, record: TableRecord, group: list[_Queued]
-    ) -> tuple[list[_Staged], list[_Queued]]:
+        self, record: TableRecord, group: list[Queued]
+    ) -> tuple[list[Staged], list[Queued]]:
         """Check each queued append against the table; assign versions to the good ones.
 
         Returns the staged appends and those to retry after this group (a
         second use of an operation id that is in this very group).
         """
-        staged: list[_Staged] = []
-        retry: list[_Queued] = []
+        staged: list[Staged] = []
+        retry: list[Queued] = []
         in_group: set[str] = set()
         version = record.version
         priors = await self.registry.get_operations([q.command.operation_id for q in group])
@@ -466,24 +490,24 @@ class CommitCoordinator:
                     continue
                 if queued.prepared.incarnation != record.incarnation:
                     # The table was dropped and recreated since: check and write again.
-                    checked = _check_rows(record, queued.schema, queued.batches, queued.scope)
+                    checked = check_rows(record, queued.schema, queued.batches, queued.scope)
                     prepared = await self.engine.prepare(
                         record.location, record.incarnation, record.engine_version, checked.data
                     )
                     queued = replace(queued, checked=checked, prepared=prepared)
                 delta = self._stage_version(record, queued, version + 1)
             except Exception as exc:
-                _fail(queued, exc)
+                fail(queued, exc)
                 continue
             version += 1
             in_group.add(command.operation_id)
-            staged.append(_Staged(queued, version, delta))
+            staged.append(Staged(queued, version, delta))
         return staged, retry
 
-    def _stage_version(self, record: TableRecord, queued: _Queued, version: int) -> ReferenceDelta:
+    def _stage_version(self, record: TableRecord, queued: Queued, version: int) -> ReferenceDelta:
         """Check ``queued`` may become ``version``; its reference delta. No I/O."""
         command = queued.command
-        _check_read_version(command, version - 1)
+        check_read_version(command, version - 1)
         return ReferenceDelta(
             table=record.table,
             incarnation=record.incarnation,
@@ -527,6 +551,8 @@ class CommitCoordinator:
             log.info("old versions reclaimed", table=str(record.table), versions=removed)
 
     async def _prune_operations(self, *, force: bool = False) -> None:
+        if not self.gate.is_open():
+            return  # the writer's job (the leader's in cloud mode)
         now = time.monotonic()
         if not force and now - self._last_prune < PRUNE_INTERVAL_S:
             return
@@ -540,23 +566,24 @@ class CommitCoordinator:
         if pruned:
             log.info("expired operation ids pruned", count=pruned)
 
-    def _maybe_crash(self, point: str) -> None:
-        if self._crash_point == point:
-            log.warning("test crash point reached", point=point)
-            os._exit(CRASH_EXIT_CODE)
-
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
 
     async def run_exclusive(self, table: TableRef, work: Coroutine[Any, Any, T]) -> T:
         """Run ``work`` under the table's lock, to completion even if our caller is cancelled.
 
-        Every change to a table (including maintenance) goes through here.
+        Every change to a table but an append (including maintenance) goes
+        through here; appends take the lock in their table's committer. Both
+        pass the write gate first.
         """
         return await self._exclusive(table, work)
 
     async def _exclusive(self, table: TableRef, work: Coroutine[Any, Any, T]) -> T:
-        """Run ``work`` under the table's lock, to completion even if our caller is cancelled."""
+        try:
+            self.gate.check()
+        except BaseException:
+            work.close()  # never started: do not leave a coroutine un-awaited
+            raise
 
         async def locked() -> T:
             lock = self._locks.setdefault(table, asyncio.Lock())
@@ -581,105 +608,3 @@ def _forget(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None
             log.debug("table change failed", error=repr(task.exception()))
 
     return done
-
-
-@dataclass(frozen=True)
-class _Queued:
-    """An append waiting for its table's committer."""
-
-    command: AppendCommand
-    schema: pa.Schema
-    batches: Sequence[pa.RecordBatch]
-    rows: int
-    op_time: int
-    scope: TenantScope
-    checked: _CheckedRows
-    prepared: PreparedAppend
-    future: asyncio.Future[AppendResult]
-
-
-@dataclass(frozen=True)
-class _CheckedRows:
-    """An append's rows in the table's exact schema, and the managed objects they name."""
-
-    data: pa.Table
-    adds: list[str]
-
-
-@dataclass(frozen=True)
-class _Staged:
-    """A checked append with its version number, ready for the engine."""
-
-    queued: _Queued
-    version: int
-    delta: ReferenceDelta
-
-
-def _fail(queued: _Queued, error: BaseException) -> None:
-    if not queued.future.done():
-        queued.future.set_exception(error)
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    """Mark an outcome seen: a caller that went away must not cause a warning."""
-    if not future.cancelled():
-        future.exception()
-
-
-def _registry_failure(table: TableRef, exc: Exception) -> Exception:
-    """What a failed registry commit means to the appender."""
-    if isinstance(exc, InvalidAppend | StaleReadVersion | TableNotFound | Unavailable):
-        # A definite "no" (a registry raises Unavailable only when the
-        # visibility point was not reached): the Lance version stays an
-        # invisible orphan.
-        return exc
-    log.error("registry commit failed", table=str(table), error=repr(exc))
-    return CommitStateUnknown(
-        f"append to {table} may or may not have committed; retry with the same operation id"
-    )
-
-
-def _check_read_version(command: AppendCommand, current: int) -> None:
-    if command.read_version is not None and command.read_version != current:
-        raise StaleReadVersion(
-            f"append to {command.table} read version {command.read_version}, "
-            f"the table is at version {current}"
-        )
-
-
-def _check_rows(
-    record: TableRecord,
-    schema: pa.Schema,
-    batches: Sequence[pa.RecordBatch],
-    scope: TenantScope,
-) -> _CheckedRows:
-    """Exact schema; FILE cells well-formed and inside the tenant's stage. No I/O."""
-    table_schema = record.schema
-    check_batches(record.table, table_schema, batches)  # value-changing columns, by row
-    check_exact_schema(table_schema, schema, record.table)
-    data = _conform(batches, schema, table_schema)
-    adds = file_uris(data, table_schema)
-    for uri in adds:
-        scope.check(uri)
-    return _CheckedRows(data, adds)
-
-
-def _check_shape(batches: Sequence[pa.RecordBatch]) -> int:
-    rows = 0
-    for index, batch in enumerate(batches):
-        if batch.num_rows == 0:
-            raise InvalidAppend(f"batch {index} is empty; every appended batch needs rows")
-        rows += batch.num_rows
-    if rows == 0:
-        raise InvalidAppend("an append needs at least one row")
-    if rows > MAX_APPEND_ROWS:
-        raise InvalidAppend(f"an append holds at most {MAX_APPEND_ROWS} rows, got {rows}")
-    return rows
-
-
-def _conform(
-    batches: Sequence[pa.RecordBatch], wire_schema: pa.Schema, table_schema: pa.Schema
-) -> pa.Table:
-    """The batches as one table carrying exactly the table's schema and metadata."""
-    data = pa.Table.from_batches(batches, schema=wire_schema)
-    return pa.Table.from_arrays(data.columns, schema=table_schema)

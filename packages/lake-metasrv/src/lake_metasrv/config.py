@@ -15,6 +15,9 @@ Cloud mode (see ``docs/cloud.md``): ``LAKE_CLOUD_MODE=true`` with the
 settings of :class:`lake_core.cloud.CloudSettings`, plus
 ``LAKE_PEER_ADVERTISE_URL``, the URL other Metasrv nodes forward writes to
 (default: ``http(s)://`` + ``--addr``; required when ``--addr`` is a wildcard).
+
+Fault injection (tests only): ``LAKE_FAULTS`` (:mod:`lake_core.faults`),
+parsed here with everything else, so a bad point name fails startup.
 """
 
 from __future__ import annotations
@@ -33,6 +36,8 @@ from lake_core.config import (
     env_int,
 )
 from lake_core.errors import ConfigError
+from lake_core.faults import LEASE_TTL_MS, Faults
+from lake_core.faults import configure as configure_faults
 from lake_core.flight.server import shutdown_grace_ms as parse_grace_ms
 from lake_core.security import (
     ALLOW_INSECURE,
@@ -45,11 +50,8 @@ from lake_core.tls import PEER_CA_FILE, PEER_SERVER_NAME, ClientTLS, load_client
 from lake_objects.settings import StageSettings
 
 __all__ = [
-    "CRASH_POINTS",
     "DEFAULT_ADDR",
     "DEFAULT_DATA_DIR",
-    "TEST_CRASH_POINT",
-    "TEST_HOOKS",
     "MetaConfig",
 ]
 
@@ -61,16 +63,6 @@ DEFAULT_OPERATION_RETENTION_SECS = 7 * 24 * 3600
 # Ten years: long enough for any deployment, short enough to stay a sane integer.
 MAX_OPERATION_RETENTION_SECS = 10 * 365 * 24 * 3600
 
-#: Set to ``1`` to enable fault-injection hooks (tests only).
-TEST_HOOKS = "LAKE_TEST_HOOKS"
-#: With hooks enabled, the commit step at which Metasrv calls ``os._exit(137)``.
-TEST_CRASH_POINT = "LAKE_TEST_CRASH_POINT"
-CRASH_POINTS = frozenset({"before_lance_commit", "after_lance_commit", "after_registry_commit"})
-#: With hooks enabled, the cloud registry step at which Metasrv stops itself (SIGSTOP) once.
-TEST_PAUSE_POINT = "LAKE_TEST_PAUSE_POINT"
-PAUSE_POINTS = frozenset({"before_head_update"})
-#: With hooks enabled, a shorter leader lease (ms) so fencing tests need not wait 10 s.
-TEST_LEASE_TTL_MS = "LAKE_TEST_LEASE_TTL_MS"
 DEFAULT_LEASE_TTL_S = 10.0
 
 
@@ -83,7 +75,8 @@ class MetaConfig:
     retain_versions: int = DEFAULT_RETAIN_VERSIONS
     operation_retention_secs: int = DEFAULT_OPERATION_RETENTION_SECS
     shutdown_grace_ms: int = 30_000
-    crash_point: str | None = None
+    #: Armed fault points (tests only; nothing armed by default).
+    faults: Faults = field(default_factory=Faults)
     #: The managed object stage whose tenant prefixes FILE cells must stay in
     #: (None: the local stage ``<data_dir>/objects``); see lake_objects.settings.
     stage: StageSettings | None = None
@@ -99,7 +92,6 @@ class MetaConfig:
     #: Where followers forward writes when this node leads (None: derived from ``addr``).
     advertise_url: str | None = None
     lease_ttl_s: float = DEFAULT_LEASE_TTL_S
-    pause_point: str | None = None
 
     @classmethod
     def load(
@@ -112,6 +104,8 @@ class MetaConfig:
         """Parse flags and ``LAKE_*`` variables; touch nothing on disk."""
         source: Mapping[str, str] = os.environ if env is None else env
         addr = _listen_addr(addr)
+        # The process's own environment: also this process's faults (read once, here).
+        faults = configure_faults() if env is None else Faults.from_env(source)
         return cls(
             data_dir=_data_dir(data_dir),
             addr=addr,
@@ -126,14 +120,14 @@ class MetaConfig:
                 source,
             ),
             shutdown_grace_ms=_grace_ms(source),
-            crash_point=_crash_point(source),
+            faults=faults,
             stage=StageSettings.from_env(
                 source, default_local_root=_data_dir(data_dir) / "objects"
             ),
             security=ServerSecurity.load(addr, source, delegation=True),
             peer_token=optional_token(source, PEER_AUTH_TOKEN_FILE),
             peer_tls=load_client_tls(source, PEER_CA_FILE, PEER_SERVER_NAME),
-            **_cloud(addr, source),
+            **_cloud(addr, source, faults),
         )
 
 
@@ -162,19 +156,7 @@ def _grace_ms(env: Mapping[str, str]) -> int:
         raise ConfigError(str(exc)) from None
 
 
-def _crash_point(env: Mapping[str, str]) -> str | None:
-    if env.get(TEST_HOOKS, "").strip() != "1":
-        return None
-    point = env.get(TEST_CRASH_POINT, "").strip()
-    if not point:
-        return None
-    if point not in CRASH_POINTS:
-        known = ", ".join(sorted(CRASH_POINTS))
-        raise ConfigError(f"{TEST_CRASH_POINT} must be one of {known}, got {point[:80]!r}")
-    return point
-
-
-def _cloud(addr: str, env: Mapping[str, str]) -> dict[str, object]:
+def _cloud(addr: str, env: Mapping[str, str], faults: Faults) -> dict[str, object]:
     """The cloud-mode fields of MetaConfig (empty in local mode)."""
     cloud = CloudSettings.from_env(env)
     if cloud is None:
@@ -198,20 +180,9 @@ def _cloud(addr: str, env: Mapping[str, str]) -> dict[str, object]:
             ca_variable=PEER_CA_FILE,
             name_variable=PEER_SERVER_NAME,
         )
-    ttl_s = DEFAULT_LEASE_TTL_S
-    pause_point = None
-    if env.get(TEST_HOOKS, "").strip() == "1":
-        ttl_ms = env_int(TEST_LEASE_TTL_MS, int(DEFAULT_LEASE_TTL_S * 1000), 500, 600_000, env)
-        ttl_s = ttl_ms / 1000
-        pause_point = (env.get(TEST_PAUSE_POINT) or "").strip() or None
-        if pause_point is not None and pause_point not in PAUSE_POINTS:
-            known = ", ".join(sorted(PAUSE_POINTS))
-            raise ConfigError(
-                f"{TEST_PAUSE_POINT} must be one of {known}, got {pause_point[:80]!r}"
-            )
+    ttl_ms = faults.setting(LEASE_TTL_MS)
     return {
         "cloud": cloud,
         "advertise_url": advertise,
-        "lease_ttl_s": ttl_s,
-        "pause_point": pause_point,
+        "lease_ttl_s": DEFAULT_LEASE_TTL_S if ttl_ms is None else ttl_ms / 1000,
     }

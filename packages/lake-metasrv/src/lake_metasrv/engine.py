@@ -14,10 +14,17 @@ gap-free; Lance versions may skip.
 Appends come in groups (the commit coordinator batches concurrent appends
 to one table): each append is still its own Lance version, but the group's
 files are fsync'd together and retention runs once per group.
+
+:class:`LanceEngine` is the table-engine seam: it holds the commit protocol
+and leaves where datasets live to its two implementations, chosen at
+construction: :class:`LocalLanceEngine` (a data directory, fsync'd by Lake)
+and :class:`~lake_metasrv.s3engine.S3LanceEngine` (S3 with Lance's commit
+pointer in DynamoDB).
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import os
 import shutil
@@ -34,8 +41,16 @@ import structlog
 from lake_core.durable import fsync_dir, fsync_file
 from lake_core.errors import Internal, InvalidSchema, Unavailable, VersionReclaimed
 from lake_core.models import Engine, incarnation_metadata, incarnation_of
+from lake_core.names import TableRef
 
-__all__ = ["AppendOutcome", "LanceEngine", "NothingToSync", "PreparedAppend", "WrittenFiles"]
+__all__ = [
+    "AppendOutcome",
+    "LanceEngine",
+    "LocalLanceEngine",
+    "NothingToSync",
+    "PreparedAppend",
+    "WrittenFiles",
+]
 
 log = structlog.get_logger("lake_metasrv.engine")
 
@@ -45,8 +60,11 @@ _DATASET_DIRS = ("data", "_versions", "_transactions", "_deletions")
 _MTIME_SLACK_NS = 2_000_000_000
 
 
-class LanceEngine:
-    """Lance operations on local datasets; every public method is async."""
+class LanceEngine(abc.ABC):
+    """Lance tables: the commit protocol over a storage chosen by the implementation.
+
+    Every public coroutine runs its Lance work off the event loop.
+    """
 
     name: Engine = "lance"
 
@@ -71,45 +89,55 @@ class LanceEngine:
         self._datasets: dict[str, tuple[str, Any]] = {}
         self._since_cleanup: dict[str, int] = {}
 
-    def forget(self) -> None:
-        """Drop cached dataset handles (the next append reopens from the registry's version)."""
-        self._datasets.clear()
+    # -- where datasets live (each implementation) ---------------------------
 
-    # -- create / drop ----------------------------------------------------
+    @abc.abstractmethod
+    def location(self, table: TableRef) -> str:
+        """The registry location of a new table's dataset."""
 
+    @abc.abstractmethod
+    def uri(self, location: str) -> str:
+        """What Lance opens for a registry location."""
+
+    @abc.abstractmethod
+    def storage_options(self, location: str) -> dict[str, str] | None:
+        """Lance's storage options for a location (None: a local path)."""
+
+    @abc.abstractmethod
+    def local_path(self, location: str) -> Path | None:
+        """The directory Lake must fsync after Lance writes there (None: stores are durable)."""
+
+    @abc.abstractmethod
+    def storage_error(self, location: str, exc: BaseException) -> BaseException:
+        """What a storage-level failure means to the caller."""
+
+    @abc.abstractmethod
+    def written_files(self, location: str) -> WrittenFiles:
+        """What must be made durable before the registry may point at a commit."""
+
+    @abc.abstractmethod
     async def create(self, location: str, schema: pa.Schema, incarnation: str) -> int:
         """Create an empty dataset owned by ``incarnation``; return its Lance version.
 
         The caller guarantees no registered table uses ``location``: anything
         already there is the leftover of a crashed create or drop and is removed.
         """
-        return await asyncio.to_thread(self._create, location, schema, incarnation)
 
-    def _create(self, location: str, schema: pa.Schema, incarnation: str) -> int:
-        path = Path(location)
-        if path.exists():
-            log.warning("removing unregistered dataset left by a crash", location=location)
-            shutil.rmtree(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        owned = schema.with_metadata(incarnation_metadata(incarnation))
-        started = time.time_ns()
-        try:
-            dataset = lance.write_dataset(
-                owned.empty_table(), location, schema=owned, mode="create"
-            )
-        except (ValueError, NotImplementedError, pa.ArrowException) as exc:
-            shutil.rmtree(path, ignore_errors=True)
-            raise InvalidSchema(f"Lance cannot store this schema: {exc}") from None
-        _make_durable(path, started)
-        fsync_dir(path.parent)
-        self._datasets[location] = (incarnation, dataset)
-        return int(dataset.version)
-
+    @abc.abstractmethod
     async def remove(self, location: str) -> None:
         """Delete a dropped table's dataset (best effort; the registry already forgot it)."""
-        self._datasets.pop(location, None)
-        self._since_cleanup.pop(location, None)
-        await asyncio.to_thread(shutil.rmtree, location, True)
+
+    @abc.abstractmethod
+    async def read(self, location: str, engine_version: int) -> pa.Table:
+        """The rows of one exact version (for tools and tests; Query reads directly)."""
+
+    @abc.abstractmethod
+    def cleanup_now(self, location: str, registered_version: int) -> int:
+        """Keep the newest ``retain_versions`` plus tagged versions; reclaim the rest."""
+
+    def forget(self) -> None:
+        """Drop cached dataset handles (the next append reopens from the registry's version)."""
+        self._datasets.clear()
 
     # -- append -----------------------------------------------------------
 
@@ -146,11 +174,11 @@ class LanceEngine:
             if target is None:
                 target = self._open_uncached(location, incarnation, registered_version)
             fragments = lance.fragment.write_fragments(
-                data, target, storage_options=self._options(location)
+                data, target, storage_options=self.storage_options(location)
             )
-            self._written_tracker(location).sync_data(fragments)
+            self.written_files(location).sync_data(fragments)
         except (ValueError, OSError, pa.ArrowException) as exc:
-            raise self._storage_error(location, exc) from None
+            raise self.storage_error(location, exc) from None
         return PreparedAppend(incarnation, fragments)
 
     async def append_many(
@@ -176,8 +204,8 @@ class LanceEngine:
         registered_version: int,
         prepared: list[PreparedAppend],
     ) -> AppendOutcome:
-        options = self._options(location)
-        written = self._written_tracker(location)
+        options = self.storage_options(location)
+        written = self.written_files(location)
         written.before_commits()
         versions: list[int] = []
         error: BaseException | None = None
@@ -199,7 +227,7 @@ class LanceEngine:
                 base = committed
                 versions.append(int(committed.version))
         except (ValueError, OSError, pa.ArrowException) as exc:
-            error = self._storage_error(location, exc)
+            error = self.storage_error(location, exc)
         except Exception as exc:
             error = exc
         if versions:
@@ -208,7 +236,7 @@ class LanceEngine:
             except OSError as exc:
                 # Nothing may be registered that might not survive a crash.
                 self._datasets.pop(location, None)
-                return AppendOutcome([], self._storage_error(location, exc))
+                return AppendOutcome([], self.storage_error(location, exc))
             self._datasets[location] = (incarnation, base)
             self._since_cleanup[location] = self._since_cleanup.get(location, 0) + len(versions)
         elif error is not None:
@@ -227,10 +255,10 @@ class LanceEngine:
     def _open_uncached(self, location: str, incarnation: str, version: int) -> Any:
         try:
             dataset = lance.dataset(
-                self._uri(location), version=version, storage_options=self._options(location)
+                self.uri(location), version=version, storage_options=self.storage_options(location)
             )
         except (ValueError, OSError) as exc:
-            error = self._storage_error(location, exc)
+            error = self.storage_error(location, exc)
             if isinstance(error, Unavailable):
                 raise error from None
             raise Internal(
@@ -248,7 +276,7 @@ class LanceEngine:
         self, location: str, registered: int, latest: Any, operation: Any
     ) -> Any:
         """Our commit landed on unregistered versions: restore the registered one, retry."""
-        options = self._options(location)
+        options = self.storage_options(location)
         log.warning(
             "restoring registered version over unregistered Lance versions",
             location=location,
@@ -269,29 +297,7 @@ class LanceEngine:
             raise Unavailable(f"another writer is committing to {location}; retry")
         return committed
 
-    # -- storage hooks (the S3 engine overrides these) ----------------------
-
-    def _uri(self, location: str) -> str:
-        return location
-
-    def _options(self, location: str) -> dict[str, str] | None:
-        return None
-
-    def _storage_error(self, location: str, exc: BaseException) -> BaseException:
-        """What a storage-level failure means to the caller (local: itself)."""
-        return exc
-
-    def _written_tracker(self, location: str) -> WrittenFiles:
-        return WrittenFiles(Path(location))
-
     # -- reads and retention ----------------------------------------------
-
-    async def latest_version(self, location: str) -> int:
-        return await asyncio.to_thread(lambda: int(lance.dataset(location).latest_version))
-
-    async def read(self, location: str, engine_version: int) -> pa.Table:
-        """The rows of one exact version (for tools and tests; Query reads directly)."""
-        return await asyncio.to_thread(_read_version, location, engine_version)
 
     async def cleanup(self, location: str, registered_version: int) -> int:
         """Keep the newest ``retain_versions`` Lance versions plus tagged ones.
@@ -307,9 +313,75 @@ class LanceEngine:
         self._since_cleanup[location] = 0
         return self.cleanup_now(location, registered_version)
 
+
+class LocalLanceEngine(LanceEngine):
+    """Lance datasets under a local directory, fsync'd by Lake before they are registered."""
+
+    def __init__(
+        self,
+        retain_versions: int,
+        tables_root: Path,
+        *,
+        cleanup_every: int | None = None,
+        fence: Callable[[], object] | None = None,
+    ) -> None:
+        super().__init__(retain_versions, cleanup_every=cleanup_every, fence=fence)
+        self.tables_root = tables_root
+
+    def location(self, table: TableRef) -> str:
+        # TableRef parts are validated identifiers: no separators, no dots.
+        return str(self.tables_root / table.namespace / f"{table.name}.lance")
+
+    def uri(self, location: str) -> str:
+        return location
+
+    def storage_options(self, location: str) -> dict[str, str] | None:
+        return None
+
+    def local_path(self, location: str) -> Path | None:
+        return Path(location)
+
+    def storage_error(self, location: str, exc: BaseException) -> BaseException:
+        return exc
+
+    def written_files(self, location: str) -> WrittenFiles:
+        return WrittenFiles(Path(location))
+
+    # -- create / drop ----------------------------------------------------
+
+    async def create(self, location: str, schema: pa.Schema, incarnation: str) -> int:
+        return await asyncio.to_thread(self._create, location, schema, incarnation)
+
+    def _create(self, location: str, schema: pa.Schema, incarnation: str) -> int:
+        path = Path(location)
+        if path.exists():
+            log.warning("removing unregistered dataset left by a crash", location=location)
+            shutil.rmtree(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        owned = schema.with_metadata(incarnation_metadata(incarnation))
+        started = time.time_ns()
+        try:
+            dataset = lance.write_dataset(
+                owned.empty_table(), location, schema=owned, mode="create"
+            )
+        except (ValueError, NotImplementedError, pa.ArrowException) as exc:
+            shutil.rmtree(path, ignore_errors=True)
+            raise InvalidSchema(f"Lance cannot store this schema: {exc}") from None
+        _make_durable(path, started)
+        fsync_dir(path.parent)
+        self._datasets[location] = (incarnation, dataset)
+        return int(dataset.version)
+
+    async def remove(self, location: str) -> None:
+        self._datasets.pop(location, None)
+        self._since_cleanup.pop(location, None)
+        await asyncio.to_thread(shutil.rmtree, location, True)
+
+    async def read(self, location: str, engine_version: int) -> pa.Table:
+        return await asyncio.to_thread(_read_version, location, engine_version)
+
     def cleanup_now(self, location: str, registered_version: int) -> int:
-        """Keep the newest ``retain_versions`` plus tagged versions; reclaim the rest."""
-        dataset = lance.dataset(self._uri(location), storage_options=self._options(location))
+        dataset = lance.dataset(location)
         removed = reclaim_old_versions(dataset, location, registered_version, self.retain_versions)
         return removed or 0
 

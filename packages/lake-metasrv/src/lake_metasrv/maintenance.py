@@ -44,6 +44,7 @@ import pyarrow as pa
 import structlog
 from lance.optimize import Compaction, CompactionOptions
 
+from lake_core import faults
 from lake_core.config import COMPACTION
 from lake_core.durable import fsync_dir, fsync_file
 from lake_core.errors import (
@@ -60,13 +61,10 @@ from lake_core.models import incarnation_of
 from lake_core.names import TableRef
 from lake_core.protocol import IndexKind, MaintenanceResult
 from lake_metasrv.commits import CommitCoordinator
-from lake_metasrv.integrity import DigestStore
 from lake_metasrv.registry.base import MaintenanceCommit, TableRecord
-from lake_metasrv.s3engine import S3LanceEngine
 
 __all__ = [
     "COMPACTION",
-    "TEST_MAINTENANCE_CRASH_POINT",
     "AutoCompactor",
     "CompactionSettings",
     "Maintenance",
@@ -75,11 +73,6 @@ __all__ = [
 
 log = structlog.get_logger("lake_metasrv.maintenance")
 
-#: Test builds only (with ``LAKE_TEST_HOOKS=1``): ``after_lance_write`` makes
-#: the process exit between the Lance maintenance write and the registry move.
-TEST_MAINTENANCE_CRASH_POINT = "LAKE_TEST_MAINTENANCE_CRASH_POINT"
-MAINTENANCE_CRASH_POINTS = frozenset({"after_lance_write"})
-CRASH_EXIT_CODE = 137
 
 #: Fragments are merged up to this many rows.
 TARGET_ROWS_PER_FRAGMENT = 1 << 20
@@ -329,32 +322,20 @@ class Maintenance:
         self,
         coordinator: CommitCoordinator,
         settings: CompactionSettings | None = None,
-        env: Mapping[str, str] | None = None,
     ) -> None:
         self.coordinator = coordinator
         self.settings = settings or CompactionSettings()
-        env = os.environ if env is None else env
-        point = None
-        if env.get("LAKE_TEST_HOOKS", "").strip() == "1":
-            point = (env.get(TEST_MAINTENANCE_CRASH_POINT) or "").strip() or None
-            if point is not None and point not in MAINTENANCE_CRASH_POINTS:
-                raise ConfigError(
-                    f"{TEST_MAINTENANCE_CRASH_POINT} must be one of "
-                    f"{', '.join(sorted(MAINTENANCE_CRASH_POINTS))}, got {point[:80]!r}"
-                )
-        self._crash_point = point
+        self._faults = coordinator.config.faults
 
     def _dataset(self, record: TableRecord) -> _Dataset:
         engine = self.coordinator.engine
-        if isinstance(engine, S3LanceEngine):
-            storage = engine.storage
-            return _Dataset(
-                storage.lance_uri(record.location),
-                storage.storage_options(record.location),
-                None,
-                engine.fence,
-            )
-        return _Dataset(record.location, None, Path(record.location), lambda: None)
+        location = record.location
+        return _Dataset(
+            engine.uri(location),
+            engine.storage_options(location),
+            engine.local_path(location),
+            engine.fence,
+        )
 
     async def compact(self, table: TableRef, *, automatic: bool = False) -> MaintenanceResult:
         """Merge small fragments into ~1M-row ones and bring indexes up to date.
@@ -409,17 +390,16 @@ class Maintenance:
     async def _commit(self, record: TableRecord, outcome: _Outcome, what: str) -> MaintenanceResult:
         current = record
         if outcome.engine_version != record.engine_version:
-            if self._crash_point == "after_lance_write":
-                log.warning("test crash point reached", point=self._crash_point)
-                os._exit(CRASH_EXIT_CODE)
-            await asyncio.to_thread(
-                DigestStore.of(self.coordinator.data_dir.root).record_rewrite,
-                record.table,
-                record.incarnation,
-                record.location,
-                record.version,
-                outcome.engine_version,
-            )
+            self._faults.crash(faults.AFTER_LANCE_WRITE)
+            if self.coordinator.digests is not None:
+                await asyncio.to_thread(
+                    self.coordinator.digests.record_rewrite,
+                    record.table,
+                    record.incarnation,
+                    record.location,
+                    record.version,
+                    outcome.engine_version,
+                )
             commit = MaintenanceCommit(
                 table=record.table,
                 incarnation=record.incarnation,

@@ -23,6 +23,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import lance
@@ -32,6 +33,7 @@ import structlog
 from lake_core.cloud import DatasetStorage, split_s3_uri
 from lake_core.errors import Internal, InvalidSchema, Unavailable, VersionReclaimed
 from lake_core.models import incarnation_metadata
+from lake_core.names import TableRef
 from lake_metasrv.engine import LanceEngine, NothingToSync, WrittenFiles, reclaim_old_versions
 
 __all__ = ["MANIFEST_TABLE_SCHEMA", "S3LanceEngine", "is_storage_outage"]
@@ -78,7 +80,11 @@ def _outage(location: str, exc: BaseException) -> Unavailable:
 
 
 class S3LanceEngine(LanceEngine):
-    """:class:`LanceEngine` for ``s3://`` locations (see the module docstring)."""
+    """:class:`LanceEngine` for ``s3://`` locations (see the module docstring).
+
+    ``table_location`` names a new table's ``s3://`` location (Metasrv passes
+    :meth:`lake_core.cloud.CloudSettings.table_location`).
+    """
 
     def __init__(
         self,
@@ -87,21 +93,31 @@ class S3LanceEngine(LanceEngine):
         *,
         cleanup_every: int = CLEANUP_EVERY,
         fence: Callable[[], object] | None = None,
+        table_location: Callable[[TableRef], str] | None = None,
     ) -> None:
         super().__init__(retain_versions, cleanup_every=cleanup_every, fence=fence)
         self.storage = storage
+        self._table_location = table_location
         self._clients: dict[str, Any] = {}
         self._clients_lock = threading.Lock()
 
     # -- plumbing -------------------------------------------------------------------
 
-    def _uri(self, location: str) -> str:
+    def location(self, table: TableRef) -> str:
+        if self._table_location is None:
+            raise Internal("this S3 engine was built without a table location scheme")
+        return self._table_location(table)
+
+    def uri(self, location: str) -> str:
         if not location.startswith("s3://"):
             raise Internal(f"the S3 engine cannot hold {location[:200]!r}")
         return self.storage.lance_uri(location)
 
-    def _options(self, location: str) -> dict[str, str] | None:
+    def storage_options(self, location: str) -> dict[str, str] | None:
         return self.storage.storage_options(location)
+
+    def local_path(self, location: str) -> Path | None:
+        return None  # S3 acknowledges a put once it is durable
 
     def client(self, service: str) -> Any:
         with self._clients_lock:
@@ -129,13 +145,16 @@ class S3LanceEngine(LanceEngine):
                 self._clients[service] = client
             return client
 
-    def _storage_error(self, location: str, exc: BaseException) -> BaseException:
+    def storage_error(self, location: str, exc: BaseException) -> BaseException:
         return _outage(location, exc) if is_storage_outage(exc) else exc
 
-    def _written_tracker(self, location: str) -> WrittenFiles:
+    def written_files(self, location: str) -> WrittenFiles:
         return NothingToSync()
 
     # -- create / drop --------------------------------------------------------------
+
+    async def create(self, location: str, schema: pa.Schema, incarnation: str) -> int:
+        return await asyncio.to_thread(self._create, location, schema, incarnation)
 
     def _create(self, location: str, schema: pa.Schema, incarnation: str) -> int:
         self.fence()
@@ -144,10 +163,10 @@ class S3LanceEngine(LanceEngine):
         try:
             dataset = lance.write_dataset(
                 owned.empty_table(),
-                self._uri(location),
+                self.uri(location),
                 schema=owned,
                 mode="create",
-                storage_options=self._options(location),
+                storage_options=self.storage_options(location),
             )
         except (ValueError, OSError, NotImplementedError, pa.ArrowException) as exc:
             if is_storage_outage(exc):
@@ -226,20 +245,13 @@ class S3LanceEngine(LanceEngine):
 
     # -- reads and retention ------------------------------------------------------------
 
-    async def latest_version(self, location: str) -> int:
-        def latest() -> int:
-            dataset = lance.dataset(self._uri(location), storage_options=self._options(location))
-            return int(dataset.latest_version)
-
-        return await asyncio.to_thread(latest)
-
     async def read(self, location: str, engine_version: int) -> pa.Table:
         def read() -> pa.Table:
             try:
                 dataset = lance.dataset(
-                    self._uri(location),
+                    self.uri(location),
                     version=engine_version,
-                    storage_options=self._options(location),
+                    storage_options=self.storage_options(location),
                 )
             except ValueError as exc:
                 if "not found" in str(exc).lower():
@@ -257,8 +269,8 @@ class S3LanceEngine(LanceEngine):
         Manifest rows in DynamoDB are deleted only for versions Lance itself
         no longer lists after its cleanup (never the latest).
         """
-        options = self._options(location)
-        uri = self._uri(location)
+        options = self.storage_options(location)
+        uri = self.uri(location)
         dataset = lance.dataset(uri, storage_options=options)
         removed = reclaim_old_versions(dataset, location, registered_version, self.retain_versions)
         if removed is None:

@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from lake_core import integrity, protocol
 from lake_core.errors import (
+    FailedPrecondition,
     InvalidAppend,
     InvalidArgument,
     PermissionDenied,
@@ -36,7 +37,7 @@ from lake_core.principal import Principal
 from lake_core.proto import flight_pb2 as pb
 from lake_core.schemas import schema_from_base64
 from lake_metasrv.commits import CommitCoordinator
-from lake_metasrv.integrity import DigestStore, verify_table
+from lake_metasrv.integrity import verify_table
 from lake_metasrv.maintenance import Maintenance
 
 __all__ = ["ACTIONS", "MetaHandler"]
@@ -133,7 +134,11 @@ class MetaHandler(FlightHandler):
         yield pb.Result(body=protocol.encode(result))
 
     async def _integrity(self, principal: Principal, kind: str, body: bytes) -> protocol.WireModel:
-        store = DigestStore.of(self.coordinator.data_dir.root)
+        store = self.coordinator.digests
+        if store is None:
+            raise FailedPrecondition(
+                "data-file integrity records cover tables in a local data directory only"
+            )
         if kind == integrity.VERIFY_TABLE:
             verify = protocol.decode(integrity.VerifyTableRequest, body)
             _require_role(principal, verify.table, "admin")

@@ -46,7 +46,9 @@ async def serve_and_drain(
     """
     clean = True
     settings = CompactionSettings.from_env(os.environ)  # before the listener binds
-    compactor = AutoCompactor(Maintenance(coordinator, settings), may_write=_may_write(coordinator))
+    compactor = AutoCompactor(
+        Maintenance(coordinator, settings), may_write=coordinator.gate.is_open
+    )
     compactor.start()
     try:
         await serve(
@@ -69,13 +71,3 @@ async def serve_and_drain(
         log.error("commits still running after the shutdown grace")
         clean = False
     return clean
-
-
-def _may_write(coordinator: CommitCoordinator) -> Callable[[], bool]:
-    """Whether this node commits now (always locally; the lease holder in cloud mode)."""
-
-    def check() -> bool:
-        leadership = getattr(coordinator, "leadership", None)
-        return leadership is None or bool(leadership.is_leader)
-
-    return check

@@ -9,10 +9,14 @@ more objects, never fewer.
 
     <data-dir>/sidecars/<incarnation>/<version>.json
     <data-dir>/sidecars/<incarnation>/dropped.json   written after a drop
+
+:class:`SidecarStore` is the seam; :class:`LocalSidecarStore` is the data
+directory and :class:`~lake_metasrv.cloud.S3SidecarStore` the cloud one.
 """
 
 from __future__ import annotations
 
+import abc
 import json
 import re
 from collections.abc import Sequence
@@ -28,7 +32,7 @@ from lake_core.errors import InvalidAppend
 from lake_core.filetype import is_file_field
 from lake_core.names import TableRef
 
-__all__ = ["DropMarker", "ReferenceDelta", "SidecarStore", "file_uris"]
+__all__ = ["DropMarker", "LocalSidecarStore", "ReferenceDelta", "SidecarStore", "file_uris"]
 
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
@@ -89,8 +93,31 @@ def file_uris(table: pa.Table, schema: pa.Schema) -> list[str]:
     return sorted(uris)
 
 
-class SidecarStore:
-    """Sidecar files under ``<data-dir>/sidecars``."""
+class SidecarStore(abc.ABC):
+    """Where reference-delta sidecars and drop markers are kept (blocking calls).
+
+    A write returns only once the sidecar is durable, and returns where it went.
+    """
+
+    @abc.abstractmethod
+    def write_delta(self, delta: ReferenceDelta) -> str: ...
+
+    @abc.abstractmethod
+    def write_deltas(self, deltas: Sequence[ReferenceDelta]) -> None:
+        """Write a group's deltas; returns once every one is durable."""
+
+    @abc.abstractmethod
+    def write_drop(self, marker: DropMarker) -> str:
+        """Mark a dropped incarnation (the drop is done: a failure only makes GC keep more)."""
+
+    @abc.abstractmethod
+    def read_delta(
+        self, incarnation: str, version: int, operation_id: str | None = None
+    ) -> ReferenceDelta: ...
+
+
+class LocalSidecarStore(SidecarStore):
+    """Sidecar files under ``<data-dir>/sidecars``, each fsync'd with its directory."""
 
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -98,8 +125,8 @@ class SidecarStore:
     def path(self, incarnation: str, version: int) -> Path:
         return self.root / incarnation / f"{version}.json"
 
-    def write_delta(self, delta: ReferenceDelta) -> Path:
-        return self._write(self.path(delta.incarnation, delta.version), delta)
+    def write_delta(self, delta: ReferenceDelta) -> str:
+        return str(self._write(self.path(delta.incarnation, delta.version), delta))
 
     def write_deltas(self, deltas: Sequence[ReferenceDelta]) -> None:
         """Write several deltas, each fsync'd, with one fsync per directory at the end."""
@@ -111,10 +138,13 @@ class SidecarStore:
         for directory in directories:
             fsync_dir(directory)
 
-    def write_drop(self, marker: DropMarker) -> Path:
-        return self._write(self.root / marker.incarnation / "dropped.json", marker)
+    def write_drop(self, marker: DropMarker) -> str:
+        return str(self._write(self.root / marker.incarnation / "dropped.json", marker))
 
-    def read_delta(self, incarnation: str, version: int) -> ReferenceDelta:
+    def read_delta(
+        self, incarnation: str, version: int, operation_id: str | None = None
+    ) -> ReferenceDelta:
+        # One sidecar per version locally: a retry of the version replaces it.
         return ReferenceDelta.model_validate_json(self.path(incarnation, version).read_bytes())
 
     def _write(self, target: Path, model: BaseModel, *, sync_dir: bool = True) -> Path:

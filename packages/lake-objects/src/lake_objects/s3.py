@@ -22,6 +22,7 @@ from typing import Any
 
 import structlog
 
+from lake_core import faults
 from lake_core.errors import LakeError, PermissionDenied
 from lake_core.ids import new_operation_id
 from lake_core.models import DataLocation
@@ -62,17 +63,6 @@ DEFAULT_UPLOAD_CONCURRENCY = 4
 MAX_UPLOAD_CONCURRENCY = 16
 ABORT_TIMEOUT_S = 10.0
 OBJECTS_DIR = "objects"
-
-#: Test builds only: ``LAKE_TEST_HOOKS=1`` plus this variable set to 5242880
-#: makes new uploads use 5 MiB parts, so tests move few bytes.
-TEST_PART_SIZE = "LAKE_TEST_UPLOAD_PART_SIZE"
-
-
-def _test_part_size() -> int | None:
-    if os.environ.get("LAKE_TEST_HOOKS", "").strip() != "1":
-        return None
-    raw = os.environ.get(TEST_PART_SIZE, "").strip()
-    return LEGACY_PART_SIZE if raw == str(LEGACY_PART_SIZE) else None
 
 
 def storage_error(exc: BaseException, uri: str) -> LakeError:
@@ -187,7 +177,8 @@ class S3ObjectStore(ManagedObjectStore):
             raise InvalidUpload(
                 f"upload_concurrency must be in 1..={MAX_UPLOAD_CONCURRENCY}, got {upload_concurrency!r}"
             )
-        test_size = _test_part_size()
+        # Tests only (LAKE_FAULTS=objects.upload_part_size=5242880): tests move few bytes.
+        test_size = faults.setting(faults.UPLOAD_PART_SIZE)
         if part_size is None:
             part_size = test_size or DEFAULT_PART_SIZE
         if part_size != DEFAULT_PART_SIZE and part_size != test_size:

@@ -28,6 +28,7 @@ import pyarrow as pa
 import structlog
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from lake_core import faults
 from lake_core.durable import fsync_dir, replace_synced
 from lake_core.errors import FailedPrecondition, InvalidArgument, LakeError, NotFound
 from lake_core.ids import parse_operation_id
@@ -52,16 +53,15 @@ MAX_HEADER_BYTES = 64 * 1024
 #: IPC framing adds a little to the 64 MiB append payload cap.
 MAX_IPC_BYTES = MAX_APPEND_BYTES + 1024 * 1024
 
-#: Test builds only: with LAKE_TEST_HOOKS=1, the SDK exits (code 137) at this point.
-TEST_CRASH_POINT = "LAKE_TEST_SDK_CRASH_POINT"
-CRASH_POINTS = frozenset({"after_pending_write", "after_append_commit"})
+#: The SDK's fault points (tests only: ``LAKE_FAULTS=sdk.<point>``, see lake_core.faults).
+CRASH_POINTS = {
+    "after_pending_write": faults.AFTER_PENDING_WRITE,
+    "after_append_commit": faults.AFTER_APPEND_COMMIT,
+}
 
 
 def maybe_crash(point: str) -> None:
-    if os.environ.get("LAKE_TEST_HOOKS", "").strip() != "1":
-        return
-    if os.environ.get(TEST_CRASH_POINT, "").strip() == point and point in CRASH_POINTS:
-        os._exit(137)
+    faults.crash(CRASH_POINTS[point])
 
 
 class PendingAppendDamaged(FailedPrecondition):

@@ -2,7 +2,10 @@
 
 The key layout (``(family#shard, full key)``: ``meta#0``, ``lease#0``,
 ``dir#<shard>``, ``ver#<incarnation>``, ``op#<shard>``, ``dropped#0``) is in
-:mod:`lake_metasrv.registry.dynamo_layout`.
+:mod:`lake_metasrv.registry.dynamo_layout`; the table's client and single-item
+calls in :mod:`~lake_metasrv.registry.dynamo_table`; version and operation
+records in :mod:`~lake_metasrv.registry.dynamo_records`; pruning and a new
+leader's takeover in :mod:`~lake_metasrv.registry.dynamo_upkeep`.
 
 DynamoDB here has no transactions (dynalite has no TransactWriteItems), so an
 append is a short sequence of single-item writes with one visibility point::
@@ -43,15 +46,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
-import signal
-import uuid
-from collections.abc import AsyncIterator, Callable, Iterable
-from dataclasses import dataclass
-from typing import Any, cast
+from collections.abc import Callable
+from typing import Any
 
 import structlog
 
+from lake_core import faults
 from lake_core.errors import (
     FailedPrecondition,
     Internal,
@@ -63,8 +63,6 @@ from lake_core.errors import (
     TableNotFound,
     Unavailable,
 )
-from lake_core.ids import operation_time_ms
-from lake_core.models import Engine
 from lake_core.names import TableRef
 from lake_metasrv.registry.base import (
     AppendCommit,
@@ -78,28 +76,28 @@ from lake_metasrv.registry.base import (
 from lake_metasrv.registry.dynamo_layout import (
     DIR_SHARDS,
     DROPPED,
-    LAYOUT_VERSION,
     META,
-    OP_SHARDS,
-    PAGE_SIZE,
-    REGISTRY_SCHEMA,
-    Item,
     conditional_failed,
     decode,
     dir_key,
     dynamo_client_config,
-    encode,
     ensure_table,
     entry_bytes,
-    error_code,
     head_record,
     item_key,
     n_attr,
-    op_bound,
     op_key,
     s_attr,
-    ver_key,
 )
+from lake_metasrv.registry.dynamo_records import (
+    Owed,
+    operation_record,
+    resolve_pending,
+    write_committed,
+    write_version,
+)
+from lake_metasrv.registry.dynamo_table import DynamoTable
+from lake_metasrv.registry.dynamo_upkeep import Superseded, fence_every_head, prune_operations
 
 __all__ = [
     "MAX_SNAPSHOT_BYTES",
@@ -115,19 +113,6 @@ log = structlog.get_logger("lake_metasrv.registry.dynamo")
 MAX_SNAPSHOT_BYTES = 128 * 1024 * 1024
 SNAPSHOT_ATTEMPTS = 5
 Fence = Callable[[], int]
-
-
-@dataclass(frozen=True)
-class _Owed:
-    """Records a moved head still needs: its version record and operation record."""
-
-    record: TableRecord
-    operation_id: str | None
-    operation_time_ms: int
-    committed_at_ms: int
-    #: False for a maintenance commit: the version record is owed, the
-    #: operation record (written by the append itself) is not.
-    operation_owed: bool = True
 
 
 class DynamoRegistry(RegistryStore):
@@ -148,154 +133,42 @@ class DynamoRegistry(RegistryStore):
         region: str | None = None,
         fence: Fence | None = None,
         provision: bool = True,
-        pause_point: str | None = None,
+        fault_points: faults.Faults | None = None,
     ) -> None:
-        self.table = table
-        self.client: Any = client
-        self._endpoint_url = endpoint_url
-        self._region = region
+        self.db = DynamoTable(
+            table, client=client, endpoint_url=endpoint_url, region=region, provision=provision
+        )
         self.fence: Fence = fence or (lambda: 0)
-        self._provision = provision
-        self._stack: contextlib.AsyncExitStack | None = None
         self._registry_id = ""
         self._snapshot_lock = asyncio.Lock()
         #: Heads moved by this process whose version/operation records are not yet written.
-        self._unsynced: dict[TableRef, _Owed] = {}
+        self._unsynced: dict[TableRef, Owed] = {}
         self._generation_owed = False
-        self._pause_point = pause_point
+        self._faults = fault_points or faults.Faults()
 
     def __repr__(self) -> str:
         return f"DynamoRegistry({self.table!r})"
 
-    # -- plumbing -----------------------------------------------------------
+    @property
+    def table(self) -> str:
+        return self.db.table
 
-    async def _call(self, method: str, **kwargs: Any) -> Any:
-        if self.client is None:
-            raise Internal(f"registry {self.table} is not open")
-        return await getattr(self.client, method)(TableName=self.table, **kwargs)
-
-    async def _read(self, method: str, **kwargs: Any) -> Any:
-        """A read: any failure is UNAVAILABLE (retryable), never an internal error."""
-        try:
-            return await self._call(method, **kwargs)
-        except Exception as exc:
-            raise self._unavailable(exc) from None
-
-    async def _get(self, key: Item) -> dict[str, Any] | None:
-        reply = await self._read("get_item", Key=key, ConsistentRead=True)
-        item = reply.get("Item")
-        return None if item is None else decode(item)
-
-    async def _query(
-        self, pk: str, *, below: str | None = None, limit: int = PAGE_SIZE
-    ) -> AsyncIterator[dict[str, Any]]:
-        """Every item of one family (strongly consistent), ``limit`` per page."""
-        condition = "pk = :pk" + (" AND sk < :below" if below is not None else "")
-        values: Item = {":pk": s_attr(pk)}
-        if below is not None:
-            values[":below"] = s_attr(below)
-        start: Item | None = None
-        while True:
-            kwargs: dict[str, Any] = {
-                "KeyConditionExpression": condition,
-                "ExpressionAttributeValues": values,
-                "ConsistentRead": True,
-                "Limit": limit,
-            }
-            if start is not None:
-                kwargs["ExclusiveStartKey"] = start
-            reply = await self._read("query", **kwargs)
-            for item in reply.get("Items", []):
-                yield decode(item)
-            start = reply.get("LastEvaluatedKey")
-            if not start:
-                return
-
-    async def _put(self, values: dict[str, Any], key: Item, **kwargs: Any) -> None:
-        await self._call("put_item", Item={**key, **encode(values)}, **kwargs)
-
-    def _maybe_pause(self, point: str) -> None:
-        """Test hook: stop this process (SIGSTOP) once, at a named step."""
-        if self._pause_point == point:
-            self._pause_point = None
-            log.warning("test pause point reached", point=point)
-            os.kill(os.getpid(), signal.SIGSTOP)
-
-    # -- lifecycle ------------------------------------------------------------
+    @property
+    def client(self) -> Any:
+        return self.db.client
 
     async def open(self) -> None:
-        if self._stack is not None:
-            return
-        self._stack = contextlib.AsyncExitStack()
+        await self.db.open()
         try:
-            if self.client is None:
-                import aioboto3
-
-                session = aioboto3.Session()
-                self.client = await self._stack.enter_async_context(
-                    session.client(
-                        "dynamodb",
-                        endpoint_url=self._endpoint_url,
-                        region_name=self._region,
-                        config=dynamo_client_config(),
-                    )
-                )
-            if self._provision:
-                await ensure_table(self.client, self.table, **REGISTRY_SCHEMA)
-            await self._bootstrap()
+            registry_id = await self.db.bootstrap()
         except BaseException:
-            await self.close()
+            await self.db.close()
             raise
-
-    async def _bootstrap(self) -> None:
-        marker = await self._get(item_key(META, "authority"))
-        if marker is None:
-            if not await self._directory_empty():
-                # A non-empty directory without its marker is not an authority
-                # this process may vouch for: snapshots fail closed.
-                log.error("registry authority marker missing", table=self.table)
-                return
-            fresh = {"registry_id": str(uuid.uuid4()), "layout": LAYOUT_VERSION, "epoch": 0}
-            with contextlib.suppress(Exception):
-                await self._put(
-                    fresh,
-                    item_key(META, "authority"),
-                    ConditionExpression="attribute_not_exists(pk)",
-                )
-            with contextlib.suppress(Exception):
-                await self._put(
-                    {"n": 0},
-                    item_key(META, "generation"),
-                    ConditionExpression="attribute_not_exists(pk)",
-                )
-            marker = await self._get(item_key(META, "authority"))
-            if marker is None:
-                raise Unavailable(f"cannot initialize registry table {self.table}")
-        if marker.get("layout") != LAYOUT_VERSION:
-            raise Internal(
-                f"registry {self.table} has layout {marker.get('layout')}, "
-                f"this Metasrv reads layout {LAYOUT_VERSION}"
-            )
-        self._registry_id = marker["registry_id"]
-
-    async def _directory_empty(self) -> bool:
-        for shard in range(DIR_SHARDS):
-            reply = await self._read(
-                "query",
-                KeyConditionExpression="pk = :pk",
-                ExpressionAttributeValues={":pk": s_attr(f"dir#{shard}")},
-                ConsistentRead=True,
-                Limit=1,
-            )
-            if reply.get("Items"):
-                return False
-        return True
+        if registry_id is not None:
+            self._registry_id = registry_id
 
     async def close(self) -> None:
-        stack, self._stack = self._stack, None
-        if stack is not None:
-            await stack.aclose()
-            self.client = None
+        await self.db.close()
 
     # -- generation -------------------------------------------------------------
 
@@ -303,14 +176,14 @@ class DynamoRegistry(RegistryStore):
         return f"{self._registry_id}:{counter}"
 
     async def _counter(self) -> int:
-        item = await self._get(item_key(META, "generation"))
+        item = await self.db.get(item_key(META, "generation"))
         return 0 if item is None else int(item["n"])
 
     async def generation(self) -> str:
         return self._generation_text(await self._counter())
 
     async def _bump_generation(self) -> str:
-        reply = await self._call(
+        reply = await self.db.call(
             "update_item",
             Key=item_key(META, "generation"),
             UpdateExpression="ADD n :one",
@@ -331,14 +204,14 @@ class DynamoRegistry(RegistryStore):
     # -- reads ------------------------------------------------------------------
 
     async def get_table(self, table: TableRef) -> TableRecord | None:
-        values = await self._get(dir_key(table))
+        values = await self.db.get(dir_key(table))
         return None if values is None else head_record(values)
 
     async def _authority(self) -> tuple[dict[str, Any], int]:
         """The authority marker and generation counter, in one consistent Query."""
         marker: dict[str, Any] | None = None
         counter = 0
-        async for item in self._query(META):
+        async for item in self.db.query(META):
             if item["sk"] == "authority":
                 marker = item
             elif item["sk"] == "generation":
@@ -376,7 +249,7 @@ class DynamoRegistry(RegistryStore):
         budget = MAX_SNAPSHOT_BYTES
         records: list[TableRecord] = []
         for shard in range(DIR_SHARDS):
-            async for values in self._query(f"dir#{shard}"):
+            async for values in self.db.query(f"dir#{shard}"):
                 budget -= entry_bytes(values)  # accounted before it is kept
                 if budget < 0:
                     raise ResourceExhausted(
@@ -386,59 +259,12 @@ class DynamoRegistry(RegistryStore):
         return records
 
     async def get_operation(self, operation_id: str) -> OperationRecord | None:
-        values = await self._get(op_key(operation_id))
+        values = await self.db.get(op_key(operation_id))
         if values is None:
             return None
         if values.get("st") == "committed":
-            return self._operation(values)
-        return await self._resolve_pending(values)
-
-    def _operation(self, values: dict[str, Any]) -> OperationRecord:
-        return OperationRecord(
-            operation_id=values["sk"],
-            table=TableRef(values["ns"], values["name"]),
-            incarnation=values["inc"],
-            location=values["loc"],
-            engine=cast(Engine, values["eng"]),
-            version=values["ver"],
-            engine_version=values["ever"],
-            operation_time_ms=values["op_time"],
-            committed_at_ms=values["at"],
-        )
-
-    async def _resolve_pending(self, pending: dict[str, Any]) -> OperationRecord | None:
-        """Whether a pending operation reached the visibility point (see module doc)."""
-        operation_id, incarnation, version = pending["sk"], pending["inc"], pending["ver"]
-        found = await self._get(ver_key(incarnation, version))
-        if found is not None:
-            if found.get("op") != operation_id:
-                return None
-            engine_version, at, location, engine = (
-                found["ever"],
-                found["at"],
-                found["loc"],
-                found["eng"],
-            )
-        else:
-            # No version record: only the head's current version can lack one.
-            head = await self._get(dir_key(TableRef(pending["ns"], pending["name"])))
-            if head is None or head["inc"] != incarnation or head["ver"] != version:
-                return None
-            if head.get("last_op") != operation_id:
-                return None
-            engine_version, at, location, engine = (
-                head["ever"],
-                head["last_at"],
-                head["loc"],
-                head["eng"],
-            )
-        record = self._operation(
-            {**pending, "ever": engine_version, "at": at, "loc": location, "eng": engine}
-        )
-        with contextlib.suppress(Exception):
-            await self._write_version_of(record)
-            await self._write_committed(record)
-        return record
+            return operation_record(values)
+        return await resolve_pending(self.db, values)
 
     async def versions(self, incarnation: str) -> list[VersionRecord]:
         return [
@@ -449,7 +275,7 @@ class DynamoRegistry(RegistryStore):
                 committed_at_ms=v["at"],
                 operation_id=v.get("op"),
             )
-            async for v in self._query(f"ver#{incarnation}")
+            async for v in self.db.query(f"ver#{incarnation}")
         ]
 
     async def dropped_tables(self) -> list[DroppedTable]:
@@ -461,7 +287,7 @@ class DynamoRegistry(RegistryStore):
                 dropped_version=d["ver"],
                 dropped_at_ms=d["at"],
             )
-            async for d in self._query(DROPPED)
+            async for d in self.db.query(DROPPED)
         ]
         return sorted(dropped, key=lambda d: (d.dropped_at_ms, d.incarnation))
 
@@ -475,7 +301,9 @@ class DynamoRegistry(RegistryStore):
                 debt = self._unsynced.get(ref)
                 if debt is None:
                     continue
-                writes = [self._write_version(debt.record, debt.operation_id, debt.committed_at_ms)]
+                writes = [
+                    write_version(self.db, debt.record, debt.operation_id, debt.committed_at_ms)
+                ]
                 if debt.operation_id and debt.operation_owed:
                     operation = OperationRecord(
                         operation_id=debt.operation_id,
@@ -488,7 +316,7 @@ class DynamoRegistry(RegistryStore):
                         operation_time_ms=debt.operation_time_ms,
                         committed_at_ms=debt.committed_at_ms,
                     )
-                    writes.append(self._write_committed(operation))
+                    writes.append(write_committed(self.db, operation))
                 # Two independent single-item puts: one round trip.
                 await asyncio.gather(*writes)
                 if self._unsynced.get(ref) is debt:
@@ -496,50 +324,7 @@ class DynamoRegistry(RegistryStore):
             if self._generation_owed:
                 await self._bump_generation()
         except Exception as exc:
-            raise self._unavailable(exc) from None
-
-    def _unavailable(self, exc: BaseException) -> Unavailable:
-        reason = error_code(exc) or type(exc).__name__
-        return Unavailable(f"registry table {self.table} unavailable ({reason}); retry")
-
-    async def _write_version(self, record: TableRecord, operation_id: str | None, at: int) -> None:
-        values = {
-            "ever": record.engine_version,
-            "at": at,
-            "op": operation_id or None,
-            "ns": record.table.namespace,
-            "name": record.table.name,
-            "loc": record.location,
-            "eng": record.engine,
-        }
-        await self._put(values, ver_key(record.incarnation, record.version))
-
-    async def _write_version_of(self, op: OperationRecord) -> None:
-        values = {
-            "ever": op.engine_version,
-            "at": op.committed_at_ms,
-            "op": op.operation_id,
-            "ns": op.table.namespace,
-            "name": op.table.name,
-            "loc": op.location,
-            "eng": op.engine,
-        }
-        await self._put(values, ver_key(op.incarnation, op.version))
-
-    async def _write_committed(self, op: OperationRecord) -> None:
-        values = {
-            "st": "committed",
-            "ns": op.table.namespace,
-            "name": op.table.name,
-            "inc": op.incarnation,
-            "loc": op.location,
-            "eng": op.engine,
-            "ver": op.version,
-            "ever": op.engine_version,
-            "op_time": op.operation_time_ms,
-            "at": op.committed_at_ms,
-        }
-        await self._put(values, op_key(op.operation_id))
+            raise self.db.unavailable(exc) from None
 
     async def create_table(self, record: TableRecord) -> str:
         if record.version != 0:
@@ -547,7 +332,7 @@ class DynamoRegistry(RegistryStore):
         self.fence()
         await self._settle()
         # The version record first: it names a fresh incarnation nobody else uses.
-        await self._write_version(record, None, record.created_at_ms)
+        await write_version(self.db, record, None, record.created_at_ms)
         epoch = self.fence()
         head = {
             "ns": record.table.namespace,
@@ -563,7 +348,7 @@ class DynamoRegistry(RegistryStore):
             "fence": epoch,
         }
         try:
-            await self._put(
+            await self.db.put(
                 head, dir_key(record.table), ConditionExpression="attribute_not_exists(pk)"
             )
         except Exception as exc:
@@ -578,7 +363,7 @@ class DynamoRegistry(RegistryStore):
         await self._settle(table)
         epoch = self.fence()
         try:
-            reply = await self._call(
+            reply = await self.db.call(
                 "delete_item",
                 Key=dir_key(table),
                 ConditionExpression="inc = :inc AND (attribute_not_exists(fence) OR fence <= :epoch)",
@@ -588,7 +373,7 @@ class DynamoRegistry(RegistryStore):
         except Exception as exc:
             if not conditional_failed(exc):
                 raise
-            current = await self._get(dir_key(table))
+            current = await self.db.get(dir_key(table))
             if current is None or current["inc"] != incarnation:
                 raise TableNotFound(table) from None
             raise NotLeader(f"a newer Metasrv leader owns {table}; retry") from None
@@ -601,9 +386,9 @@ class DynamoRegistry(RegistryStore):
             "at": dropped_at_ms,
         }
         with contextlib.suppress(Exception):
-            await self._write_version(head_record(old), old.get("last_op"), old["last_at"])
+            await write_version(self.db, head_record(old), old.get("last_op"), old["last_at"])
         try:
-            await self._put(dropped, item_key(DROPPED, incarnation))
+            await self.db.put(dropped, item_key(DROPPED, incarnation))
         except Exception as exc:
             # The drop is done (the head is gone); the record only helps GC.
             log.warning(
@@ -627,7 +412,7 @@ class DynamoRegistry(RegistryStore):
             "at": commit.committed_at_ms,
         }
         try:
-            await self._put(
+            await self.db.put(
                 pending,
                 op_key(operation_id),
                 ConditionExpression="attribute_not_exists(pk) OR st = :pending",
@@ -636,12 +421,12 @@ class DynamoRegistry(RegistryStore):
         except Exception as exc:
             if conditional_failed(exc):
                 raise InvalidAppend(f"operation id {operation_id} is already committed") from None
-            raise self._unavailable(exc) from None
+            raise self.db.unavailable(exc) from None
 
         epoch = self.fence()
-        self._maybe_pause("before_head_update")
+        self._faults.stop(faults.STOP_BEFORE_HEAD_UPDATE)
         try:
-            reply = await self._call(
+            reply = await self.db.call(
                 "update_item",
                 Key=dir_key(table),
                 UpdateExpression=(
@@ -668,7 +453,7 @@ class DynamoRegistry(RegistryStore):
                 raise  # the visibility point may or may not have moved
             head = await self._classify_failed_cas(commit, epoch)
         record = head_record(head)
-        self._unsynced[table] = _Owed(
+        self._unsynced[table] = Owed(
             record, operation_id, commit.operation_time_ms, int(head["last_at"])
         )
         # Past the visibility point: the rest is owed, never a reason to fail.
@@ -683,7 +468,7 @@ class DynamoRegistry(RegistryStore):
         return record
 
     async def _classify_failed_cas(self, commit: AppendCommit, epoch: int) -> dict[str, Any]:
-        current = await self._get(dir_key(commit.table))
+        current = await self.db.get(dir_key(commit.table))
         if current is None or current["inc"] != commit.incarnation:
             raise TableNotFound(commit.table)
         if (
@@ -721,7 +506,7 @@ class DynamoRegistry(RegistryStore):
         await self._settle(table)
         epoch = self.fence()
         try:
-            reply = await self._call(
+            reply = await self.db.call(
                 "update_item",
                 Key=dir_key(table),
                 UpdateExpression="SET ever = :new, fence = :epoch",
@@ -744,7 +529,7 @@ class DynamoRegistry(RegistryStore):
                 raise  # the head may or may not have moved
             head = await self._classify_failed_maintenance(commit, epoch)
         record = head_record(head)
-        self._unsynced[table] = _Owed(
+        self._unsynced[table] = Owed(
             record, head.get("last_op"), 0, int(head["last_at"]), operation_owed=False
         )
         results = await asyncio.gather(
@@ -762,7 +547,7 @@ class DynamoRegistry(RegistryStore):
     async def _classify_failed_maintenance(
         self, commit: MaintenanceCommit, epoch: int
     ) -> dict[str, Any]:
-        current = await self._get(dir_key(commit.table))
+        current = await self.db.get(dir_key(commit.table))
         if current is None or current["inc"] != commit.incarnation:
             raise TableNotFound(commit.table)
         if (
@@ -782,28 +567,7 @@ class DynamoRegistry(RegistryStore):
         )
 
     async def prune_operations(self, older_than_ms: int) -> int:
-        bound = op_bound(older_than_ms)
-        removed = 0
-        for shard in range(OP_SHARDS):
-            keys = [
-                item_key(f"op#{shard}", item["sk"])
-                async for item in self._query(f"op#{shard}", below=bound)
-                if operation_time_ms(item["sk"]) < older_than_ms
-            ]
-            removed += await self._delete_all(keys)
-        return removed
-
-    async def _delete_all(self, keys: Iterable[Item]) -> int:
-        keys = list(keys)
-        for start in range(0, len(keys), 25):
-            requests = [{"DeleteRequest": {"Key": k}} for k in keys[start : start + 25]]
-            for _ in range(10):
-                reply = await self.client.batch_write_item(RequestItems={self.table: requests})
-                requests = reply.get("UnprocessedItems", {}).get(self.table, [])
-                if not requests:
-                    break
-                await asyncio.sleep(0.05)
-        return len(keys)
+        return await prune_operations(self.db, older_than_ms)
 
     # -- leadership -----------------------------------------------------------------
 
@@ -815,45 +579,9 @@ class DynamoRegistry(RegistryStore):
         head itself. Returns the number of tables fenced.
         """
         try:
-            await self._call(
-                "update_item",
-                Key=item_key(META, "authority"),
-                UpdateExpression="SET epoch = :epoch",
-                ConditionExpression="attribute_exists(pk) AND epoch < :epoch",
-                ExpressionAttributeValues={":epoch": n_attr(epoch)},
-            )
-        except Exception as exc:
-            if conditional_failed(exc):
-                raise NotLeader(
-                    f"epoch {epoch} is not newer than the registry's authority"
-                ) from None
-            raise
-        fenced = 0
-        for shard in range(DIR_SHARDS):
-            async for head in self._query(f"dir#{shard}"):
-                table = TableRef(head["ns"], head["name"])
-                try:
-                    reply = await self._call(
-                        "update_item",
-                        Key=dir_key(table),
-                        UpdateExpression="SET fence = :epoch",
-                        ConditionExpression=(
-                            "attribute_exists(pk) AND (attribute_not_exists(fence) OR fence <= :epoch)"
-                        ),
-                        ExpressionAttributeValues={":epoch": n_attr(epoch)},
-                        ReturnValues="ALL_NEW",
-                    )
-                except Exception as exc:
-                    if not conditional_failed(exc):
-                        raise
-                    if await self._get(dir_key(table)) is None:
-                        continue  # dropped meanwhile
-                    raise NotLeader(f"a leader newer than epoch {epoch} fenced {table}") from None
-                current = decode(reply["Attributes"])
-                await self._write_version(
-                    head_record(current), current.get("last_op"), current["last_at"]
-                )
-                fenced += 1
+            fenced = await fence_every_head(self.db, epoch)
+        except Superseded as exc:
+            raise NotLeader(str(exc)) from None
         self._unsynced.clear()
         await self._bump_generation()
         return fenced

@@ -1,0 +1,148 @@
+"""An append on its way through the commit coordinator: its checks and its records.
+
+The checks here do no I/O; the coordinator (:mod:`lake_metasrv.commits`)
+runs them on arrival and again under the table lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+import structlog
+
+from lake_core.errors import (
+    CommitStateUnknown,
+    InvalidAppend,
+    StaleReadVersion,
+    TableNotFound,
+    Unavailable,
+)
+from lake_core.names import TableRef
+from lake_core.protocol import MAX_APPEND_ROWS, AppendCommand, AppendResult
+from lake_core.schemas import check_exact_schema
+from lake_core.values import check_batches
+from lake_metasrv.engine import PreparedAppend
+from lake_metasrv.registry.base import TableRecord
+from lake_metasrv.sidecars import ReferenceDelta, file_uris
+from lake_objects.scope import TenantScope
+
+__all__ = [
+    "CheckedRows",
+    "Queued",
+    "Staged",
+    "check_read_version",
+    "check_rows",
+    "check_shape",
+    "conform",
+    "fail",
+    "registry_failure",
+    "retrieve",
+]
+
+log = structlog.get_logger("lake_metasrv.commits")
+
+
+@dataclass(frozen=True)
+class Queued:
+    """An append waiting for its table's committer."""
+
+    command: AppendCommand
+    schema: pa.Schema
+    batches: Sequence[pa.RecordBatch]
+    rows: int
+    op_time: int
+    scope: TenantScope
+    checked: CheckedRows
+    prepared: PreparedAppend
+    future: asyncio.Future[AppendResult]
+
+
+@dataclass(frozen=True)
+class CheckedRows:
+    """An append's rows in the table's exact schema, and the managed objects they name."""
+
+    data: pa.Table
+    adds: list[str]
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A checked append with its version number, ready for the engine."""
+
+    queued: Queued
+    version: int
+    delta: ReferenceDelta
+
+
+def fail(queued: Queued, error: BaseException) -> None:
+    if not queued.future.done():
+        queued.future.set_exception(error)
+
+
+def retrieve(future: asyncio.Future[Any]) -> None:
+    """Mark an outcome seen: a caller that went away must not cause a warning."""
+    if not future.cancelled():
+        future.exception()
+
+
+def registry_failure(table: TableRef, exc: Exception) -> Exception:
+    """What a failed registry commit means to the appender."""
+    if isinstance(exc, InvalidAppend | StaleReadVersion | TableNotFound | Unavailable):
+        # A definite "no" (a registry raises Unavailable only when the
+        # visibility point was not reached): the Lance version stays an
+        # invisible orphan.
+        return exc
+    log.error("registry commit failed", table=str(table), error=repr(exc))
+    return CommitStateUnknown(
+        f"append to {table} may or may not have committed; retry with the same operation id"
+    )
+
+
+def check_read_version(command: AppendCommand, current: int) -> None:
+    if command.read_version is not None and command.read_version != current:
+        raise StaleReadVersion(
+            f"append to {command.table} read version {command.read_version}, "
+            f"the table is at version {current}"
+        )
+
+
+def check_rows(
+    record: TableRecord,
+    schema: pa.Schema,
+    batches: Sequence[pa.RecordBatch],
+    scope: TenantScope,
+) -> CheckedRows:
+    """Exact schema; FILE cells well-formed and inside the tenant's stage. No I/O."""
+    table_schema = record.schema
+    check_batches(record.table, table_schema, batches)  # value-changing columns, by row
+    check_exact_schema(table_schema, schema, record.table)
+    data = conform(batches, schema, table_schema)
+    adds = file_uris(data, table_schema)
+    for uri in adds:
+        scope.check(uri)
+    return CheckedRows(data, adds)
+
+
+def check_shape(batches: Sequence[pa.RecordBatch]) -> int:
+    rows = 0
+    for index, batch in enumerate(batches):
+        if batch.num_rows == 0:
+            raise InvalidAppend(f"batch {index} is empty; every appended batch needs rows")
+        rows += batch.num_rows
+    if rows == 0:
+        raise InvalidAppend("an append needs at least one row")
+    if rows > MAX_APPEND_ROWS:
+        raise InvalidAppend(f"an append holds at most {MAX_APPEND_ROWS} rows, got {rows}")
+    return rows
+
+
+def conform(
+    batches: Sequence[pa.RecordBatch], wire_schema: pa.Schema, table_schema: pa.Schema
+) -> pa.Table:
+    """The batches as one table carrying exactly the table's schema and metadata."""
+    data = pa.Table.from_batches(batches, schema=wire_schema)
+    return pa.Table.from_arrays(data.columns, schema=table_schema)
