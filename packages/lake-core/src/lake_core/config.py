@@ -27,6 +27,7 @@ __all__ = [
     "CLOUD_MODE",
     "COMPACTION",
     "DYNAMODB_TABLE",
+    "FAULTS",
     "LANCE_RETAIN_VERSIONS",
     "MANAGED_OBJECT_PREFIX",
     "MANAGED_OBJECT_ROOT",
@@ -42,12 +43,19 @@ __all__ = [
     "QUERY_EXECUTION_TIMEOUT_MS",
     "QUERY_MAX_CONCURRENT",
     "QUERY_MAX_CONCURRENT_PER_TENANT",
+    "QUERY_MAX_EXPRESSION_TERMS",
+    "QUERY_MAX_FUNCTION_OUTPUT_BYTES",
+    "QUERY_MAX_PLAN_DEPTH",
+    "QUERY_MAX_QUERY_BLOCKS",
     "QUERY_MAX_SQL_BYTES",
     "QUERY_MAX_TRACKED_TENANTS",
+    "QUERY_MEMORY_LIMIT_BYTES",
     "QUERY_QUEUE_TIMEOUT_MS",
+    "QUERY_STALL_TIMEOUT_MS",
     "QUERY_TICKET_AUDIENCE",
     "QUERY_TICKET_KEYS_FILE",
     "QUERY_TICKET_TTL_SECS",
+    "QUERY_VERIFY_ON_OPEN",
     "S3_BUCKET",
     "SHUTDOWN_GRACE_MS",
     "STORAGE_TIMEOUT_MS",
@@ -335,6 +343,72 @@ QUERY_MAX_SQL_BYTES = EnvVar(
     owner=QUERY,
     default="1048576 (1 MiB)",
     range="1024..=67108864, bytes",
+)
+
+
+QUERY_STALL_TIMEOUT_MS = EnvVar(
+    "LAKE_QUERY_STALL_TIMEOUT_MS",
+    doc="A DoGet whose client has taken no message for this long is ended and its "
+    "admission permit released.",
+    owner=QUERY,
+    default="60000",
+    range="1..=86400000, milliseconds",
+)
+QUERY_VERIFY_ON_OPEN = EnvVar(
+    "LAKE_QUERY_VERIFY_ON_OPEN",
+    doc="Check size and SHA-256 of every data file of a local table once, the first time "
+    "this replica opens it, before serving rows from it (a mismatch is DATA_LOSS).",
+    owner=QUERY,
+    default="false",
+    range="true/false",
+)
+QUERY_MAX_EXPRESSION_TERMS = EnvVar(
+    "LAKE_QUERY_MAX_EXPRESSION_TERMS",
+    doc="Binary operators (arithmetic, comparison, AND/OR, ||) in one statement, checked "
+    "before DataFusion parses it.",
+    owner=QUERY,
+    default="512",
+    range="1..=100000",
+)
+QUERY_MAX_QUERY_BLOCKS = EnvVar(
+    "LAKE_QUERY_MAX_QUERY_BLOCKS",
+    doc="SELECT blocks (subqueries, CTEs, UNION arms) in one statement.",
+    owner=QUERY,
+    default="256",
+    range="1..=100000",
+)
+QUERY_MAX_PLAN_DEPTH = EnvVar(
+    "LAKE_QUERY_MAX_PLAN_DEPTH",
+    doc="Depth of a statement's logical plan.",
+    owner=QUERY,
+    default="96",
+    range="4..=10000",
+)
+QUERY_MEMORY_LIMIT_BYTES = EnvVar(
+    "LAKE_QUERY_MEMORY_LIMIT_BYTES",
+    doc="DataFusion memory of one replica's queries; each query's pool is a quarter of it "
+    "(sorts, joins and aggregates spill past their pool).",
+    owner=QUERY,
+    default="2147483648 (2 GiB, for a 4 GiB replica)",
+    range="16777216..=17592186044416, bytes",
+)
+QUERY_MAX_FUNCTION_OUTPUT_BYTES = EnvVar(
+    "LAKE_QUERY_MAX_FUNCTION_OUTPUT_BYTES",
+    doc="Largest output of one size-amplifying function call (repeat, lpad, array_repeat, "
+    "range, ...) over one batch.",
+    owner=QUERY,
+    default="67108864 (64 MiB)",
+    range="1024..=17179869184, bytes",
+)
+
+# -- tests ---------------------------------------------------------------------
+
+FAULTS = EnvVar(
+    "LAKE_FAULTS",
+    doc="Arms named crash, stop and test-size points (lake_core.faults); inert when unset. "
+    "Never set it in production.",
+    owner=TESTS,
+    range="comma-separated points and setting=integer",
 )
 
 

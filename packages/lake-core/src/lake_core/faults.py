@@ -31,6 +31,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from lake_core.config import FAULTS
 from lake_core.errors import ConfigError
 
 __all__ = [
@@ -56,8 +57,6 @@ __all__ = [
     "stop",
 ]
 
-#: The one variable that arms fault points (grammar in the module docstring; tests only).
-FAULTS = "LAKE_FAULTS"
 #: What a crash point exits with: the code a SIGKILL'd process reports (128 + 9).
 CRASH_EXIT_CODE = 137
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from lake_core.config import QUERY_STALL_TIMEOUT_MS as STALL_TIMEOUT_MS
+
 __all__ = ["DEFAULT_STALL_TIMEOUT_MS", "STALL_TIMEOUT_MS", "StallClock", "watch_stalls"]
 
-#: Longest a DoGet may wait for its client to take one message, in ms (default 60 s).
-STALL_TIMEOUT_MS = "LAKE_QUERY_STALL_TIMEOUT_MS"
 DEFAULT_STALL_TIMEOUT_MS = 60_000
 
 #: Checks per timeout while no message waits: a stall ends within 1.25 timeouts.

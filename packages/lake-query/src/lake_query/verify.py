@@ -26,6 +26,7 @@ from typing import Any
 
 import structlog
 
+from lake_core.config import QUERY_VERIFY_ON_OPEN as VERIFY_ON_OPEN
 from lake_core.errors import ConfigError, DataCorrupted, Internal
 from lake_core.integrity import (
     DATA_FILE_DIGESTS,
@@ -47,8 +48,6 @@ __all__ = [
 
 log = structlog.get_logger("lake_query.verify")
 
-#: ``true`` makes a replica check every data file once, before serving rows from it.
-VERIFY_ON_OPEN = "LAKE_QUERY_VERIFY_ON_OPEN"
 #: Verified data files (and table versions) remembered per replica.
 DEFAULT_CAPACITY = 100_000
 

@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from datafusion import SessionContext, udf
 
+from lake_core.config import QUERY_MAX_FUNCTION_OUTPUT_BYTES as MAX_FUNCTION_OUTPUT_BYTES
 from lake_core.errors import ResourceExhausted
 
 __all__ = [
@@ -33,9 +34,6 @@ __all__ = [
     "FunctionBudget",
     "register_bounded_functions",
 ]
-
-#: Largest output of one size-amplifying function call over one batch (default 64 MiB).
-MAX_FUNCTION_OUTPUT_BYTES = "LAKE_QUERY_MAX_FUNCTION_OUTPUT_BYTES"
 
 
 #: The built-ins replaced here. A session registers only those its SQL names

@@ -26,6 +26,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from lake_core.config import QUERY_MAX_EXPRESSION_TERMS as MAX_EXPRESSION_TERMS
+from lake_core.config import QUERY_MAX_PLAN_DEPTH as MAX_PLAN_DEPTH
+from lake_core.config import QUERY_MAX_QUERY_BLOCKS as MAX_QUERY_BLOCKS
+from lake_core.config import QUERY_MEMORY_LIMIT_BYTES as MEMORY_LIMIT_BYTES
 from lake_core.config import env_int
 from lake_core.errors import InvalidArgument
 from lake_query.planning.functions import BOUNDED_FUNCTIONS, MAX_FUNCTION_OUTPUT_BYTES
@@ -41,16 +45,7 @@ __all__ = [
     "sql_shape",
 ]
 
-#: Binary operators (arithmetic, comparison, AND/OR, ||) in one statement (default 512).
-MAX_EXPRESSION_TERMS = "LAKE_QUERY_MAX_EXPRESSION_TERMS"
-#: SELECT blocks (subqueries, CTEs, UNION arms) in one statement (default 256).
-MAX_QUERY_BLOCKS = "LAKE_QUERY_MAX_QUERY_BLOCKS"
-#: Depth of a statement's logical plan (default 96 nodes).
-MAX_PLAN_DEPTH = "LAKE_QUERY_MAX_PLAN_DEPTH"
 
-#: DataFusion memory of this replica's queries, in bytes (default 2 GiB, for a
-#: 4 GiB replica: the rest is Python, gRPC buffers and Lance's caches).
-MEMORY_LIMIT_BYTES = "LAKE_QUERY_MEMORY_LIMIT_BYTES"
 DEFAULT_MEMORY_LIMIT_BYTES = 2 * 1024**3
 #: Each query's pool is this share of the replica's memory limit.
 MEMORY_SHARES = 4
