@@ -32,9 +32,12 @@ def test_every_variable_has_one_home() -> None:
         if path == CATALOGUE:
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str):
-                if re.fullmatch(r"LAKE_[A-Z0-9_]+", node.value):
-                    spelled.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value}")
+            if (
+                isinstance(node, ast.Constant)
+                and isinstance(node.value, str)
+                and re.fullmatch(r"LAKE_[A-Z0-9_]+", node.value)
+            ):
+                spelled.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.value}")
     assert not spelled, "import these from lake_core.config instead:\n" + "\n".join(spelled)
 
 
