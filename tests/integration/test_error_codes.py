@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -42,6 +43,8 @@ from lake_core.names import TableRef
 from lake_core.proto import flight_pb2 as pb
 from lake_core.proto import flight_sql_pb2
 from lake_core.tls import ClientTLS
+from lake_metasrv.commits import CommitCoordinator
+from lake_metasrv.config import MetaConfig
 from lake_metasrv.forwarding import ForwardingMetaHandler, PeerClients
 
 #: Classes a server can raise (ConfigError is startup-only, never sent).
@@ -118,14 +121,16 @@ class _Leadership:
 class Servers:
     """In-process servers on one background loop: the raiser, and a follower of it."""
 
-    def __init__(self) -> None:
+    def __init__(self, data_dir: Path) -> None:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
         self.raiser = self.run(self._start(Raiser()))
         self.peers = PeerClients(None, ClientTLS())
+        # The follower's own coordinator is never reached: every write is forwarded.
+        coordinator = CommitCoordinator.local(MetaConfig.load(data_dir=data_dir, env={}))
         follower = ForwardingMetaHandler(
-            None,  # type: ignore[arg-type]  # never reached: every write is forwarded
+            coordinator,
             _Leadership(f"http://127.0.0.1:{self.raiser.port}"),  # type: ignore[arg-type]
             self.peers,
         )
@@ -148,8 +153,8 @@ class Servers:
 
 
 @pytest.fixture(scope="module")
-def servers() -> Iterator[Servers]:
-    running = Servers()
+def servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Servers]:
+    running = Servers(tmp_path_factory.mktemp("follower"))
     yield running
     running.close()
 
@@ -212,12 +217,11 @@ def test_follower_forwarding_keeps_every_class(servers: Servers, name: str) -> N
 
 @pytest.mark.parametrize("name", SENDABLE)
 def test_sdk_rebuilds_every_class(servers: Servers, name: str) -> None:
-    from lake_sdk.client import LakeClient
+    from lake_sdk import AsyncClient
 
     async def calls() -> list[BaseException]:
-        client = await LakeClient.connect(f"grpc://127.0.0.1:{servers.raiser.port}")
         seen: list[BaseException] = []
-        try:
+        async with AsyncClient(f"grpc://127.0.0.1:{servers.raiser.port}") as client:
             for attempt in (
                 lambda: client.table_schema(_table_for(name)),  # DoAction
                 lambda: client.query(f"plan:{name}"),  # GetFlightInfo
@@ -227,8 +231,6 @@ def test_sdk_rebuilds_every_class(servers: Servers, name: str) -> None:
                     await attempt()
                 except LakeError as exc:
                     seen.append(exc)
-        finally:
-            await client.close()
         return seen
 
     seen = asyncio.run(calls())

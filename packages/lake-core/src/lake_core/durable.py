@@ -10,7 +10,14 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-__all__ = ["fsync_dir", "fsync_file", "replace_synced", "write_synced"]
+__all__ = [
+    "MTIME_SLACK_NS",
+    "fsync_dir",
+    "fsync_file",
+    "fsync_written_since",
+    "replace_synced",
+    "write_synced",
+]
 
 
 def fsync_dir(path: str | Path) -> None:
@@ -57,3 +64,40 @@ def replace_synced(
     os.replace(tmp, target)
     if sync_dir:
         fsync_dir(target.parent)
+
+
+#: File systems stamp mtimes from a coarse clock: look this much further back.
+MTIME_SLACK_NS = 2_000_000_000
+
+
+def fsync_written_since(
+    root: Path, since_ns: int, *, only: Iterable[str] | None = None, parent: bool = False
+) -> None:
+    """fsync the files another writer (Lance) put under ``root`` since ``since_ns``.
+
+    Walks ``root`` (or only its subdirectories named in ``only``), fsyncs every
+    file modified at or after ``since_ns`` and each directory holding one (the
+    walked start directories always), then ``root`` (and its parent with
+    ``parent=True``). A file that vanishes meanwhile (a concurrent writer's
+    temporary file) is not ours to make durable and is skipped.
+    """
+    since_ns -= MTIME_SLACK_NS
+    starts = [root] if only is None else [root / name for name in only]
+    for start in starts:
+        if not start.is_dir():
+            continue
+        for directory, _dirs, files in os.walk(start):
+            wrote = False
+            for name in files:
+                path = os.path.join(directory, name)
+                try:
+                    if os.stat(path).st_mtime_ns >= since_ns:
+                        fsync_file(path)
+                        wrote = True
+                except FileNotFoundError:
+                    continue
+            if wrote or directory == str(start):
+                fsync_dir(directory)
+    fsync_dir(root)
+    if parent:
+        fsync_dir(root.parent)

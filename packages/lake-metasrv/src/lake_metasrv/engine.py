@@ -38,7 +38,7 @@ import lance
 import pyarrow as pa
 import structlog
 
-from lake_core.durable import fsync_dir, fsync_file
+from lake_core.durable import fsync_dir, fsync_file, fsync_written_since
 from lake_core.errors import Internal, InvalidSchema, Unavailable, VersionReclaimed
 from lake_core.models import Engine, incarnation_metadata, incarnation_of
 from lake_core.names import TableRef
@@ -57,7 +57,6 @@ log = structlog.get_logger("lake_metasrv.engine")
 #: Schema metadata key recording which table incarnation owns a dataset, so a
 #: reader can tell a dropped-and-recreated table at the same path from the old one.
 _DATASET_DIRS = ("data", "_versions", "_transactions", "_deletions")
-_MTIME_SLACK_NS = 2_000_000_000
 
 
 class LanceEngine(abc.ABC):
@@ -367,7 +366,9 @@ class LocalLanceEngine(LanceEngine):
         except (ValueError, NotImplementedError, pa.ArrowException) as exc:
             shutil.rmtree(path, ignore_errors=True)
             raise InvalidSchema(f"Lance cannot store this schema: {exc}") from None
-        _make_durable(path, started)
+        # Lance does not fsync; the registry (synchronous=FULL) must never
+        # point at a manifest still in the page cache.
+        fsync_written_since(path, started, only=_DATASET_DIRS)
         fsync_dir(path.parent)
         self._datasets[location] = (incarnation, dataset)
         return int(dataset.version)
@@ -477,26 +478,6 @@ def _names(directory: Path) -> set[str]:
         return set(os.listdir(directory))
     except FileNotFoundError:
         return set()
-
-
-def _make_durable(dataset: Path, since_ns: int) -> None:
-    """fsync the files a Lance commit wrote, and their directories.
-
-    Lance's local store does not fsync; the registry does (synchronous=FULL),
-    so without this a power loss could leave the registry pointing at a
-    manifest that never reached the disk.
-    """
-    # File systems stamp mtimes from a coarse clock; look a little further back.
-    since_ns -= _MTIME_SLACK_NS
-    directories: Iterable[Path] = [dataset / name for name in _DATASET_DIRS]
-    for directory in directories:
-        if not directory.is_dir():
-            continue
-        for entry in os.scandir(directory):
-            if entry.is_file(follow_symlinks=False) and entry.stat().st_mtime_ns >= since_ns:
-                fsync_file(entry.path)
-        fsync_dir(directory)
-    fsync_dir(dataset)
 
 
 def reclaim_old_versions(

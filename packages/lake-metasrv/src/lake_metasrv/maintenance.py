@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -46,7 +45,7 @@ from lance.optimize import Compaction, CompactionOptions
 
 from lake_core import faults
 from lake_core.config import COMPACTION
-from lake_core.durable import fsync_dir, fsync_file
+from lake_core.durable import fsync_written_since
 from lake_core.errors import (
     ConfigError,
     Internal,
@@ -76,7 +75,6 @@ log = structlog.get_logger("lake_metasrv.maintenance")
 
 #: Fragments are merged up to this many rows.
 TARGET_ROWS_PER_FRAGMENT = 1 << 20
-_MTIME_SLACK_NS = 2_000_000_000
 _BTREE_TYPES = "integer, floating point, boolean, string, binary, decimal, date or timestamp"
 
 
@@ -225,7 +223,8 @@ def _finish(
                 f"({before.count_rows()} -> {head.count_rows()}); not registered"
             )
         if target.local is not None:
-            _make_durable(target.local, started_ns)
+            # Index directories included; concurrent appends' temp files skipped.
+            fsync_written_since(target.local, started_ns, parent=True)
     return _Outcome(
         engine_version=int(after.version),
         fragments_before=len(before.get_fragments()),
@@ -286,30 +285,6 @@ def _create_index(target: _Dataset, record: TableRecord, column: str, kind: str)
         # Only orphans can exist now (not registered); the next change restores over them.
         raise InvalidArgument(f"cannot index {record.table}.{column}: {exc}") from None
     return _finish(target, record, before, target.open(), started)
-
-
-def _make_durable(dataset: Path, since_ns: int) -> None:
-    """fsync every file Lance wrote under ``dataset`` (index directories included).
-
-    Lance's local store does not fsync and the registry does, so the registry
-    must never point at a manifest, data file or index still in the page cache.
-    """
-    since_ns -= _MTIME_SLACK_NS  # coarse file-system clocks
-    for root, _dirs, files in os.walk(dataset):
-        wrote = False
-        for name in files:
-            path = os.path.join(root, name)
-            try:
-                if os.stat(path).st_mtime_ns >= since_ns:
-                    fsync_file(path)
-                    wrote = True
-            except FileNotFoundError:
-                # A temporary file of a concurrent append's fragment write
-                # (those run outside the table lock); not ours to make durable.
-                continue
-        if wrote or root == str(dataset):
-            fsync_dir(Path(root))
-    fsync_dir(dataset.parent)
 
 
 # -- the maintenance commit --------------------------------------------------------------
