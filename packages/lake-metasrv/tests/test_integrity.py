@@ -45,7 +45,7 @@ async def test_appends_and_compaction_are_recorded_and_a_flip_is_reported(
     assert before.ok
     assert (before.versions, before.files_checked, before.unrecorded) == ([0, 1, 2, 3, 4], 4, [])
 
-    await Maintenance(coordinator, CompactionSettings(), env={}).compact(T)
+    await Maintenance(coordinator, CompactionSettings()).compact(T)
     after = await verify_table(coordinator, store, T, all_versions=False)
     assert after.ok
     assert (after.files_checked, after.unrecorded) == (1, [])  # the compacted file is recorded

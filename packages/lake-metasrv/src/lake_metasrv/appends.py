@@ -26,7 +26,7 @@ from lake_core.protocol import MAX_APPEND_ROWS, AppendCommand, AppendResult
 from lake_core.schemas import check_exact_schema
 from lake_core.values import check_batches
 from lake_metasrv.engine import PreparedAppend
-from lake_metasrv.registry.base import TableRecord
+from lake_metasrv.registry.base import OperationRecord, TableRecord
 from lake_metasrv.sidecars import ReferenceDelta, file_uris
 from lake_objects.scope import TenantScope
 
@@ -146,3 +146,11 @@ def conform(
     """The batches as one table carrying exactly the table's schema and metadata."""
     data = pa.Table.from_batches(batches, schema=wire_schema)
     return pa.Table.from_arrays(data.columns, schema=table_schema)
+
+
+def replay(prior: OperationRecord, table: TableRef) -> AppendResult:
+    """The original result of an operation id seen before (a retry), for the same table."""
+    if prior.table != table:
+        raise InvalidAppend(f"operation id {prior.operation_id} was already used for another table")
+    log.info("append replayed", table=str(table), version=prior.version)
+    return prior.result(replayed=True)

@@ -57,6 +57,7 @@ from lake_metasrv.appends import (
     check_shape,
     fail,
     registry_failure,
+    replay,
     retrieve,
 )
 from lake_metasrv.config import MetaConfig
@@ -64,7 +65,7 @@ from lake_metasrv.datadir import DataDir
 from lake_metasrv.engine import AppendOutcome, LanceEngine, LocalLanceEngine
 from lake_metasrv.gate import OpenGate, WriteGate
 from lake_metasrv.integrity import DigestStore
-from lake_metasrv.registry.base import AppendCommit, OperationRecord, RegistryStore, TableRecord
+from lake_metasrv.registry.base import AppendCommit, RegistryStore, TableRecord
 from lake_metasrv.sidecars import DropMarker, LocalSidecarStore, ReferenceDelta, SidecarStore
 from lake_objects.scope import TenantScope
 from lake_objects.settings import StageSettings
@@ -269,7 +270,7 @@ class CommitCoordinator:
     ) -> AppendResult:
         prior = await self.registry.get_operation(command.operation_id)
         if prior is not None:
-            return self._replay(prior, command.table)
+            return replay(prior, command.table)
         # Checked and written as fragments outside the lock, concurrently with
         # other appends; the committer only has to commit them.
         # The table as last seen is enough here (everything is checked again
@@ -486,7 +487,7 @@ class CommitCoordinator:
             try:
                 prior = priors.get(command.operation_id)
                 if prior is not None:
-                    queued.future.set_result(self._replay(prior, record.table))
+                    queued.future.set_result(replay(prior, record.table))
                     continue
                 if queued.prepared.incarnation != record.incarnation:
                     # The table was dropped and recreated since: check and write again.
@@ -515,15 +516,6 @@ class CommitCoordinator:
             operation_id=command.operation_id,
             adds=queued.checked.adds,
         )
-
-    @staticmethod
-    def _replay(prior: OperationRecord, table: TableRef) -> AppendResult:
-        if prior.table != table:
-            raise InvalidAppend(
-                f"operation id {prior.operation_id} was already used for another table"
-            )
-        log.info("append replayed", table=str(table), version=prior.version)
-        return prior.result(replayed=True)
 
     def watch_appends(self, every: int, callback: Callable[[TableRef], None] | None) -> None:
         """Call ``callback(table)`` each time a table took ``every`` more appends (0: stop)."""
