@@ -312,7 +312,8 @@ class CommitCoordinator:
         self._committers.add(table)
         task = asyncio.ensure_future(self._committer(table))
         self._tasks.add(task)
-        task.add_done_callback(_forget(self._tasks))
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_log_abandoned)
 
     async def _committer(self, table: TableRef) -> None:
         """Commit the table's queued appends, a group at a time, under its lock."""
@@ -588,15 +589,12 @@ class CommitCoordinator:
         """Run ``work`` as a task that finishes even if our caller is cancelled."""
         task = asyncio.ensure_future(work)
         self._tasks.add(task)
-        task.add_done_callback(_forget(self._tasks))
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(_log_abandoned)
         return await asyncio.shield(task)
 
 
-def _forget(tasks: set[asyncio.Task[Any]]) -> Callable[[asyncio.Task[Any]], None]:
-    def done(task: asyncio.Task[Any]) -> None:
-        tasks.discard(task)
-        # Retrieve the outcome so an abandoned failure is logged, not warned about.
-        if not task.cancelled() and task.exception() is not None:
-            log.debug("table change failed", error=repr(task.exception()))
-
-    return done
+def _log_abandoned(task: asyncio.Task[Any]) -> None:
+    # Retrieve the outcome so an abandoned failure is logged, not warned about.
+    if not task.cancelled() and task.exception() is not None:
+        log.debug("table change failed", error=repr(task.exception()))
