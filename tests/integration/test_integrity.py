@@ -165,12 +165,6 @@ def test_every_flipped_byte_is_reported_and_never_served(
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    reason="scan-time decode errors become DataCorrupted with issue 11 item 5 (another branch); "
-    "drop this marker once it is merged",
-    raises=AssertionError,
-    strict=False,
-)
 def test_with_verification_off_a_corrupt_file_is_data_loss_or_correct_rows(
     lake_cluster: LakeCluster,
 ) -> None:

@@ -47,11 +47,8 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
         ca_pem=config.metadata_tls.ca_pem,
         server_name=config.metadata_tls.server_name,
     )
-    verifier = (
-        DataFileVerifier(MetaDigests(meta, asyncio.get_running_loop()))
-        if config.verify_on_open
-        else None
-    )
+    # Always built: a failed scan asks it whether a data file changed since its commit.
+    verifier = DataFileVerifier(MetaDigests(meta, asyncio.get_running_loop()))
     cache = CatalogCache(meta, config.catalog_refresh_s)
     stage = QueryStage(config.stage)
     handler: QueryHandler | None = None
@@ -73,7 +70,12 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             admission=Admission(config.admission),
             max_sql_bytes=config.admission.max_sql_bytes,
             stage=stage,
-            datasets=DatasetOpener(config.storage, PinnedDatasets(), verifier=verifier),
+            datasets=DatasetOpener(
+                config.storage,
+                PinnedDatasets(),
+                verifier=verifier,
+                verify_on_open=config.verify_on_open,
+            ),
             limits=config.limits,
         )
 

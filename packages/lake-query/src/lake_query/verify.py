@@ -113,12 +113,18 @@ class DataFileVerifier:
         self._recorded: dict[TableRef, Mapping[str, DataFileDigest]] = {}
         self._lock = threading.Lock()
 
-    def check(self, dataset: Any, table: TableRef, descriptor: TableDescriptor) -> None:
-        """Raise DataCorrupted unless every data file of ``dataset`` is as committed."""
+    def check(
+        self, dataset: Any, table: TableRef, descriptor: TableDescriptor, *, recheck: bool = False
+    ) -> None:
+        """Raise DataCorrupted unless every data file of ``dataset`` is as committed.
+
+        ``recheck`` hashes again files already found whole (a query that failed
+        while reading them asks whether they changed since).
+        """
         uri = str(dataset.uri)
         version_key = (uri, descriptor.incarnation, descriptor.engine_version)
         with self._lock:
-            if version_key in self._versions:
+            if version_key in self._versions and not recheck:
                 return
         if "://" in uri and not uri.startswith("file://"):
             with self._lock:
@@ -129,7 +135,7 @@ class DataFileVerifier:
         for path in fragment_file_paths(dataset.get_fragments()):
             file_key = (uri, path)
             with self._lock:
-                if file_key in self._files:
+                if file_key in self._files and not recheck:
                     continue
             expected = self._expected(table, path)
             if expected is not None:

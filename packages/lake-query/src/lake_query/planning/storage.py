@@ -104,12 +104,15 @@ class DatasetOpener:
         cache: PinnedDatasets | None = None,
         *,
         verifier: DataFileVerifier | None = None,
+        verify_on_open: bool = False,
     ) -> None:
         self.storage = storage or DatasetStorage()
         self._cache = cache
         self._probe = StorageProbe(self.storage)
-        #: LAKE_QUERY_VERIFY_ON_OPEN: checks data files before any row is served.
+        #: Checks data files against their commit's digests: before any row is
+        #: served with LAKE_QUERY_VERIFY_ON_OPEN, and after every failed scan.
         self._verifier = verifier
+        self._verify_on_open = verify_on_open
 
     def open(self, table: TableRef, descriptor: TableDescriptor) -> Any:
         """The Lance dataset at exactly ``descriptor``'s version, or a typed Lake error."""
@@ -144,7 +147,7 @@ class DatasetOpener:
                 "the table was dropped and recreated since the query was planned; "
                 "run the query again"
             )
-        if self._verifier is not None:
+        if self._verifier is not None and self._verify_on_open:
             self._verifier.check(dataset, table, descriptor)
         return dataset
 
@@ -175,6 +178,11 @@ class DatasetOpener:
                     )
             except OSError:
                 return Unavailable("table storage became unreachable while the query ran; retry")
+            if self._verifier is not None:
+                try:
+                    self._verifier.check(dataset, table, descriptor, recheck=True)
+                except DataCorrupted as corrupted:
+                    return corrupted
         return None
 
 
