@@ -235,6 +235,9 @@ class QueryLimits:
     #: How long a query waits for its pool when the replica's memory is taken
     #: (the replica sets it to its admission queue deadline).
     memory_wait_ms: int = 100
+    #: False turns every guard here off (and the replica memory budget): only
+    #: for measuring what the guards cost (``tools/bench/guards_bench.py``).
+    enforce: bool = True
     #: Largest output of one size-amplifying function call over one batch.
     max_function_output_bytes: int = 64 * 1024 * 1024
 
@@ -258,6 +261,8 @@ class QueryLimits:
 
     def check_text(self, sql: str, bound_parameters: int | None) -> SqlShape:
         """Refuse ``sql`` before DataFusion parses it (``bound_parameters``: None skips)."""
+        if not self.enforce:
+            return SqlShape(0, 0, 0)
         shape = sql_shape(sql)
         if shape.operators > self.max_expression_terms:
             raise InvalidArgument(
@@ -296,6 +301,8 @@ class QueryLimits:
 
     def check_plan(self, df: Any) -> None:
         """Refuse a planned statement whose plan is too deep to execute safely."""
+        if not self.enforce:
+            return
         depth = plan_depth(df.logical_plan(), self.max_plan_depth)
         if depth > self.max_plan_depth:
             raise InvalidArgument(

@@ -199,13 +199,15 @@ class Planner:
                 return ResultStream(
                     known.schema, coalesce_batches(batches, known.schema), on_error=on_error
                 )
-        reservation = self.memory.reserve(self.limits.query_memory_bytes)
+        reservation = self.memory.reserve(
+            self.limits.query_memory_bytes if self.limits.enforce else 0
+        )
         try:
             ctx = session(
                 binder,
                 budget,
                 join_reordering=not conflicting_metadata(datasets),
-                memory_bytes=reservation.nbytes,
+                memory_bytes=reservation.nbytes if self.limits.enforce else None,
                 functions=shape.bounded_functions,
             )
         except BaseException:
