@@ -73,8 +73,14 @@ class ResultStream:
             raise
         except Exception as exc:
             error = self._on_error(exc)
-            self.close()
-            raise error from None
+        self.close()
+        # Raised outside the handler and without the engine's frames: no traceback
+        # may keep the batch iterator (DataFusion's stream) alive in a cycle, for
+        # the collector to free inside a later DataFusion call (see close()).
+        try:
+            raise error.with_traceback(None) from None
+        finally:
+            del error
 
     def close(self) -> None:
         """Release the session now, on this thread.
