@@ -35,12 +35,15 @@ from lake_core.names import TableRef
 from lake_core.principal import DEV_PRINCIPAL
 from lake_core.schemas import schema_to_base64
 from lake_query.planning import Planner, QueryLimits
-from tools.bench.harness import Figure, at_most, figure, measure, pairs_for, warmup_for
+from tools.bench.harness import Figure, at_most, figure, measure, warmup_for
 
 TABLE = TableRef("bench", "guards")
 POINT = "SELECT * FROM bench.guards WHERE id = 4321"
 GROUP_BY = "SELECT c % 64 AS g, count(*) AS n, sum(a) AS s FROM bench.guards GROUP BY c % 64"
-QUICK_GUARD_PAIRS = 9
+#: Pairs per figure: samples take milliseconds and a guard's cost is small
+#: against the machine's noise, so many more than the harness minimum.
+QUICK_GUARD_PAIRS = 15
+GUARD_PAIRS = 61
 _TESTS = Path(__file__).resolve().parents[2] / "packages" / "lake-query" / "tests"
 
 
@@ -116,8 +119,7 @@ def _direct_share(root: Path) -> Figure:
 
 def run(quick: bool) -> list[Figure]:
     rows = 200_000 if quick else 2_000_000
-    # Samples take milliseconds: even a quick run can afford pairs enough for an IQR.
-    pairs = QUICK_GUARD_PAIRS if quick else pairs_for(quick)
+    pairs = QUICK_GUARD_PAIRS if quick else GUARD_PAIRS
     warmup = max(1, warmup_for(quick))
     with tempfile.TemporaryDirectory(prefix="lake-guards-bench-") as tmp:
         root = Path(tmp)
