@@ -21,6 +21,7 @@ BENCHMARKS = [
     "tools.bench.query_bench",
     "tools.bench.commit_bench",
     "tools.bench.admission_bench",
+    "tools.bench.guards_bench",
     "tools.bench.objects_bench",
     "tools.bench.dynamo_bench",
     "tools.bench.registrar_bench",

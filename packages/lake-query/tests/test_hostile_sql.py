@@ -7,8 +7,11 @@ file-reading functions, information_schema, SET/EXPLAIN/PREPARE) runs over
 one gRPC connection against a real ``lake query`` process. Every reply must
 be OK or a typed client error (never INTERNAL or UNKNOWN, and never
 UNAVAILABLE, which is what a dead replica answers), no reply may carry the
-content of a local canary file, the process must be alive at the end, and
-its RSS must stay under the bound configured for it.
+content of a local canary file, no error may carry engine internals (panic
+text, Rust sources or build paths, storage URIs or the data directory), the
+process must be alive at the end, and its RSS must stay under the bound
+configured for it. Then memory-heavy queries run concurrently against it:
+each is served (spilling) or refused cleanly, and the RSS stays bounded.
 """
 
 from __future__ import annotations
@@ -62,12 +65,20 @@ CHAIN_3000 = "SELECT " + "+".join(["1"] * 3000)
 CHAIN_20000 = "SELECT " + "+".join(["1"] * 20000)
 REPEAT = "SELECT length(repeat('x', 1500000000))"
 REPEAT_100M = "SELECT length(repeat('x', 100000000))"
+LPAD = "SELECT length(lpad('x', 1500000000))"
+RPAD = "SELECT length(rpad(s, 100000000, 'ab')) FROM fuzz.types"
+ARRAY_RESIZE = "SELECT cardinality(array_resize(make_array(1), 1000000000, 0))"
 NAMED = {
     "chain-3000": CHAIN_3000,
     "chain-20000": CHAIN_20000,
     "repeat": REPEAT,
     "repeat-100m": REPEAT_100M,
+    "lpad": LPAD,
+    "rpad": RPAD,
+    "array-resize": ARRAY_RESIZE,
 }
+#: What no client-visible error may contain (the data directory is added per run).
+INTERNALS = ("/root/.cargo", ".rs:", "panicked", "s3://", "file://", "RUST_BACKTRACE")
 
 ALLOWED = {
     grpc.StatusCode.OK,
@@ -317,6 +328,7 @@ def test_a_hostile_corpus_never_crashes_or_reads_files(
             )
             await client.append(command, TYPES, [_types_batch()])
         codes: Counter[grpc.StatusCode] = Counter()
+        internals = (*INTERNALS, str(tmp_path / "data"))
         bad: list[str] = []
         named: dict[str, str] = {}
         peak = 0
@@ -326,7 +338,8 @@ def test_a_hostile_corpus_never_crashes_or_reads_files(
             for i, sql in enumerate(corpus(canary)):
                 code, text = await _run(stub, sql)
                 codes[code] += 1
-                if code not in ALLOWED or CANARY in text:
+                leaked = code != grpc.StatusCode.OK and any(m in text for m in internals)
+                if code not in ALLOWED or CANARY in text or leaked:
                     bad.append(f"{code.name}: {str(sql)[:120]!r}: {text[:200]}")
                 for label, named_sql in NAMED.items():
                     if sql == named_sql:
@@ -348,4 +361,62 @@ def test_a_hostile_corpus_never_crashes_or_reads_files(
     assert named["chain-20000"] == "INVALID_ARGUMENT"
     assert named["repeat"] == "RESOURCE_EXHAUSTED"
     assert named["repeat-100m"] == "RESOURCE_EXHAUSTED"
+    assert named["lpad"] == named["rpad"] == named["array-resize"] == "RESOURCE_EXHAUSTED"
     assert codes[grpc.StatusCode.OK] > 100
+
+
+#: The replica's memory in the concurrency test: four 32 MiB query pools.
+SMALL_MEMORY = 128 * 1024 * 1024
+#: 2 million rows sorted whole (about 60 MB of keys and values): past one pool.
+HEAVY = (
+    "SELECT v, s FROM (SELECT a.id * 10000 + b.id * 50 + c.id AS v, a.s AS s "
+    "FROM fuzz.types a, fuzz.types b, (SELECT id FROM fuzz.types WHERE id < 50) c) "
+    "ORDER BY s, v DESC"
+)
+
+
+def test_concurrent_memory_heavy_queries_share_the_replicas_memory(tmp_path: Path) -> None:
+    env = {
+        "LAKE_QUERY_MEMORY_LIMIT_BYTES": str(SMALL_MEMORY),
+        "LAKE_QUERY_QUEUE_TIMEOUT_MS": "200",
+    }
+    cluster = LakeCluster(root=tmp_path, meta=start_meta(tmp_path / "data", tmp_path), env=env)
+    try:
+        query = cluster.add_query()
+
+        async def scenario() -> tuple[list[tuple[grpc.StatusCode, str]], int]:
+            async with MetaClient(f"http://{cluster.meta.addr}") as meta:
+                await meta.create_table(TableRef("fuzz", "types"), TYPES)
+            async with MetaClient(query.url) as client:
+                command = protocol.AppendCommand(
+                    table=TableRef("fuzz", "types"), operation_id=new_operation_id()
+                )
+                await client.append(command, TYPES, [_types_batch()])
+            options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+            peak = 0
+            async with grpc.aio.insecure_channel(query.addr, options=options) as channel:
+                stub = flight_grpc.FlightServiceStub(channel)
+                running = [asyncio.ensure_future(_run(stub, HEAVY)) for _ in range(8)]
+                while not all(task.done() for task in running):
+                    peak = max(peak, _rss(query.pid))
+                    await asyncio.wait(running, timeout=0.05)
+                results = [task.result() for task in running]
+                results.append(await _run(stub, "SELECT count(*) FROM fuzz.types"))
+            return results, peak
+
+        results, peak = asyncio.run(scenario())
+        codes = Counter(code for code, _ in results)
+        print(dict(codes), f"peak RSS {peak / 2**20:.0f} MiB")
+        # Four pools fit the replica at once: those are served (by spilling, each
+        # sorts more than its pool), the rest are refused retryably, never killed.
+        assert set(codes) <= {grpc.StatusCode.OK, grpc.StatusCode.RESOURCE_EXHAUSTED}
+        assert codes[grpc.StatusCode.OK] >= 2
+        assert codes[grpc.StatusCode.RESOURCE_EXHAUSTED] >= 1  # eight pools do not fit
+        refused = [text for code, text in results if code != grpc.StatusCode.OK]
+        assert all("LAKE_QUERY_MEMORY_LIMIT_BYTES" in text for text in refused)
+        assert results[-1][0] == grpc.StatusCode.OK
+        assert query.proc is not None
+        assert query.proc.poll() is None
+        assert peak < SMALL_MEMORY + 1024 * 1024 * 1024
+    finally:
+        cluster.stop()

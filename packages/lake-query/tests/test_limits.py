@@ -7,7 +7,13 @@ import pyarrow as pa
 import pytest
 from google.protobuf import any_pb2
 
-from lake_core.errors import InvalidArgument, ResourceExhausted
+from lake_core.errors import (
+    WANTS_CODES,
+    InvalidArgument,
+    QueryTooLarge,
+    ResourceExhausted,
+    SqlError,
+)
 from lake_core.principal import DEV_PRINCIPAL
 from lake_core.proto import flight_grpc
 from lake_core.proto import flight_pb2 as pb
@@ -15,6 +21,7 @@ from lake_core.proto import flight_sql_pb2 as sql_pb
 from lake_query.config import QueryConfig
 from lake_query.planning import Planner, QueryLimits, QuerySpec
 from lake_query.planning.limits import sql_shape
+from lake_query.statements import sql_error
 
 from .conftest import LocalCatalog, RunningQuery
 
@@ -132,3 +139,123 @@ def test_sql_that_is_not_utf8_is_invalid_argument(query_server: RunningQuery) ->
         with pytest.raises(grpc.RpcError) as caught:
             stub.GetFlightInfo(descriptor, timeout=30)
     assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT length(lpad('x', 1500000000))",
+        "SELECT length(rpad('x', 100000000, 'ab'))",
+        "SELECT lpad(robot, episode_id) FROM robots.episodes",
+        "SELECT \"rpad\" /* a comment */ ('x', 2049)",
+        "SELECT cardinality(array_resize(make_array(1), 1000000000, 0))",
+    ],
+)
+def test_padding_and_resizing_need_a_small_literal_size(planner: Planner, sql: str) -> None:
+    with pytest.raises(QueryTooLarge, match="LAKE_QUERY_MAX_FUNCTION_OUTPUT_BYTES") as refused:
+        planner.plan(sql, DEV_PRINCIPAL)
+    assert refused.value.retryable is False
+
+
+def test_padding_and_resizing_keep_their_answers(planner: Planner) -> None:
+    got = rows(
+        planner,
+        "SELECT lpad('a', 3) AS l, rpad('a', 4, 'xy') AS r, lpad('abc', -1) AS e, "
+        "array_resize(make_array(1), 3, 0) AS z, length(lpad('x', 2048)) AS n",
+    ).to_pylist()
+    assert got == [{"l": "  a", "r": "axyx", "e": "", "z": [1, 0, 0], "n": 2048}]
+
+
+def test_a_refused_query_is_not_retryable_and_the_replica_keeps_serving(
+    query_server: RunningQuery,
+) -> None:
+    def info(sql: str) -> tuple[grpc.StatusCode, dict[str, str]]:
+        command = any_pb2.Any()
+        command.Pack(sql_pb.CommandStatementQuery(query=sql))
+        descriptor = pb.FlightDescriptor(
+            type=pb.FlightDescriptor.CMD, cmd=command.SerializeToString()
+        )
+        with grpc.insecure_channel(query_server.addr) as channel:
+            stub = flight_grpc.FlightServiceStub(channel)
+            try:
+                stub.GetFlightInfo(descriptor, timeout=30, metadata=(WANTS_CODES,))
+            except grpc.RpcError as exc:
+                return exc.code(), dict(exc.trailing_metadata() or ())  # type: ignore[attr-defined]
+        return grpc.StatusCode.OK, {}
+
+    code, trailers = info("SELECT lpad('x', 1500000000)")
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert trailers == {"lake-error-code": "QueryTooLarge", "lake-retryable": "false"}
+    code, trailers = info("SELECT length(repeat('x', 1500000000))")
+    assert code == grpc.StatusCode.OK  # refused when it runs (DoGet), like every batch bound
+    assert info("SELECT count(*) FROM robots.episodes")[0] == grpc.StatusCode.OK
+
+
+def test_sorts_and_aggregates_larger_than_the_pool_spill(catalog: LocalCatalog) -> None:
+    small = Planner(catalog.resolve, catalog.refs, limits=QueryLimits(query_memory_bytes=32 << 20))
+    # 4 million int64 (32 MB of values, more in sort keys) sorted whole, and
+    # 1 million groups, in a 32 MiB pool.
+    product = (
+        "SELECT a.episode_id * 200 + b.episode_id AS v FROM robots.episodes a "
+        "CROSS JOIN (SELECT episode_id FROM robots.episodes WHERE episode_id < 200) b"
+    )
+    ordered = rows(small, f"SELECT v FROM ({product}) ORDER BY v DESC")
+    assert ordered.num_rows == 4_000_000
+    assert ordered.column("v")[0].as_py() == 3_999_999
+    grouped = rows(
+        small,
+        f"SELECT count(*) AS groups FROM (SELECT v % 1000000 AS k, count(*) AS n "
+        f"FROM ({product}) GROUP BY k)",
+    )
+    assert grouped.column("groups")[0].as_py() == 1_000_000
+
+
+def test_the_replicas_memory_bounds_all_its_queries_together(catalog: LocalCatalog) -> None:
+    limits = QueryLimits(
+        memory_limit_bytes=64 << 20, query_memory_bytes=32 << 20, memory_wait_ms=50
+    )
+    planner = Planner(catalog.resolve, catalog.refs, limits=limits)
+    sql = "SELECT robot, count(*) AS n FROM robots.episodes GROUP BY robot"
+    specs = [planner.plan(sql, DEV_PRINCIPAL).spec for _ in range(3)]
+    first = planner.execute(specs[0], DEV_PRINCIPAL)
+    second = planner.execute(specs[1], DEV_PRINCIPAL)
+    assert planner.memory.reserved == 64 << 20
+    # A third would take the replica past its limit: refused after the wait,
+    # and retryable (it is the replica's load, not the query's size).
+    with pytest.raises(ResourceExhausted, match="LAKE_QUERY_MEMORY_LIMIT_BYTES") as busy:
+        planner.execute(specs[2], DEV_PRINCIPAL)
+    assert not isinstance(busy.value, QueryTooLarge)
+    assert busy.value.retryable is True
+    assert sum(b.num_rows for b in first) > 0  # exhausted: its share is back
+    second.close()
+    assert planner.memory.reserved == 0
+    third = planner.execute(specs[2], DEV_PRINCIPAL)
+    assert sum(b.num_rows for b in third) > 0
+    # A direct scan runs no DataFusion operator and holds nothing.
+    direct = planner.execute(
+        planner.plan("SELECT * FROM robots.episodes WHERE episode_id < 5", DEV_PRINCIPAL).spec,
+        DEV_PRINCIPAL,
+    )
+    assert planner.memory.reserved == 0
+    assert sum(b.num_rows for b in direct) == 5
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "External error: thread 'tokio-rt-worker' panicked at /root/.cargo/registry/src/"
+        "index.crates.io-6f17d22bba15001f/lance-file-0.20.0/src/reader.rs:123:45:\n"
+        "index out of bounds: the len is 3 but the index is 7",
+        "External error: LanceError(IO): Not found: /srv/lake/data/robots/episodes.lance/"
+        "data/0f1e.lance, rust/lance/src/dataset/scanner.rs:1187:31",
+        "Object Store error: Generic S3 error: s3://bucket/tenant/t.lance/_versions/3.manifest",
+        "External error: Execution error: file:///var/lake/t.lance/data/x.lance is truncated",
+    ],
+)
+def test_engine_internals_never_reach_the_client(raw: str) -> None:
+    error = sql_error(Exception(f"DataFusion error: {raw}"))
+    assert isinstance(error, SqlError)
+    message = str(error)
+    for leaked in ("/root/.cargo", ".rs:", "panicked", "://", "/srv/", "/var/", "bucket"):
+        assert leaked not in message
+    assert message.startswith(raw.split(":")[0])  # the human part stays

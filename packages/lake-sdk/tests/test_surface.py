@@ -48,6 +48,7 @@ FROZEN_ALL = [
     "ObjectStoreUnavailable",
     "OperationExpired",
     "PayloadTooLarge",
+    "QueryTooLarge",
     "PendingAppendDamaged",
     "PendingAppendUncertain",
     "PermissionDenied",

@@ -38,7 +38,8 @@ client side.
     │   ├── LocationOutsideStage         a DataLocation outside the tenant's child prefix
     │   └── CapabilityRejected           storage refused a capability, or redirected
     ├── ResourceExhausted          RESOURCE_EXHAUSTED (retryable)
-    │   └── PayloadTooLarge              over a byte cap (not retryable unchanged)
+    │   ├── PayloadTooLarge              over a byte cap (not retryable unchanged)
+    │   └── QueryTooLarge                past a memory or output bound (not retryable unchanged)
     ├── DeadlineExceeded           DEADLINE_EXCEEDED
     ├── Unavailable                UNAVAILABLE (retryable)
     │   ├── NotLeader                    this Metasrv may not write now
@@ -104,6 +105,7 @@ __all__ = [
     "PermissionDenied",
     "PrematureEof",
     "PresignUnsupported",
+    "QueryTooLarge",
     "RangeMismatch",
     "ReadOnlySql",
     "ResourceExhausted",
@@ -308,6 +310,16 @@ class ResourceExhausted(LakeError):
 
 class PayloadTooLarge(ResourceExhausted):
     """A FlightData stream larger than the caller's byte cap (not retryable unchanged)."""
+
+    retryable = False
+
+
+class QueryTooLarge(ResourceExhausted):
+    """A query past its memory share or a function-output bound (not retryable unchanged).
+
+    A full admission queue is plain :class:`ResourceExhausted` (retry later);
+    this query would fail the same way again until it is narrowed.
+    """
 
     retryable = False
 

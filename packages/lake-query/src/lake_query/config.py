@@ -32,6 +32,7 @@ from :class:`lake_query.planning.limits.QueryLimits`;
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Mapping
@@ -186,6 +187,9 @@ class QueryConfig:
             metadata_tls=metadata_tls,
             admission=admission,
             storage=DatasetStorage.from_env(source),
-            limits=QueryLimits.from_env(source),
+            # A query waiting for its memory share waits as long as for admission.
+            limits=dataclasses.replace(
+                QueryLimits.from_env(source), memory_wait_ms=admission.queue_timeout_ms
+            ),
             verify_on_open=verify_on_open(source),
         )

@@ -10,17 +10,25 @@ Error mapping (DataFusion raises plain ``ValueError``/``Exception``):
 
     DDL/DML/statement refusals, unsupported statements  -> ReadOnlySql
     "table '<name>' not found" (other catalogs)          -> TableNotFound
-    the memory pool's "Resources exhausted"              -> ResourceExhausted
+    the memory pool's "Resources exhausted"              -> QueryTooLarge
     anything else at planning or execution               -> SqlError (DataFusion's message)
+
+A client never sees Rust panic text, source or build paths, or storage
+URIs and local paths (:func:`client_message`); the raw message is logged
+at WARNING, without the SQL.
 """
 
 from __future__ import annotations
 
 import re
 
-from lake_core.errors import LakeError, ReadOnlySql, ResourceExhausted, SqlError, TableNotFound
+import structlog
 
-__all__ = ["WRITE_KEYWORDS", "leading_keyword", "reject_writes", "sql_error"]
+from lake_core.errors import LakeError, QueryTooLarge, ReadOnlySql, SqlError, TableNotFound
+
+__all__ = ["WRITE_KEYWORDS", "client_message", "leading_keyword", "reject_writes", "sql_error"]
+
+log = structlog.get_logger("lake_query.statements")
 
 #: Statements that are never queries. Checked on the first keyword (after
 #: comments, parentheses and an EXPLAIN prefix), so string literals and
@@ -87,6 +95,12 @@ _REFUSAL = re.compile(
 _RESOURCES_EXHAUSTED = re.compile(r"Resources exhausted")
 _TABLE_NOT_FOUND = re.compile(r"table '([^']{1,512})' not found")
 _PREFIX = re.compile(r"^(DataFusion error: )+")
+# A Rust panic: everything from "panicked at" on is the engine's, not the client's.
+_PANIC = re.compile(r"(thread '[^']*' )?panicked at .*", re.DOTALL)
+# Storage URIs, Rust sources (with or without a path) and absolute local paths.
+_URI = re.compile(r"\b[A-Za-z][A-Za-z0-9+.-]{0,15}://[^\s'\"),]*")
+_RUST_SOURCE = re.compile(r"[\w./~-]*\.rs:\d+(:\d+)?")
+_LOCAL_PATH = re.compile(r"(?<![\w.])(~|\.{1,2})?/[\w.~+-]+(/[\w.~+-]*)+")
 
 
 def _skip_trivia(sql: str, pos: int) -> int:
@@ -138,19 +152,32 @@ def reject_writes(sql: str) -> None:
         raise ReadOnlySql()
 
 
+def client_message(message: str) -> str:
+    """``message`` without panic text, Rust sources, storage URIs or local paths."""
+    clean = _PANIC.sub("the query engine failed", message)
+    clean = _URI.sub("<storage>", clean)
+    clean = _RUST_SOURCE.sub("<engine>", clean)
+    clean = _LOCAL_PATH.sub("<path>", clean)
+    return clean.strip() or "the query failed"
+
+
 def sql_error(exc: BaseException) -> LakeError:
     """The Lake error for an exception raised while planning or running SQL."""
     if isinstance(exc, LakeError):
         return exc
-    message = _PREFIX.sub("", str(exc)).strip() or type(exc).__name__
-    if _REFUSAL.search(message):
+    raw = _PREFIX.sub("", str(exc)).strip() or type(exc).__name__
+    if _REFUSAL.search(raw):
         return ReadOnlySql()
-    if _RESOURCES_EXHAUSTED.search(message):
-        return ResourceExhausted(
+    if _RESOURCES_EXHAUSTED.search(raw):
+        return QueryTooLarge(
             "the query needs more memory than its share of this replica "
             "(LAKE_QUERY_MEMORY_LIMIT_BYTES); narrow it or aggregate first"
         )
-    found = _TABLE_NOT_FOUND.search(message)
+    found = _TABLE_NOT_FOUND.search(raw)
     if found:
         return TableNotFound(found.group(1))
+    message = client_message(raw)
+    if message != raw:
+        # The raw text names engine internals or storage: for operators only.
+        log.warning("query engine error", error=raw[:4000], kind=type(exc).__name__)
     return SqlError(message)

@@ -37,7 +37,8 @@ name with every error, so a ``TableNotFound`` raised in Query or Metasrv is a
     │   ├── LocationOutsideStage         a DataLocation outside the tenant's child prefix
     │   └── CapabilityRejected           storage refused a capability, or redirected
     ├── ResourceExhausted          RESOURCE_EXHAUSTED (retryable)
-    │   └── PayloadTooLarge              over a byte cap (not retryable unchanged)
+    │   ├── PayloadTooLarge              over a byte cap (not retryable unchanged)
+    │   └── QueryTooLarge                over a memory or output bound (not retryable)
     ├── DeadlineExceeded           DEADLINE_EXCEEDED
     ├── Unavailable                UNAVAILABLE (retryable)
     │   ├── NotLeader                    this Metasrv may not write now
@@ -86,6 +87,7 @@ from lake_core.errors import (
     ObjectStoreUnavailable,
     OperationExpired,
     PayloadTooLarge,
+    QueryTooLarge,
     PermissionDenied,
     PrematureEof,
     PresignUnsupported,
@@ -136,6 +138,7 @@ __all__ = [
     "ObjectStoreUnavailable",
     "OperationExpired",
     "PayloadTooLarge",
+    "QueryTooLarge",
     "PendingAppendDamaged",
     "PendingAppendUncertain",
     "PermissionDenied",

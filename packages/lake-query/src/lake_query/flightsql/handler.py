@@ -259,7 +259,10 @@ class QueryHandler(FlightHandler):
             # Opening the pinned tables and producing their messages run on
             # one stream thread, with no hop back to the loop in between.
             stream = self.planner.execute(spec, principal)
-            yield from encode_stream(stream.schema, stream)
+            try:
+                yield from encode_stream(stream.schema, stream)
+            finally:
+                stream.close()  # a client gone mid-stream frees its memory reservation now
 
         async def start() -> AsyncIterator[bytes]:
             return prefetch(produce(), self._streams)

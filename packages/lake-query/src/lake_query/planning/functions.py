@@ -12,7 +12,10 @@ that record (RESOURCE_EXHAUSTED), not by DataFusion's message text.
 Replaced: ``repeat``, ``array_repeat`` and the two-argument scalar forms
 of ``range`` and ``generate_series`` (the table functions stream and are
 bounded by the execution timeout). A Python UDF has one fixed signature,
-so ``lpad``/``rpad`` (two- and three-argument forms) are not replaced yet.
+so ``lpad``/``rpad`` (two- and three-argument forms) and ``array_resize``
+are bounded before planning instead (:data:`SIZED_FUNCTIONS`): their size
+argument must be an integer literal small enough that a whole batch of
+outputs stays within the bound.
 """
 
 from __future__ import annotations
@@ -26,11 +29,13 @@ import pyarrow.compute as pc
 from datafusion import SessionContext, udf
 
 from lake_core.config import QUERY_MAX_FUNCTION_OUTPUT_BYTES as MAX_FUNCTION_OUTPUT_BYTES
-from lake_core.errors import ResourceExhausted
+from lake_core.errors import QueryTooLarge
 
 __all__ = [
     "BOUNDED_FUNCTIONS",
     "MAX_FUNCTION_OUTPUT_BYTES",
+    "ROWS_PER_BATCH",
+    "SIZED_FUNCTIONS",
     "FunctionBudget",
     "register_bounded_functions",
 ]
@@ -39,6 +44,13 @@ __all__ = [
 #: The built-ins replaced here. A session registers only those its SQL names
 #: (registering a Python function costs ~45 us; most statements name none).
 BOUNDED_FUNCTIONS = frozenset({"repeat", "array_repeat", "range", "generate_series"})
+
+#: Built-ins whose second argument is an output length, with the bytes one
+#: unit of it may take (a UTF-8 character; an array element's slot). Checked
+#: on the SQL text (:meth:`~lake_query.planning.limits.QueryLimits.check_text`).
+SIZED_FUNCTIONS: dict[str, int] = {"lpad": 4, "rpad": 4, "array_resize": 8}
+#: Rows DataFusion puts in one batch (its ``batch_size``; Lake sessions keep it).
+ROWS_PER_BATCH = 8192
 
 
 class FunctionBudget:
@@ -55,13 +67,13 @@ class FunctionBudget:
                 self._exceeded = function
             raise ValueError(f"{function} output too large")
 
-    def error(self) -> ResourceExhausted | None:
+    def error(self) -> QueryTooLarge | None:
         """The error for a refused call, if one was refused."""
         with self._lock:
             function = self._exceeded
         if function is None:
             return None
-        return ResourceExhausted(
+        return QueryTooLarge(
             f"{function}() would produce more than {self.max_bytes} bytes "
             f"({MAX_FUNCTION_OUTPUT_BYTES})"
         )

@@ -22,6 +22,7 @@ parameter left unbound is refused as the client's error before it runs.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -31,8 +32,13 @@ from lake_core.config import QUERY_MAX_PLAN_DEPTH as MAX_PLAN_DEPTH
 from lake_core.config import QUERY_MAX_QUERY_BLOCKS as MAX_QUERY_BLOCKS
 from lake_core.config import QUERY_MEMORY_LIMIT_BYTES as MEMORY_LIMIT_BYTES
 from lake_core.config import env_int
-from lake_core.errors import InvalidArgument
-from lake_query.planning.functions import BOUNDED_FUNCTIONS, MAX_FUNCTION_OUTPUT_BYTES
+from lake_core.errors import InvalidArgument, QueryTooLarge
+from lake_query.planning.functions import (
+    BOUNDED_FUNCTIONS,
+    MAX_FUNCTION_OUTPUT_BYTES,
+    ROWS_PER_BATCH,
+    SIZED_FUNCTIONS,
+)
 
 __all__ = [
     "DEFAULT_MEMORY_LIMIT_BYTES",
@@ -47,7 +53,8 @@ __all__ = [
 
 
 DEFAULT_MEMORY_LIMIT_BYTES = 2 * 1024**3
-#: Each query's pool is this share of the replica's memory limit.
+#: Each query's pool is this share of the replica's memory limit, so at most
+#: this many queries run DataFusion operators at once (more wait, then are refused).
 MEMORY_SHARES = 4
 
 _SYMBOL_OPERATORS = (
@@ -72,8 +79,20 @@ _SYMBOL_OPERATORS = (
     "^",
 )
 _WORD_OPERATORS = frozenset({"AND", "OR", "LIKE", "ILIKE", "IS", "BETWEEN"})
+_QUOTES = frozenset("'\"`")
+# Longest operators first, so that "<=>" is one operator and not "<=" and ">".
+_TOKEN = re.compile(
+    r"'(?:[^']|'')*'?"
+    r'|"(?:[^"]|"")*"?'
+    r"|`(?:[^`]|``)*`?"
+    r"|--[^\n]*"
+    r"|/\*.*?(?:\*/|\Z)"
+    r"|\$\d+"
+    r"|[A-Za-z_][A-Za-z0-9_]*"
+    r"|" + "|".join(re.escape(symbol) for symbol in _SYMBOL_OPERATORS),
+    re.DOTALL,
+)
 _WORD_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
-_WORD_CHARS = _WORD_START | frozenset("0123456789")
 
 
 @dataclass(frozen=True)
@@ -86,63 +105,96 @@ class SqlShape:
     max_placeholder: int
     #: Names (bare or quoted, lower-cased) of bounded built-ins the text mentions.
     bounded_functions: frozenset[str] = frozenset()
+    #: Each call of a :data:`SIZED_FUNCTIONS` built-in: its name and the text of
+    #: its size argument (None when the call has none or does not parse).
+    sized_calls: tuple[tuple[str, str | None], ...] = ()
+
+
+def _skip_quoted(sql: str, i: int) -> int:
+    """The index just past the quoted token starting at ``sql[i]``."""
+    ch, end, n = sql[i], i + 1, len(sql)
+    while True:
+        end = sql.find(ch, end)
+        if end < 0:
+            return n
+        if end + 1 < n and sql[end + 1] == ch:  # a doubled quote escapes itself
+            end += 2
+            continue
+        return end + 1
+
+
+def _is_call(sql: str, i: int) -> bool:
+    """Whether the name ending at ``sql[i]`` is called (not a column of that name)."""
+    # A comment may stand before the parenthesis: count it as a call (refused
+    # unless its size is a plain literal), as is a name followed by much space.
+    rest = sql[i : i + 256].lstrip()
+    return rest.startswith(("(", "/*", "--")) or (rest == "" and len(sql) - i > 256)
+
+
+def _argument(sql: str, i: int, index: int) -> str | None:
+    """The text of argument ``index`` of the call whose name ends at ``sql[i]``."""
+    n = len(sql)
+    while i < n and sql[i].isspace():
+        i += 1
+    if i >= n or sql[i] != "(":
+        return None
+    depth, argument, start, i = 1, 0, i + 1, i + 1
+    while i < n:
+        ch = sql[i]
+        if ch in "'\"`":
+            i = _skip_quoted(sql, i)
+            continue
+        if sql.startswith("--", i) or sql.startswith("/*", i):
+            return None  # a comment inside the call: not a plain literal
+        if ch == "(":
+            depth += 1
+        elif ch in "),":
+            if depth == 1:
+                if argument == index:
+                    return sql[start:i].strip()
+                if ch == ")":
+                    return None
+                argument, start = argument + 1, i + 1
+            if ch == ")":
+                depth -= 1
+        i += 1
+    return None
 
 
 def sql_shape(sql: str) -> SqlShape:
     """Scan ``sql``'s tokens once, skipping literals, quoted names and comments."""
     operators = selects = placeholder = 0
     functions: set[str] = set()
-    i, n = 0, len(sql)
-    while i < n:
-        ch = sql[i]
-        if ch in "'\"`":
-            end = i + 1
-            while True:
-                end = sql.find(ch, end)
-                if end < 0:
-                    end = n
-                    break
-                if end + 1 < n and sql[end + 1] == ch:  # a doubled quote escapes itself
-                    end += 2
-                    continue
-                break
-            if ch != "'" and sql[i + 1 : end].lower() in BOUNDED_FUNCTIONS:
-                functions.add(sql[i + 1 : end].lower())
-            i = end + 1
-        elif sql.startswith("--", i):
-            end = sql.find("\n", i)
-            i = n if end < 0 else end + 1
-        elif sql.startswith("/*", i):
-            end = sql.find("*/", i + 2)
-            i = n if end < 0 else end + 2
-        elif ch == "$":
-            j = i + 1
-            while j < n and sql[j].isdigit():
-                j += 1
-            if j > i + 1:
-                placeholder = max(placeholder, int(sql[i + 1 : min(j, i + 10)]))
-            i = max(j, i + 1)
-        elif ch in _WORD_START:
-            j = i + 1
-            while j < n and sql[j] in _WORD_CHARS:
-                j += 1
-            word = sql[i:j].upper()
+    sized: list[tuple[str, str | None]] = []
+    # One C-level regex finds the tokens; Python looks only at those (a statement
+    # of a few dozen characters costs a few microseconds, not one step per character).
+    for match in _TOKEN.finditer(sql):
+        token = match.group()
+        first = token[0]
+        if first in _QUOTES:
+            if first != "'":
+                name = token[1:-1].lower() if token.endswith(first) else token[1:].lower()
+                if name in BOUNDED_FUNCTIONS:
+                    functions.add(name)
+                elif name in SIZED_FUNCTIONS and _is_call(sql, match.end()):
+                    sized.append((name, _argument(sql, match.end(), 1)))
+        elif first == "$":
+            placeholder = max(placeholder, int(token[1:10]))
+        elif first in _WORD_START:
+            word = token.upper()
             if word in _WORD_OPERATORS:
                 operators += 1
             elif word == "SELECT":
                 selects += 1
-            elif word.lower() in BOUNDED_FUNCTIONS:
-                functions.add(word.lower())
-            i = j
-        else:
-            for symbol in _SYMBOL_OPERATORS:
-                if sql.startswith(symbol, i):
-                    operators += 1
-                    i += len(symbol)
-                    break
             else:
-                i += 1
-    return SqlShape(operators, selects, placeholder, frozenset(functions))
+                lower = token.lower()
+                if lower in BOUNDED_FUNCTIONS:
+                    functions.add(lower)
+                elif lower in SIZED_FUNCTIONS and _is_call(sql, match.end()):
+                    sized.append((lower, _argument(sql, match.end(), 1)))
+        elif not token.startswith(("--", "/*")):
+            operators += 1
+    return SqlShape(operators, selects, placeholder, frozenset(functions), tuple(sized))
 
 
 def plan_depth(plan: Any, stop_at: int) -> int:
@@ -165,8 +217,17 @@ class QueryLimits:
     max_expression_terms: int = 512
     max_query_blocks: int = 256
     max_plan_depth: int = 96
-    #: DataFusion memory pool of one query (sorts, joins, aggregates spill past it).
-    query_memory_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES // 4
+    #: DataFusion memory of all of a replica's running queries together.
+    memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES
+    #: DataFusion memory pool of one query (sorts, joins, aggregates spill past it),
+    #: reserved from ``memory_limit_bytes`` while it runs.
+    query_memory_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES // MEMORY_SHARES
+    #: How long a query waits for its pool when the replica's memory is taken
+    #: (the replica sets it to its admission queue deadline).
+    memory_wait_ms: int = 100
+    #: False turns every guard here off (and the replica memory budget): only
+    #: for measuring what the guards cost (``tools/bench/guards_bench.py``).
+    enforce: bool = True
     #: Largest output of one size-amplifying function call over one batch.
     max_function_output_bytes: int = 64 * 1024 * 1024
 
@@ -174,16 +235,15 @@ class QueryLimits:
     def from_env(cls, env: Mapping[str, str] | None = None) -> QueryLimits:
         source = os.environ if env is None else env
         d = cls()
+        memory = env_int(MEMORY_LIMIT_BYTES, DEFAULT_MEMORY_LIMIT_BYTES, 16 << 20, 1 << 44, source)
         return cls(
             max_expression_terms=env_int(
                 MAX_EXPRESSION_TERMS, d.max_expression_terms, 1, 100_000, source
             ),
             max_query_blocks=env_int(MAX_QUERY_BLOCKS, d.max_query_blocks, 1, 100_000, source),
             max_plan_depth=env_int(MAX_PLAN_DEPTH, d.max_plan_depth, 4, 10_000, source),
-            query_memory_bytes=env_int(
-                MEMORY_LIMIT_BYTES, DEFAULT_MEMORY_LIMIT_BYTES, 16 << 20, 1 << 44, source
-            )
-            // MEMORY_SHARES,
+            memory_limit_bytes=memory,
+            query_memory_bytes=memory // MEMORY_SHARES,
             max_function_output_bytes=env_int(
                 MAX_FUNCTION_OUTPUT_BYTES, d.max_function_output_bytes, 1024, 1 << 34, source
             ),
@@ -191,6 +251,8 @@ class QueryLimits:
 
     def check_text(self, sql: str, bound_parameters: int | None) -> SqlShape:
         """Refuse ``sql`` before DataFusion parses it (``bound_parameters``: None skips)."""
+        if not self.enforce:
+            return SqlShape(0, 0, 0)
         shape = sql_shape(sql)
         if shape.operators > self.max_expression_terms:
             raise InvalidArgument(
@@ -202,6 +264,8 @@ class QueryLimits:
                 f"the statement has {shape.selects} SELECT blocks, more than the limit of "
                 f"{self.max_query_blocks} ({MAX_QUERY_BLOCKS})"
             )
+        for name, size in shape.sized_calls:
+            self._check_size(name, size)
         if bound_parameters is not None and shape.max_placeholder > bound_parameters:
             raise InvalidArgument(
                 f"parameter ${shape.max_placeholder} has no bound value "
@@ -209,8 +273,26 @@ class QueryLimits:
             )
         return shape
 
+    def sized_limit(self, name: str) -> int:
+        """The largest size argument a :data:`SIZED_FUNCTIONS` call may take."""
+        return self.max_function_output_bytes // (SIZED_FUNCTIONS[name] * ROWS_PER_BATCH)
+
+    def _check_size(self, name: str, size: str | None) -> None:
+        # One batch of outputs is its rows times the size: the size alone must keep
+        # that within the bound, so it has to be known before the query runs.
+        limit = self.sized_limit(name)
+        text = (size or "").lstrip("+-")
+        if not (text.isascii() and text.isdigit() and len(text) <= 18 and int(text) <= limit):
+            raise QueryTooLarge(
+                f"{name}() takes an integer literal size of at most {limit} here, so that "
+                f"its output stays within {self.max_function_output_bytes} bytes per batch "
+                f"({MAX_FUNCTION_OUTPUT_BYTES})"
+            )
+
     def check_plan(self, df: Any) -> None:
         """Refuse a planned statement whose plan is too deep to execute safely."""
+        if not self.enforce:
+            return
         depth = plan_depth(df.logical_plan(), self.max_plan_depth)
         if depth > self.max_plan_depth:
             raise InvalidArgument(

@@ -33,6 +33,7 @@ from lake_query.planning.direct import DirectPlans, direct_plan, scan_directly
 from lake_query.planning.functions import FunctionBudget
 from lake_query.planning.limits import QueryLimits, SqlShape
 from lake_query.planning.pinned import PinnedDatasets
+from lake_query.planning.reservations import MemoryBudget, Reservation
 from lake_query.planning.spec import PinnedTable, PlannedQuery, QuerySpec
 from lake_query.planning.storage import DatasetOpener
 from lake_query.results import coalesce_batches
@@ -50,12 +51,14 @@ class ResultStream:
         batches: Iterator[pa.RecordBatch],
         session: object = None,
         on_error: Callable[[BaseException], Exception] = sql_error,
+        reservation: Reservation | None = None,
     ) -> None:
         self.schema = schema
         self._batches: Iterator[pa.RecordBatch] | None = batches
         # Lance's FFI scan needs its SessionContext alive while batches flow.
         self._session = session
         self._on_error = on_error
+        self._reservation = reservation
 
     def __iter__(self) -> Iterator[pa.RecordBatch]:
         return self
@@ -70,8 +73,14 @@ class ResultStream:
             raise
         except Exception as exc:
             error = self._on_error(exc)
-            self.close()
-            raise error from None
+        self.close()
+        # Raised outside the handler and without the engine's frames: no traceback
+        # may keep the batch iterator (DataFusion's stream) alive in a cycle, for
+        # the collector to free inside a later DataFusion call (see close()).
+        try:
+            raise error.with_traceback(None) from None
+        finally:
+            del error
 
     def close(self) -> None:
         """Release the session now, on this thread.
@@ -83,6 +92,8 @@ class ResultStream:
         """
         self._batches = None
         self._session = None
+        if self._reservation is not None:
+            self._reservation.release()
 
 
 def read_only_options() -> SQLOptions:
@@ -141,6 +152,9 @@ class Planner:
         self._list = list_tables
         self._datasets = datasets or DatasetOpener(cache=PinnedDatasets())
         self._direct = DirectPlans()
+        self.memory = MemoryBudget(
+            self.limits.memory_limit_bytes, self.limits.memory_wait_ms / 1000
+        )
 
     def plan(
         self,
@@ -191,16 +205,24 @@ class Planner:
                 return ResultStream(
                     known.schema, coalesce_batches(batches, known.schema), on_error=on_error
                 )
-        ctx = session(
-            binder,
-            budget,
-            join_reordering=not conflicting_metadata(datasets),
-            memory_bytes=self.limits.query_memory_bytes,
-            functions=shape.bounded_functions,
+        reservation = self.memory.reserve(
+            self.limits.query_memory_bytes if self.limits.enforce else 0
         )
         try:
-            return self._run(ctx, spec, datasets, on_error)
+            ctx = session(
+                binder,
+                budget,
+                join_reordering=not conflicting_metadata(datasets),
+                memory_bytes=reservation.nbytes if self.limits.enforce else None,
+                functions=shape.bounded_functions,
+            )
         except BaseException:
+            reservation.release()
+            raise
+        try:
+            return self._run(ctx, spec, datasets, on_error, reservation)
+        except BaseException:
+            reservation.release()
             del ctx  # see ResultStream.close: no traceback may keep a session alive
             raise
 
@@ -210,12 +232,14 @@ class Planner:
         spec: QuerySpec,
         datasets: list[Any],
         on_error: Callable[[BaseException], Exception],
+        reservation: Reservation,
     ) -> ResultStream:
         df = _plan(ctx, spec, self.limits)
         schema = _result_schema(df)
         direct = direct_plan(df, datasets, schema)
         batches = None if direct is None else scan_directly(datasets[0], direct, on_error)
         if batches is not None:
+            reservation.release()  # a direct scan runs no DataFusion operator
             return ResultStream(schema, coalesce_batches(batches, schema), ctx, on_error)
         error: Exception | None = None
         try:
@@ -227,7 +251,7 @@ class Planner:
         if error is not None:
             del ctx, df
             raise error
-        return ResultStream(schema, coalesce_batches(reader, schema), ctx, on_error)
+        return ResultStream(schema, coalesce_batches(reader, schema), ctx, on_error, reservation)
 
     def _execution_errors(
         self, binder: Binder, budget: FunctionBudget

@@ -1,0 +1,146 @@
+"""What Query's statement guards cost, and how much of the pushdown corpus stays fast.
+
+One in-process :class:`~lake_query.planning.Planner` pair over one local
+Lance table: Lake's side runs with every guard on (token scan, plan depth,
+function-size checks, per-query memory pool reserved from the replica's
+budget); the reference is the same planning and execution path with
+``QueryLimits(enforce=False)`` (no guard, unbounded DataFusion memory).
+Both plan and run the statement afresh each sample, alternating.
+
+- ``guards_point_query``: plan + execute of a one-row lookup (the direct
+  Lance path), median latency ratio. Goal: <= 1.03x.
+- ``guards_group_by``: plan + execute of a GROUP BY over the table
+  (DataFusion, so a pool is reserved). Goal: <= 1.03x.
+- ``guards_pushdown_direct_share``: the share of the pushdown differential
+  corpus (``packages/lake-query/tests/test_pushdown_differential.py``) that
+  still takes the direct path, against all of it (report only).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from types import ModuleType
+
+import lance
+import numpy as np
+import pyarrow as pa
+
+from lake_core.models import CatalogEntry, TableDescriptor, incarnation_metadata
+from lake_core.names import TableRef
+from lake_core.principal import DEV_PRINCIPAL
+from lake_core.schemas import schema_to_base64
+from lake_query.planning import Planner, QueryLimits
+from tools.bench.harness import Figure, at_most, figure, measure, warmup_for
+
+TABLE = TableRef("bench", "guards")
+POINT = "SELECT * FROM bench.guards WHERE id = 4321"
+GROUP_BY = "SELECT c % 64 AS g, count(*) AS n, sum(a) AS s FROM bench.guards GROUP BY c % 64"
+#: Pairs per figure: samples take milliseconds and a guard's cost is small
+#: against the machine's noise, so many more than the harness minimum.
+QUICK_GUARD_PAIRS = 15
+GUARD_PAIRS = 61
+_TESTS = Path(__file__).resolve().parents[2] / "packages" / "lake-query" / "tests"
+
+
+def _table(rows: int) -> pa.Table:
+    ids = np.arange(rows, dtype=np.int64)
+    return pa.table(
+        {
+            "id": ids,
+            "a": np.random.default_rng(7).random(rows),
+            "c": ids * 7919 % 1_000_003,
+        }
+    )
+
+
+def _catalog(root: Path, data: pa.Table) -> dict[TableRef, CatalogEntry]:
+    incarnation = uuid.uuid4().hex
+    schema = data.schema.with_metadata(incarnation_metadata(incarnation))
+    location = str(root / "guards.lance")
+    dataset = lance.write_dataset(data.replace_schema_metadata(schema.metadata), location)
+    descriptor = TableDescriptor(
+        location=location, incarnation=incarnation, version=1, engine_version=dataset.version
+    )
+    entry = CatalogEntry(
+        table=TABLE, descriptor=descriptor, schema_ipc=schema_to_base64(data.schema)
+    )
+    return {TABLE: entry}
+
+
+def _run_once(planner: Planner, sql: str) -> float:
+    began = time.perf_counter()
+    planned = planner.plan(sql, DEV_PRINCIPAL)
+    rows = sum(batch.num_rows for batch in planner.execute(planned.spec, DEV_PRINCIPAL))
+    elapsed = (time.perf_counter() - began) * 1000
+    if rows == 0:
+        raise AssertionError(f"{sql!r} returned no rows")
+    return elapsed
+
+
+def _differential() -> ModuleType:
+    """The pushdown differential test module, loaded as a package member."""
+    package = "lake_query_tests"
+    if package not in sys.modules:
+        spec = importlib.util.spec_from_file_location(
+            package, _TESTS / "__init__.py", submodule_search_locations=[str(_TESTS)]
+        )
+        assert spec is not None
+        sys.modules[package] = importlib.util.module_from_spec(spec)
+    return importlib.import_module(f"{package}.test_pushdown_differential")
+
+
+def _direct_share(root: Path) -> Figure:
+    module = _differential()
+    entries = _catalog(root / "types", module._table())
+    ref = TableRef("robots", "types")
+    entries = {ref: entries[TABLE].model_copy(update={"table": ref})}
+    planner = Planner(entries.get, lambda: list(entries))
+    direct = planned = 0
+    for where in module.predicates():
+        try:
+            spec = planner.plan(f"SELECT * FROM robots.types WHERE {where}", DEV_PRINCIPAL).spec
+        except Exception:
+            continue  # refused at planning: neither path runs it
+        planned += 1
+        direct += planner._direct.recall(spec) is not None
+    return figure(
+        "guards_pushdown_direct_share",
+        [float(direct)],
+        [float(planned)],
+        unit="predicates",
+        goal=None,
+    )
+
+
+def run(quick: bool) -> list[Figure]:
+    rows = 200_000 if quick else 2_000_000
+    pairs = QUICK_GUARD_PAIRS if quick else GUARD_PAIRS
+    warmup = max(1, warmup_for(quick))
+    with tempfile.TemporaryDirectory(prefix="lake-guards-bench-") as tmp:
+        root = Path(tmp)
+        entries = _catalog(root, _table(rows))
+
+        def planner(limits: QueryLimits) -> Planner:
+            return Planner(entries.get, lambda: list(entries), limits=limits)
+
+        guarded, unguarded = planner(QueryLimits()), planner(QueryLimits(enforce=False))
+        figures = []
+        for name, sql in (("guards_point_query", POINT), ("guards_group_by", GROUP_BY)):
+            figures.append(
+                measure(
+                    name,
+                    lambda sql=sql: _run_once(guarded, sql),  # type: ignore[misc]
+                    lambda sql=sql: _run_once(unguarded, sql),  # type: ignore[misc]
+                    unit="ms",
+                    goal=at_most(1.03, "<= 1.03x without the guards"),
+                    pairs=pairs,
+                    warmup=warmup,
+                )
+            )
+        figures.append(_direct_share(root))
+        return figures
