@@ -11,15 +11,13 @@ admin-port + 10000 for its worker, which another process may own.
 from __future__ import annotations
 
 import json
-import subprocess
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from tools.lake_testing.seaweed import SeaweedS3, weed_binary
-from tools.lake_testing.servers import free_port
+from tools.lake_testing.seaweed import SeaweedS3
 
 __all__ = ["SeaweedIceberg"]
 
@@ -42,48 +40,18 @@ class SeaweedIceberg(SeaweedS3):
         """The OAuth2 client credential the catalog accepts (``id:secret``)."""
         return f"{self.access_key}:{self.secret_key}"
 
+    #: Every gRPC port too: otherwise ``weed mini`` dials admin-port + 10000.
+    _PORTS: ClassVar[tuple[str, ...]] = (
+        *SeaweedS3._PORTS,
+        "master.port.grpc",
+        "volume.port.grpc",
+        "filer.port.grpc",
+        "admin.port.grpc",
+        "s3.port.grpc",
+    )
+
     def start(self, timeout_s: float = 90.0) -> SeaweedIceberg:
-        data = self.root / "data"
-        data.mkdir(parents=True, exist_ok=True)
-        config = self.root / "s3.json"
-        identity = {
-            "name": "lake-test",
-            "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
-            "actions": ["Admin", "Read", "Write", "List", "Tagging"],
-        }
-        config.write_text(json.dumps({"identities": [identity]}))
-        config.chmod(0o600)
-        ports = {
-            "master.port": free_port(),
-            "master.port.grpc": free_port(),
-            "volume.port": free_port(),
-            "volume.port.grpc": free_port(),
-            "filer.port": free_port(),
-            "filer.port.grpc": free_port(),
-            "admin.port": free_port(),
-            "admin.port.grpc": free_port(),
-            "s3.port.grpc": free_port(),
-            "webdav.port": free_port(),
-            "s3.port.lance": free_port(),
-        }
-        args = [
-            weed_binary(),
-            "mini",
-            f"-dir={data}",
-            "-ip=127.0.0.1",
-            "-ip.bind=127.0.0.1",
-            f"-s3.port={self.s3_port}",
-            f"-s3.port.iceberg={self.iceberg_port}",
-            f"-s3.config={config}",
-            f"-tableBucket={self.warehouse_bucket}",
-            "-admin.ui=false",
-            "-webdav=false",
-            *(f"-{k}={v}" for k, v in ports.items()),
-        ]
-        with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(
-                args, stdout=log, stderr=subprocess.STDOUT, cwd=self.root, start_new_session=True
-            )
+        self._launch(f"-tableBucket={self.warehouse_bucket}")
         self._wait_ready(timeout_s)
         self._wait_catalog(timeout_s)
         return self

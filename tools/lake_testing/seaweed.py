@@ -18,6 +18,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 from tools.lake_testing.servers import free_port
 
@@ -68,6 +69,22 @@ class SeaweedS3:
         }
 
     def start(self, timeout_s: float = 60.0) -> SeaweedS3:
+        self._launch()
+        self._wait_ready(timeout_s)
+        return self
+
+    #: Ports ``weed mini`` must not pick itself (it would collide with other servers).
+    _PORTS: ClassVar[tuple[str, ...]] = (
+        "master.port",
+        "volume.port",
+        "filer.port",
+        "admin.port",
+        "webdav.port",
+        "s3.port.lance",
+    )
+
+    def _launch(self, *extra: str) -> None:
+        """Start ``weed mini`` with S3 (and its Iceberg port) plus ``extra`` flags."""
         data = self.root / "data"
         data.mkdir(parents=True, exist_ok=True)
         config = self.root / "s3.json"
@@ -78,14 +95,6 @@ class SeaweedS3:
         }
         config.write_text(json.dumps({"identities": [identity]}))
         config.chmod(0o600)
-        ports = {
-            "master.port": free_port(),
-            "volume.port": free_port(),
-            "filer.port": free_port(),
-            "admin.port": free_port(),
-            "webdav.port": free_port(),
-            "s3.port.lance": free_port(),
-        }
         args = [
             weed_binary(),
             "mini",
@@ -97,14 +106,13 @@ class SeaweedS3:
             f"-s3.config={config}",
             "-admin.ui=false",
             "-webdav=false",
-            *(f"-{k}={v}" for k, v in ports.items()),
+            *extra,
+            *(f"-{name}={free_port()}" for name in self._PORTS),
         ]
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
                 args, stdout=log, stderr=subprocess.STDOUT, cwd=self.root, start_new_session=True
             )
-        self._wait_ready(timeout_s)
-        return self
 
     def _wait_ready(self, timeout_s: float) -> None:
         deadline = time.monotonic() + timeout_s

@@ -23,6 +23,7 @@ from urllib.parse import urlsplit
 import structlog
 import yaml
 
+from lake_core.auth import Secret
 from lake_iceberg.errors import ConfigInvalid
 
 __all__ = [
@@ -62,29 +63,6 @@ _TOP_KEYS = {
 _CREDENTIAL_KEYS = {"client_id", "client_secret", "scope", "oauth2_server_uri"}
 _STORE_KEYS = {"endpoint", "region", "allow_http", "access_key_id", "secret_access_key"}
 _RETRY_KEYS = {"initial", "max", "jitter"}
-
-
-class Secret:
-    """A resolved secret: usable through :meth:`reveal`, never printed."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return "Secret(***)"
-
-    __str__ = __repr__
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Secret) and other._value == self._value
-
-    def __hash__(self) -> int:
-        return hash(self._value)
 
 
 @dataclass(frozen=True)
