@@ -25,7 +25,15 @@ from lake_core.integrity import DataFileDigest, digest_file, fragment_file_paths
 from lake_core.models import TableDescriptor
 from lake_core.names import TableRef
 from lake_query.verify import DataFileVerifier
-from tools.bench.harness import Figure, machine, measure, timed
+from tools.bench.harness import (
+    Figure,
+    at_most,
+    machine,
+    measure,
+    pairs_for,
+    timed,
+    warmup_for,
+)
 
 TABLE = TableRef("bench", "verify")
 
@@ -82,20 +90,22 @@ def run(quick: bool) -> list[Figure]:
             first_verified,
             unverified,
             unit="ms",
-            goal=f"<= query + {budget_ms:.0f} ms (read and hash {megabytes} MB at 200 MB/s)",
-            ratio_of=lambda lake_ms, ref_ms: lake_ms / ref_ms,
-            met=lambda lake_ms, ref_ms, _ratio: lake_ms <= ref_ms + budget_ms,
-            runs=5 if quick else 9,
+            goal=at_most(
+                budget_ms,
+                f"<= query + {budget_ms:.0f} ms (read and hash {megabytes} MB at 200 MB/s)",
+                scale="difference",
+            ),
+            pairs=pairs_for(quick),
+            warmup=warmup_for(quick),
         )
         repeat = measure(
             "verify_on_open_repeat_check_ms",
             repeat_check,
             unverified,
             unit="ms",
-            goal="the check of a verified version <= 3% of the point query it precedes",
-            ratio_of=lambda lake_ms, ref_ms: lake_ms / ref_ms,
-            met=lambda _lake, _ref, ratio: ratio <= 1.03,
-            runs=9 if quick else 31,
+            goal=at_most(0.03, "the check of a verified version <= 3% of the point query"),
+            pairs=pairs_for(quick),
+            warmup=warmup_for(quick),
         )
     return [first, repeat]
 
