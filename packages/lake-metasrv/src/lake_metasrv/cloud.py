@@ -33,7 +33,7 @@ from lake_metasrv.forwarding import ForwardingMetaHandler, PeerClients
 from lake_metasrv.gate import LeadershipGate
 from lake_metasrv.lease import Leadership
 from lake_metasrv.registry.dynamo import DynamoRegistry, dynamo_client_config, ensure_table
-from lake_metasrv.s3engine import MANIFEST_TABLE_SCHEMA, S3LanceEngine, is_storage_outage
+from lake_metasrv.s3engine import MANIFEST_TABLE_SCHEMA, S3LanceEngine
 from lake_metasrv.serving import serve_and_drain, use_io_threads
 from lake_metasrv.sidecars import DropMarker, ReferenceDelta, SidecarStore
 
@@ -118,7 +118,7 @@ def _s3_error(exc: BaseException, uri: str) -> Exception:
         if status >= 500 or exc.response.get("Error", {}).get("Code") == "SlowDown":
             return Unavailable(f"S3 is unavailable for {uri}; retry")
         return Internal(f"S3 refused a write to {uri}: {exc.response.get('Error', {}).get('Code')}")
-    if isinstance(exc, BotoCoreError | OSError) or is_storage_outage(exc):
+    if isinstance(exc, BotoCoreError | OSError):
         log.warning("S3 unreachable", uri=uri, error=repr(exc)[:300])
         return Unavailable(f"S3 is unreachable for {uri}; retry")
     return exc if isinstance(exc, Exception) else Internal(str(exc))

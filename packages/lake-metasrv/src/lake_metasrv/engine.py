@@ -38,10 +38,12 @@ import lance
 import pyarrow as pa
 import structlog
 
+from lake_core.cloud import DatasetStorage
 from lake_core.durable import fsync_dir, fsync_file, fsync_written_since
 from lake_core.errors import Internal, InvalidSchema, Unavailable, VersionReclaimed
 from lake_core.models import Engine, incarnation_metadata, incarnation_of
 from lake_core.names import TableRef
+from lake_core.storage_probe import StorageProbe
 
 __all__ = [
     "AppendOutcome",
@@ -87,6 +89,22 @@ class LanceEngine(abc.ABC):
         # Metasrv is the only writer, so the handle stays current until it commits again.
         self._datasets: dict[str, tuple[str, Any]] = {}
         self._since_cleanup: dict[str, int] = {}
+        #: Asks the store, in types, what a Lance failure meant (local paths here).
+        self.probe = StorageProbe(DatasetStorage())
+
+    def read_failure(self, location: str, engine_version: int, exc: BaseException) -> BaseException:
+        """What a failed open of ``engine_version`` means, asked of the store (never Lance's text).
+
+        Its manifest gone -> VersionReclaimed; the store unreachable ->
+        Unavailable; otherwise :meth:`storage_error` decides.
+        """
+        try:
+            present = self.probe.version_exists(location, engine_version)
+        except OSError:
+            return Unavailable(f"storage for {location} is unreachable; retry")
+        if not present:
+            return VersionReclaimed(f"version {engine_version} of {location} has been reclaimed")
+        return self.storage_error(location, exc)
 
     # -- where datasets live (each implementation) ---------------------------
 
@@ -379,24 +397,19 @@ class LocalLanceEngine(LanceEngine):
         await asyncio.to_thread(shutil.rmtree, location, True)
 
     async def read(self, location: str, engine_version: int) -> pa.Table:
-        return await asyncio.to_thread(_read_version, location, engine_version)
+        def read() -> pa.Table:
+            try:
+                dataset = lance.dataset(location, version=engine_version)
+            except (ValueError, OSError) as exc:
+                raise self.read_failure(location, engine_version, exc) from None
+            return dataset.to_table()
+
+        return await asyncio.to_thread(read)
 
     def cleanup_now(self, location: str, registered_version: int) -> int:
         dataset = lance.dataset(location)
         removed = reclaim_old_versions(dataset, location, registered_version, self.retain_versions)
         return removed or 0
-
-
-def _read_version(location: str, engine_version: int) -> pa.Table:
-    try:
-        dataset = lance.dataset(location, version=engine_version)
-    except ValueError as exc:
-        if "not found" in str(exc):
-            raise VersionReclaimed(
-                f"version {engine_version} of {location} has been reclaimed"
-            ) from None
-        raise
-    return dataset.to_table()
 
 
 @dataclass(frozen=True)

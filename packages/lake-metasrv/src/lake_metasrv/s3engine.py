@@ -31,12 +31,13 @@ import pyarrow as pa
 import structlog
 
 from lake_core.cloud import DatasetStorage, split_s3_uri
-from lake_core.errors import Internal, InvalidSchema, Unavailable, VersionReclaimed
+from lake_core.errors import Internal, InvalidSchema, Unavailable
 from lake_core.models import incarnation_metadata
 from lake_core.names import TableRef
+from lake_core.storage_probe import StorageProbe
 from lake_metasrv.engine import LanceEngine, NothingToSync, WrittenFiles, reclaim_old_versions
 
-__all__ = ["MANIFEST_TABLE_SCHEMA", "S3LanceEngine", "is_storage_outage"]
+__all__ = ["MANIFEST_TABLE_SCHEMA", "S3LanceEngine", "is_boto_outage"]
 
 log = structlog.get_logger("lake_metasrv.s3engine")
 
@@ -54,24 +55,37 @@ MANIFEST_TABLE_SCHEMA = {
 #: Retention runs once this many versions accumulated since the last run.
 CLEANUP_EVERY = 16
 
-_OUTAGE_MARKERS = (
-    "LanceError(IO)",
-    "error sending request",
-    "timed out",
-    "timeout",
-    "dispatch failure",
-    "connection",
-    "Connection",
-    "EndpointConnectionError",
-    "ReadTimeout",
-    "ConnectTimeout",
+#: ClientError codes that mean "overloaded or failing, retry" rather than a refusal.
+_RETRYABLE_CODES = frozenset(
+    {
+        "SlowDown",
+        "ServiceUnavailable",
+        "RequestTimeout",
+        "InternalError",
+        "ThrottlingException",
+        "ProvisionedThroughputExceededException",
+        "RequestLimitExceeded",
+    }
 )
 
 
-def is_storage_outage(exc: BaseException) -> bool:
-    """Whether an exception from Lance or boto says storage could not be reached."""
-    text = f"{type(exc).__name__}: {exc}"
-    return any(marker in text for marker in _OUTAGE_MARKERS) and "not found" not in text.lower()
+def is_boto_outage(exc: BaseException) -> bool:
+    """Whether a boto error means the service could not be reached or is overloaded (by type)."""
+    from botocore.exceptions import (
+        ClientError,
+        ConnectionClosedError,
+        ConnectionError,
+        ReadTimeoutError,
+    )
+
+    # ConnectionError covers EndpointConnectionError, ConnectTimeoutError and proxy errors.
+    if isinstance(exc, ConnectionError | ConnectionClosedError | ReadTimeoutError):
+        return True
+    if isinstance(exc, ClientError):
+        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        code = exc.response.get("Error", {}).get("Code")
+        return int(status or 0) >= 500 or code in _RETRYABLE_CODES
+    return False
 
 
 def _outage(location: str, exc: BaseException) -> Unavailable:
@@ -100,6 +114,7 @@ class S3LanceEngine(LanceEngine):
         self._table_location = table_location
         self._clients: dict[str, Any] = {}
         self._clients_lock = threading.Lock()
+        self.probe = StorageProbe(storage)
 
     # -- plumbing -------------------------------------------------------------------
 
@@ -146,7 +161,28 @@ class S3LanceEngine(LanceEngine):
             return client
 
     def storage_error(self, location: str, exc: BaseException) -> BaseException:
-        return _outage(location, exc) if is_storage_outage(exc) else exc
+        return _outage(location, exc) if self.is_outage(location, exc) else exc
+
+    def is_outage(self, location: str, exc: BaseException) -> bool:
+        """Whether ``exc`` came from S3 or DynamoDB being out of reach, decided by types.
+
+        A boto error says so by its type or code; a Lance error says nothing
+        but text, so the stores are asked instead (only on this failure path).
+        """
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        if isinstance(exc, BotoCoreError | ClientError):
+            return is_boto_outage(exc)
+        return not self._stores_reachable(location)
+
+    def _stores_reachable(self, location: str) -> bool:
+        if not self.probe.reachable(location):
+            return False
+        try:
+            self.client("dynamodb").describe_table(TableName=self.storage.manifest_table)
+        except Exception as exc:
+            return not is_boto_outage(exc)
+        return True
 
     def written_files(self, location: str) -> WrittenFiles:
         return NothingToSync()
@@ -169,7 +205,7 @@ class S3LanceEngine(LanceEngine):
                 storage_options=self.storage_options(location),
             )
         except (ValueError, OSError, NotImplementedError, pa.ArrowException) as exc:
-            if is_storage_outage(exc):
+            if self.is_outage(location, exc):
                 raise _outage(location, exc) from None
             raise InvalidSchema(f"Lance cannot store this schema: {exc}") from None
         self._datasets[location] = (incarnation, dataset)
@@ -199,7 +235,7 @@ class S3LanceEngine(LanceEngine):
             rows = self._manifest_rows(location)
             self._delete_manifest_rows(location, rows)
         except Exception as exc:
-            if is_storage_outage(exc):
+            if is_boto_outage(exc):
                 raise _outage(location, exc) from None
             raise
         if leftovers and (deleted or rows):
@@ -253,12 +289,8 @@ class S3LanceEngine(LanceEngine):
                     version=engine_version,
                     storage_options=self.storage_options(location),
                 )
-            except ValueError as exc:
-                if "not found" in str(exc).lower():
-                    raise VersionReclaimed(
-                        f"version {engine_version} of {location} has been reclaimed"
-                    ) from None
-                raise
+            except (ValueError, OSError) as exc:
+                raise self.read_failure(location, engine_version, exc) from None
             return dataset.to_table()
 
         return await asyncio.to_thread(read)

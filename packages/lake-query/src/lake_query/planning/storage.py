@@ -2,7 +2,7 @@
 
 Lance reports every failure as a ``ValueError`` whose only distinction is
 its text, so Query never reads that text. After Lance fails, a
-:class:`StorageProbe` asks the store itself, through pyarrow's file
+:class:`~lake_core.storage_probe.StorageProbe` asks the store itself, through pyarrow's file
 systems, which answer in types: a file is there or ``FileType.NotFound``,
 and an unreachable store raises ``OSError``. That decides the Lake error:
 
@@ -20,9 +20,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import lance
-import pyarrow.fs as pafs
 
-from lake_core.cloud import DatasetStorage, split_s3_uri
+from lake_core.cloud import DatasetStorage
 from lake_core.errors import (
     DataCorrupted,
     LakeError,
@@ -32,67 +31,11 @@ from lake_core.errors import (
 )
 from lake_core.models import TableDescriptor, incarnation_of
 from lake_core.names import TableRef
+from lake_core.storage_probe import MAX_PROBED_FILES, StorageProbe
 from lake_query.planning.pinned import PinnedDatasets
 from lake_query.verify import DataFileVerifier
 
-__all__ = ["DatasetOpener", "StorageProbe", "open_pinned"]
-
-_U64_MAX = 2**64 - 1
-#: Data files checked after a failed scan; more are not worth the requests.
-MAX_PROBED_FILES = 256
-
-
-class StorageProbe:
-    """Typed questions to a table's store (blocking; only after a failure)."""
-
-    def __init__(self, storage: DatasetStorage) -> None:
-        self._storage = storage
-        self._s3: pafs.FileSystem | None = None
-
-    def _where(self, location: str) -> tuple[pafs.FileSystem, str]:
-        if not self._storage.is_s3(location):
-            return pafs.LocalFileSystem(), location.rstrip("/")
-        if self._s3 is None:
-            self._s3 = self._s3_filesystem()
-        bucket, key = split_s3_uri(location)
-        return self._s3, f"{bucket}/{key.rstrip('/')}"
-
-    def _s3_filesystem(self) -> pafs.FileSystem:
-        storage = self._storage
-        options = storage.storage_options("s3://probe/x") or {}
-        endpoint = storage.s3_endpoint or ""
-        seconds = max(0.1, storage.timeout_ms / 1000)
-        return pafs.S3FileSystem(
-            access_key=options.get("aws_access_key_id"),
-            secret_key=options.get("aws_secret_access_key"),
-            session_token=options.get("aws_session_token"),
-            region=storage.region or "us-east-1",
-            endpoint_override=endpoint.split("://", 1)[-1] or None,
-            scheme="http" if endpoint.startswith("http://") else "https",
-            connect_timeout=min(seconds, 3.0),
-            request_timeout=seconds,
-            retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1),
-        )
-
-    def _exists(self, fs: pafs.FileSystem, paths: Iterable[str]) -> list[bool]:
-        # OSError (unreachable, denied) propagates: the caller maps it.
-        return [info.type != pafs.FileType.NotFound for info in fs.get_file_info(list(paths))]
-
-    def version_exists(self, location: str, engine_version: int) -> bool:
-        """Whether the manifest of ``engine_version`` is still stored."""
-        fs, root = self._where(location)
-        names = (f"{_U64_MAX - engine_version:020d}.manifest", f"{engine_version}.manifest")
-        return any(self._exists(fs, (f"{root}/_versions/{name}" for name in names)))
-
-    def data_files_exist(self, location: str, dataset: Any) -> bool:
-        """Whether every data file (up to :data:`MAX_PROBED_FILES`) of ``dataset`` is stored."""
-        fs, root = self._where(location)
-        paths = [
-            f"{root}/data/{data_file.path}"
-            for fragment in dataset.get_fragments()
-            for data_file in fragment.data_files()
-        ][:MAX_PROBED_FILES]
-        return all(self._exists(fs, paths)) if paths else True
+__all__ = ["MAX_PROBED_FILES", "DatasetOpener", "StorageProbe", "open_pinned"]
 
 
 class DatasetOpener:
