@@ -98,6 +98,7 @@ def fsync_written_since(
                     continue
             if wrote or directory == str(start):
                 fsync_dir(directory)
-    fsync_dir(root)
+    if only is not None:  # walked from its subdirectories: the root's own entries too
+        fsync_dir(root)
     if parent:
         fsync_dir(root.parent)
