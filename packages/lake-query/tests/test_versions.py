@@ -1,0 +1,175 @@
+"""Time travel in the planner: selectors, Lance history, pins, listing."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import lance
+import pyarrow as pa
+import pytest
+
+from lake_core.errors import InvalidArgument, InvalidName, VersionReclaimed
+from lake_core.names import TableRef
+from lake_core.principal import DEV_PRINCIPAL
+from lake_query.planning import Planner, QuerySpec
+from lake_query.planning.versions import parse_table_name
+
+from .conftest import LocalCatalog, episodes
+
+
+def rows(planner: Planner, sql: str) -> pa.Table:
+    spec = planner.plan(sql, DEV_PRINCIPAL).spec
+    stream = planner.execute(spec, DEV_PRINCIPAL)
+    return pa.Table.from_batches(list(stream), schema=stream.schema)
+
+
+def ids(table: pa.Table) -> list[int]:
+    return sorted(table.column("episode_id").to_pylist())
+
+
+@pytest.fixture
+def history(catalog: LocalCatalog) -> LocalCatalog:
+    """Lake versions 1 (create, 2 rows), 2 (+3), 3 (+1), then a compaction of 3."""
+    catalog.create("robots.episodes", episodes(0, 2))
+    catalog.append("robots.episodes", episodes(2, 3))
+    catalog.append("robots.episodes", episodes(5, 1))
+    entry = catalog.entries[TableRef("robots", "episodes")]
+    dataset = lance.dataset(entry.descriptor.location)
+    dataset.optimize.compact_files()
+    catalog._register(
+        entry.table,
+        entry.descriptor.incarnation,
+        entry.descriptor.version,
+        int(lance.dataset(entry.descriptor.location).version),
+        episodes(0, 1).schema,
+    )
+    return catalog
+
+
+def test_selectors_parse_before_any_io() -> None:
+    assert parse_table_name("t").selector is None
+    assert parse_table_name("t@v3").version == 3
+    assert parse_table_name("t$versions").listing
+    instant = parse_table_name("t@2026-11-30T12:00:00.5Z").instant
+    assert instant == datetime(2026, 11, 30, 12, 0, 0, 500000, tzinfo=UTC)
+    assert parse_table_name("t@2026-11-30T12:00:00+00:00").instant is not None
+    for bad in ("t@3", "t@vx", "t@2026-11-30", "t@2026-11-30T12:00:00+02:00", "t$snapshots"):
+        with pytest.raises(InvalidArgument):
+            parse_table_name(bad)
+    with pytest.raises(InvalidArgument, match="valid date"):
+        parse_table_name("t@2026-02-30T12:00:00Z")
+
+
+def test_each_version_reads_its_own_rows(history: LocalCatalog) -> None:
+    planner = Planner(history.resolve, history.refs)
+    assert ids(rows(planner, 'SELECT * FROM lake.robots."episodes@v1"')) == [0, 1]
+    assert ids(rows(planner, 'SELECT * FROM lake.robots."episodes@v2"')) == list(range(5))
+    assert ids(rows(planner, 'SELECT * FROM lake.robots."episodes@v3"')) == list(range(6))
+    assert ids(rows(planner, "SELECT * FROM lake.robots.episodes")) == list(range(6))
+
+
+def test_two_versions_of_one_table_are_two_pins(history: LocalCatalog) -> None:
+    planner = Planner(history.resolve, history.refs)
+    sql = (
+        'WITH old AS (SELECT episode_id FROM lake.robots."episodes@v1") '
+        'SELECT n.episode_id FROM lake.robots."episodes@v2" n '
+        "LEFT JOIN old ON n.episode_id = old.episode_id WHERE old.episode_id IS NULL"
+    )
+    spec = planner.plan(sql, DEV_PRINCIPAL).spec
+    assert [p.name for p in spec.pins] == ["episodes@v1", "episodes@v2"]
+    # Execution reads the pins alone, even after a later append.
+    history.append("robots.episodes", episodes(6, 4))
+    stream = planner.execute(QuerySpec.model_validate(spec.model_dump()), DEV_PRINCIPAL)
+    assert ids(pa.Table.from_batches(list(stream), schema=stream.schema)) == [2, 3, 4]
+
+
+def test_versions_listing(history: LocalCatalog) -> None:
+    planner = Planner(history.resolve, history.refs)
+    listing = rows(planner, 'SELECT * FROM lake.robots."episodes$versions" ORDER BY engine_version')
+    assert listing.column_names == [
+        "version",
+        "committed_at",
+        "operation",
+        "rows_added",
+        "engine_version",
+    ]
+    assert listing.column("version").to_pylist() == [1, 2, 3, 3]
+    assert listing.column("operation").to_pylist() == ["create", "append", "append", "maintenance"]
+    assert listing.column("rows_added").to_pylist() == [2, 3, 1, 0]
+    head = history.entries[TableRef("robots", "episodes")].descriptor.engine_version
+    assert listing.column("engine_version").to_pylist() == [1, 2, 3, head]
+    assert listing.schema.field("committed_at").type == pa.timestamp("us", tz="UTC")
+    stamps = listing.column("committed_at").to_pylist()
+    assert stamps == sorted(stamps)
+    now = datetime.now(UTC)
+    assert all(now - timedelta(minutes=5) < s <= now for s in stamps)
+
+
+def test_instants_pick_the_version_current_then(history: LocalCatalog) -> None:
+    planner = Planner(history.resolve, history.refs)
+    listing = rows(planner, 'SELECT * FROM lake.robots."episodes$versions"')
+    stamps = dict(
+        zip(
+            listing.column("engine_version").to_pylist(),
+            listing.column("committed_at").to_pylist(),
+            strict=True,
+        )
+    )
+
+    def at(instant: datetime) -> list[int]:
+        text = instant.isoformat().replace("+00:00", "Z")
+        return ids(rows(planner, f'SELECT * FROM lake.robots."episodes@{text}"'))
+
+    assert at(stamps[1]) == [0, 1]
+    assert at(stamps[2] - (stamps[2] - stamps[1]) / 2) == [0, 1]
+    assert at(stamps[2]) == list(range(5))
+    assert at(max(stamps.values())) == list(range(6))
+    with pytest.raises(InvalidArgument, match="did not exist"):
+        at(stamps[1] - timedelta(seconds=1))
+    with pytest.raises(InvalidArgument, match="future"):
+        at(datetime.now(UTC) + timedelta(hours=1))
+
+
+def test_future_and_reclaimed_versions_fail_explicitly(history: LocalCatalog) -> None:
+    planner = Planner(history.resolve, history.refs)
+    with pytest.raises(InvalidArgument, match="no version 4"):
+        planner.plan('SELECT * FROM lake.robots."episodes@v4"', DEV_PRINCIPAL)
+    with pytest.raises(InvalidName):
+        planner.plan('SELECT * FROM lake.robots."Episodes@v1"', DEV_PRINCIPAL)
+    spec = planner.plan('SELECT * FROM lake.robots."episodes@v2"', DEV_PRINCIPAL).spec
+    location = history.entries[TableRef("robots", "episodes")].descriptor.location
+    lance.dataset(location).cleanup_old_versions(
+        older_than=timedelta(0), retain_versions=1, error_if_tagged_old_versions=False
+    )
+    with pytest.raises(VersionReclaimed):
+        planner.plan('SELECT * FROM lake.robots."episodes@v1"', DEV_PRINCIPAL)
+    with pytest.raises(VersionReclaimed):
+        list(planner.execute(spec, DEV_PRINCIPAL))
+    listing = rows(planner, 'SELECT * FROM lake.robots."episodes$versions"')
+    head = history.entries[TableRef("robots", "episodes")].descriptor.engine_version
+    assert listing.column("engine_version").to_pylist() == [head]
+
+
+def test_orphans_behind_a_restore_are_never_listed(catalog: LocalCatalog) -> None:
+    catalog.create("robots.episodes", episodes(0, 2))
+    entry = catalog.entries[TableRef("robots", "episodes")]
+    location = entry.descriptor.location
+    # An append Lance committed but the registry never recorded (a crash).
+    lance.write_dataset(episodes(100, 5), location, mode="append")
+    latest = lance.dataset(location)
+    restored = lance.LanceDataset.commit(
+        latest, lance.LanceOperation.Restore(1), read_version=latest.version
+    )
+    lance.write_dataset(episodes(2, 1), location, mode="append")
+    catalog._register(
+        entry.table,
+        entry.descriptor.incarnation,
+        2,
+        int(restored.version) + 1,
+        episodes(0, 1).schema,
+    )
+    planner = Planner(catalog.resolve, catalog.refs)
+    listing = rows(planner, 'SELECT * FROM lake.robots."episodes$versions"')
+    assert listing.column("engine_version").to_pylist() == [1, 4]
+    assert listing.column("version").to_pylist() == [1, 2]
+    assert ids(rows(planner, 'SELECT * FROM lake.robots."episodes@v2"')) == [0, 1, 2]
