@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -276,3 +277,17 @@ def test_reclaimed_versions_fail_explicitly(tmp_path: Path) -> None:
                 client.do_get(ticket.endpoints[0].ticket).read_all()
     finally:
         running.stop()
+
+
+def test_the_docs_example_runs_twice(lake: LakeCluster, capsys: pytest.CaptureFixture[str]) -> None:
+    page = Path(__file__).resolve().parents[2] / "docs" / "time-travel.md"
+    blocks = re.findall(r"```python\n(.*?)```", page.read_text(), re.S)
+    assert blocks
+    for _ in range(2):
+        for block in blocks:
+            code = block.replace("grpc://127.0.0.1:50051", lake.query.url)
+            exec(compile(code, "docs/time-travel.md", "exec"), {"__name__": "__main__"})
+        out = capsys.readouterr().out
+        assert "'operation': 'maintenance'" in out
+        assert f"rows at version 1: {ROWS}" in out
+        assert f"rows now: {3 * ROWS}" in out
