@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime, timedelta
 
+import boto3
 import lance
 import pyarrow as pa
 import pytest
 
+from lake_core.cloud import DatasetStorage
+from lake_core.config import MANIFEST_DYNAMODB_TABLE
 from lake_core.errors import InvalidArgument, InvalidName, VersionReclaimed
+from lake_core.models import CatalogEntry, TableDescriptor, incarnation_metadata
 from lake_core.names import TableRef
 from lake_core.principal import DEV_PRINCIPAL
-from lake_query.planning import Planner, QuerySpec
+from lake_core.schemas import schema_to_base64
+from lake_query.planning import DatasetOpener, PinnedDatasets, Planner, QuerySpec
 from lake_query.planning.versions import parse_table_name
+from tools.lake_testing.dynalite import Dynalite
+from tools.lake_testing.seaweed import SeaweedS3
 
 from .conftest import LocalCatalog, episodes
 
@@ -173,3 +181,60 @@ def test_orphans_behind_a_restore_are_never_listed(catalog: LocalCatalog) -> Non
     assert listing.column("engine_version").to_pylist() == [1, 4]
     assert listing.column("version").to_pylist() == [1, 2]
     assert ids(rows(planner, 'SELECT * FROM lake.robots."episodes@v2"')) == [0, 1, 2]
+
+
+@pytest.mark.s3
+@pytest.mark.dynamodb
+def test_time_travel_on_an_s3_table(
+    s3_server: SeaweedS3, s3_bucket: str, dynamodb_server: Dynalite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = {**s3_server.env(), **dynamodb_server.env()}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)  # boto3 and Lance read credentials from the environment
+    manifests = f"manifests_{uuid.uuid4().hex[:8]}"
+    client = boto3.client(
+        "dynamodb", endpoint_url=dynamodb_server.endpoint, region_name="us-east-1"
+    )
+    client.create_table(
+        TableName=manifests,
+        BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[
+            {"AttributeName": "base_uri", "AttributeType": "S"},
+            {"AttributeName": "version", "AttributeType": "N"},
+        ],
+        KeySchema=[
+            {"AttributeName": "base_uri", "KeyType": "HASH"},
+            {"AttributeName": "version", "KeyType": "RANGE"},
+        ],
+    )
+    client.get_waiter("table_exists").wait(TableName=manifests, WaiterConfig={"Delay": 0.2})
+    storage = DatasetStorage.from_env({**env, MANIFEST_DYNAMODB_TABLE: manifests})
+    location = f"s3://{s3_bucket}/lake/robots/episodes.lance"
+    data = episodes(0, 3)
+    schema = data.schema.with_metadata(incarnation_metadata("inc-7"))
+    uri, options = storage.lance_uri(location), storage.storage_options(location)
+    lance.write_dataset(schema.empty_table(), uri, mode="create", storage_options=options)
+    for start in (0, 3):
+        written = lance.write_dataset(
+            episodes(start, 3).replace_schema_metadata(schema.metadata),
+            uri,
+            mode="append",
+            storage_options=options,
+        )
+    ref = TableRef("robots", "episodes")
+    entry = CatalogEntry(
+        table=ref,
+        descriptor=TableDescriptor(
+            location=location, incarnation="inc-7", version=2, engine_version=written.version
+        ),
+        schema_ipc=schema_to_base64(data.schema),
+    )
+    planner = Planner(
+        {ref: entry}.get, lambda: [ref], datasets=DatasetOpener(storage, PinnedDatasets())
+    )
+    listing = rows(planner, 'SELECT * FROM lake.robots."episodes$versions"')
+    assert listing.column("version").to_pylist() == [0, 1, 2]
+    assert listing.column("operation").to_pylist() == ["create", "append", "append"]
+    assert ids(rows(planner, 'SELECT * FROM lake.robots."episodes@v1"')) == [0, 1, 2]
+    with pytest.raises(InvalidArgument):
+        planner.plan('SELECT * FROM lake.robots."episodes@v3"', DEV_PRINCIPAL)
