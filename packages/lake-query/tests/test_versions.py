@@ -12,17 +12,17 @@ import pytest
 
 from lake_core.cloud import DatasetStorage
 from lake_core.config import MANIFEST_DYNAMODB_TABLE
-from lake_core.errors import InvalidArgument, InvalidName, VersionReclaimed
+from lake_core.errors import InvalidArgument, InvalidName, PermissionDenied, VersionReclaimed
 from lake_core.models import CatalogEntry, TableDescriptor, incarnation_metadata
 from lake_core.names import TableRef
-from lake_core.principal import DEV_PRINCIPAL
+from lake_core.principal import DEV_PRINCIPAL, Principal
 from lake_core.schemas import schema_to_base64
 from lake_query.planning import DatasetOpener, PinnedDatasets, Planner, QuerySpec
 from lake_query.planning.versions import parse_table_name
 from tools.lake_testing.dynalite import Dynalite
 from tools.lake_testing.seaweed import SeaweedS3
 
-from .conftest import LocalCatalog, episodes
+from .conftest import ROBOTS_ONLY, LocalCatalog, episodes
 
 
 def rows(planner: Planner, sql: str) -> pa.Table:
@@ -238,3 +238,21 @@ def test_time_travel_on_an_s3_table(
     assert ids(rows(planner, 'SELECT * FROM lake.robots."episodes@v1"')) == [0, 1, 2]
     with pytest.raises(InvalidArgument):
         planner.plan('SELECT * FROM lake.robots."episodes@v3"', DEV_PRINCIPAL)
+
+
+def test_selectors_are_authorized_like_the_table(catalog: LocalCatalog) -> None:
+    catalog.create("secret.episodes", episodes(0, 2))
+    catalog.create("robots.episodes", episodes(0, 2))
+    planner = Planner(catalog.resolve, catalog.refs)
+    for name in ("episodes@v1", "episodes$versions", "episodes@2026-01-01T00:00:00Z"):
+        with pytest.raises(PermissionDenied):
+            planner.plan(f'SELECT * FROM lake.secret."{name}"', ROBOTS_ONLY)
+        # Hidden and absent look the same.
+        with pytest.raises(PermissionDenied):
+            planner.plan(f'SELECT * FROM lake.secret."missing{name[8:]}"', ROBOTS_ONLY)
+    assert rows_as(planner, 'SELECT * FROM lake.robots."episodes@v1"', ROBOTS_ONLY).num_rows == 2
+
+
+def rows_as(planner: Planner, sql: str, principal: Principal) -> pa.Table:
+    stream = planner.execute(planner.plan(sql, principal).spec, principal)
+    return pa.Table.from_batches(list(stream), schema=stream.schema)
