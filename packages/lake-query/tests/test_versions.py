@@ -256,3 +256,14 @@ def test_selectors_are_authorized_like_the_table(catalog: LocalCatalog) -> None:
 def rows_as(planner: Planner, sql: str, principal: Principal) -> pa.Table:
     stream = planner.execute(planner.plan(sql, principal).spec, principal)
     return pa.Table.from_batches(list(stream), schema=stream.schema)
+
+
+def test_the_listing_mixes_with_versions_in_one_statement(history: LocalCatalog) -> None:
+    planner = Planner(history.resolve, history.refs)
+    sql = (
+        'SELECT e.episode_id FROM lake.robots."episodes@v2" e WHERE e.episode_id < '
+        '(SELECT max(rows_added) FROM lake.robots."episodes$versions")'
+    )
+    assert ids(rows(planner, sql)) == [0, 1, 2]
+    only = rows(planner, 'SELECT * FROM lake.robots."episodes$versions" WHERE version = 3')
+    assert only.column("operation").to_pylist() == ["append", "maintenance"]
