@@ -39,6 +39,7 @@ from lake_sdk.inserts import insert_rows
 from lake_sdk.pending import PendingAppendStore
 from lake_sdk.results import QueryResult
 from lake_sdk.schema_cache import SchemaCache
+from lake_sdk.time_travel import AsOf, as_of_sql, versions_sql
 from lake_sdk.transport import Connection, ConnectOptions
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "AsyncClient", "LakeClient"]
@@ -169,19 +170,34 @@ class AsyncClient:
 
     # -- SQL ---------------------------------------------------------------
 
-    async def query(self, sql: str) -> QueryResult:
-        """Run read-only SQL; the result is pinned to the table versions seen at planning."""
+    async def query(self, sql: str, *, as_of: AsOf | None = None) -> QueryResult:
+        """Run read-only SQL; the result is pinned to the table versions seen at planning.
+
+        ``as_of`` (a Lake version number or an aware datetime) reads every
+        ``lake.<namespace>.<table>`` the SQL names at that version: the SQL
+        is sent as :func:`lake_sdk.as_of_sql` rewrites it.
+        """
         if not isinstance(sql, str) or not sql.strip():
             raise InvalidArgument("SQL must be a non-empty string")
+        if as_of is not None:
+            sql = as_of_sql(sql, as_of)
         command = flight_sql_pb2.CommandStatementQuery(query=sql)
         descriptor = flight.FlightDescriptor.for_command(_any(command))
         info = await self._state.connection.flight_info(descriptor)
         reader, trailers = await self._state.connection.stream(info.endpoints[0].ticket)
         return QueryResult(reader, info.schema, trailers)
 
-    async def query_table(self, sql: str) -> pa.Table:
+    async def query_table(self, sql: str, *, as_of: AsOf | None = None) -> pa.Table:
         """Run SQL and collect the whole result."""
-        return await (await self.query(sql)).to_table()
+        return await (await self.query(sql, as_of=as_of)).to_table()
+
+    async def versions(self, table: TableRef | str) -> pa.Table:
+        """The table's retained versions, oldest first (``lake.ns."t$versions"``).
+
+        Columns: version, committed_at (UTC), operation (create, append,
+        maintenance), rows_added, engine_version.
+        """
+        return await self.query_table(versions_sql(_ref(table)))
 
     # -- schemas -----------------------------------------------------------
 

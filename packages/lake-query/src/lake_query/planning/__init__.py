@@ -4,6 +4,8 @@ Parts:
 
 - :mod:`~lake_query.planning.spec`: what a ticket seals (``QuerySpec``, ``PinnedTable``).
 - :mod:`~lake_query.planning.catalog`: the lazy per-request ``lake`` catalog (binders).
+- :mod:`~lake_query.planning.versions`: time travel (``t@v3``, ``t@<instant>``,
+  ``t$versions``) from Lance's history.
 - :mod:`~lake_query.planning.storage`: opening pinned versions; storage failures, typed.
 - :mod:`~lake_query.planning.pinned`: the replica's cache of opened datasets.
 - :mod:`~lake_query.planning.direct` and :mod:`~lake_query.planning.pushdown`: scans

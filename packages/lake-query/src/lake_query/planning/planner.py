@@ -182,8 +182,10 @@ class Planner:
         del ctx
         schema = _result_schema(df)
         pins = tuple(
-            PinnedTable(table=ref, descriptor=binder.pins[ref])
-            for ref in sorted(binder.pins, key=lambda r: (r.namespace, r.name))
+            PinnedTable(table=ref, descriptor=binder.pins[(ref, selector)], selector=selector)
+            for ref, selector in sorted(
+                binder.pins, key=lambda k: (k[0].namespace, k[0].name, k[1] or "")
+            )
         )
         planned = spec.model_copy(update={"pins": pins})
         direct = direct_plan(df, binder.opened(), schema)
@@ -195,7 +197,7 @@ class Planner:
         """Run a planned query from its pinned set alone."""
         shape = _check(spec, self.limits)
         binder = PinnedBinder(principal, self._datasets, spec.pins)
-        datasets = binder.open_all(p.table for p in spec.pins)  # authorizes every table
+        datasets = binder.open_all(spec.pins)  # authorizes every table
         budget = FunctionBudget(self.limits.max_function_output_bytes)
         on_error = self._execution_errors(binder, budget)
         known = self._direct.recall(spec)
