@@ -29,6 +29,7 @@ from lake_sdk.appends import DEFAULT_APPEND_RETRIES
 from lake_sdk.builder import ClientBuilder, connect_kwargs
 from lake_sdk.client import DEFAULT_CONNECT_TIMEOUT_S, AsyncClient
 from lake_sdk.results import QueryResult
+from lake_sdk.scans import AsOf
 from lake_sdk.schema_cache import SchemaCache
 
 __all__ = ["Client", "SyncObjectReader", "SyncObjectStore", "SyncQueryResult", "connect"]
@@ -133,6 +134,12 @@ class Client:
 
     def query(self, sql: str) -> SyncQueryResult:
         return SyncQueryResult(self._runner, self._runner.run(self._inner.query(sql)))
+
+    def scan(
+        self, sql: str, *, as_of: AsOf | None = None, shard: tuple[int, int] | None = None
+    ) -> SyncQueryResult:
+        result = self._runner.run(self._inner.scan(sql, as_of=as_of, shard=shard))
+        return SyncQueryResult(self._runner, result)
 
     def query_table(self, sql: str) -> pa.Table:
         return self._runner.run(self._inner.query_table(sql))
