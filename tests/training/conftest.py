@@ -19,9 +19,7 @@ from tools.lake_testing.plugin import LakeCluster, write_ticket_keys
 from tools.lake_testing.servers import start_meta
 
 SAMPLES = TableRef("training", "samples")
-SAMPLES_SCHEMA = pa.schema(
-    [("id", pa.int64()), ("value", pa.float64()), ("label", pa.int32())]
-)
+SAMPLES_SCHEMA = pa.schema([("id", pa.int64()), ("value", pa.float64()), ("label", pa.int32())])
 SAMPLE_ROWS = 2_000_000
 #: Concurrent appenders: appends are capped at MAX_APPEND_ROWS rows (one fragment each).
 WRITERS = 8

@@ -113,7 +113,9 @@ def test_partition_tickets_read_their_pinned_version_after_an_append(samples: Sa
     cluster = samples.cluster
     table = TableRef("training", "pinned")
     create_table(cluster.meta.addr, table, SAMPLES_SCHEMA)
-    small = start_query(cluster.meta.addr, cluster.root, env={**cluster.env, QUERY_MIN_ENDPOINT_ROWS: "1000"})
+    small = start_query(
+        cluster.meta.addr, cluster.root, env={**cluster.env, QUERY_MIN_ENDPOINT_ROWS: "1000"}
+    )
     try:
         with lake_sdk.Client(small.url) as client:
             for start in range(0, 50_000, 10_000):
