@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import lance
@@ -65,6 +66,18 @@ def test_a_filter_lance_cannot_plan_keeps_one_endpoint(dataset: Any) -> None:
     limits = PartitionLimits(4, 1)
     assert len(fragment_ranges(dataset, plan("id < 500"), limits)) == 4
     assert fragment_ranges(dataset, plan("no_such_column = 1"), limits) == ()
+
+
+def test_a_filtered_scan_of_an_indexed_table_keeps_one_endpoint(tmp_path: Path) -> None:
+    uri = str(tmp_path / "indexed.lance")
+    for i in range(4):
+        batch = pa.table({"id": pa.array(range(i * 100, (i + 1) * 100), pa.int64())})
+        lance.write_dataset(batch, uri, mode="append" if i else "create")
+    lance.dataset(uri).create_scalar_index("id", "BTREE")
+    indexed = lance.dataset(uri)
+    limits = PartitionLimits(4, 1)
+    assert fragment_ranges(indexed, plan("id = 7"), limits) == ()
+    assert len(fragment_ranges(indexed, plan(), limits)) == 4  # an unfiltered scan still splits
 
 
 def test_a_partition_scans_only_its_fragments(dataset: Any) -> None:

@@ -7,6 +7,8 @@ opens the ticket (it is bound to the caller, the fleet's audience and an
 expiry) and runs the query from the ticket alone, on any replica sharing
 the key ring. Prepared-statement handles are sealed too
 (:mod:`~lake_query.flightsql.statements`).
+A plain scan over many fragments gets one endpoint per fragment range
+(:mod:`~lake_query.flightsql.endpoints`), each its own sealed ticket.
 
 Catalog discovery and GetSqlInfo are answered from memory
 (:mod:`~lake_query.flightsql.discovery`). Updates of any kind get the one

@@ -74,6 +74,9 @@ def fragment_ranges(
 ) -> tuple[tuple[int, ...], ...]:
     """The fragment ids each endpoint scans, in fragment order; () keeps one endpoint.
 
+    One endpoint too for a filter Lance cannot plan (DataFusion answers it,
+    over the whole table) and for a filtered scan of an indexed table.
+
     Deterministic for a pinned version and the limits: the ranges come from
     the version's manifest alone, balanced by stored rows.
     """
@@ -86,8 +89,8 @@ def fragment_ranges(
     count = min(limits.max_endpoints, len(fragments), total // limits.min_endpoint_rows)
     if count < 2:
         return ()
-    if plan.row_filter is not None and not _lance_accepts(dataset, plan):
-        return ()  # DataFusion answers this filter, over the whole table
+    if plan.row_filter is not None and (_indexed(dataset) or not _lance_accepts(dataset, plan)):
+        return ()
     ranges: list[tuple[int, ...]] = []
     current: list[int] = []
     seen = 0
@@ -101,6 +104,17 @@ def fragment_ranges(
             current = []
     ranges.append(tuple(current))
     return tuple(ranges)
+
+
+def _indexed(dataset: Any) -> bool:
+    """Whether the version has a scalar index a filter may be answered from.
+
+    An indexed lookup reads a few rows wherever they are; splitting it would
+    repeat the lookup once per endpoint and make the client open several
+    streams for a handful of rows, so filtered scans of indexed tables keep
+    one endpoint (selectivity is not known at planning).
+    """
+    return bool(dataset.describe_indices())
 
 
 def _lance_accepts(dataset: Any, plan: DirectScan) -> bool:
