@@ -243,15 +243,15 @@ class Planner:
         on_error = self._execution_errors(binder, budget)
         plan = self._direct.recall(spec) if len(datasets) == 1 else None
         ctx: SessionContext | None = None
-        if plan is None and len(datasets) == 1:
-            # Another replica planned it: plan again (deterministic) to find the scan.
-            ctx = session(binder, budget, functions=shape.bounded_functions)
-            df = _plan(ctx, spec, self.limits)
-            plan = direct_plan(df, datasets, _result_schema(df))
-            del df
-            if plan is not None:
-                self._direct.remember(spec, plan)
         try:
+            if plan is None and len(datasets) == 1:
+                # Another replica planned it: plan again (deterministic) to find the scan.
+                ctx = session(binder, budget, functions=shape.bounded_functions)
+                df = _plan(ctx, spec, self.limits)
+                plan = direct_plan(df, datasets, _result_schema(df))
+                del df
+                if plan is not None:
+                    self._direct.remember(spec, plan)
             dataset = datasets[0] if len(datasets) == 1 else None  # plan is None otherwise
             batches = scan_partition(dataset, plan, fragment_ids, on_error)
         except BaseException:
