@@ -80,6 +80,7 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
                 verify_on_open=config.verify_on_open,
             ),
             limits=config.limits,
+            partitions=config.partitions,
         )
 
         def started(server: FlightServer) -> None:

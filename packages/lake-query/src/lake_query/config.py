@@ -27,7 +27,9 @@ from :class:`lake_query.admission.AdmissionLimits` (``LAKE_QUERY_STALL_TIMEOUT_M
 default 60 s, among them: see :mod:`lake_query.stall`); statement bounds
 (``LAKE_QUERY_MEMORY_LIMIT_BYTES``, ``LAKE_QUERY_MAX_EXPRESSION_TERMS``, ...)
 from :class:`lake_query.planning.limits.QueryLimits`;
-``LAKE_QUERY_VERIFY_ON_OPEN`` (true/false, default false: :mod:`lake_query.verify`).
+``LAKE_QUERY_VERIFY_ON_OPEN`` (true/false, default false: :mod:`lake_query.verify`);
+partitioned scans (``LAKE_QUERY_MAX_ENDPOINTS``, ``LAKE_QUERY_MIN_ENDPOINT_ROWS``) from
+:class:`lake_query.planning.partitions.PartitionLimits`.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ from lake_core.tls import METADATA_CA_FILE, METADATA_SERVER_NAME, ClientTLS, loa
 from lake_objects.settings import StageSettings
 from lake_query.admission import AdmissionLimits
 from lake_query.planning.limits import QueryLimits
+from lake_query.planning.partitions import PartitionLimits
 from lake_query.verify import verify_on_open
 
 __all__ = [
@@ -119,6 +122,8 @@ class QueryConfig:
     limits: QueryLimits = field(default_factory=QueryLimits)
     #: ``LAKE_QUERY_VERIFY_ON_OPEN``: check data files before serving rows (lake_query.verify).
     verify_on_open: bool = False
+    #: ``LAKE_QUERY_MAX_ENDPOINTS`` and ``LAKE_QUERY_MIN_ENDPOINT_ROWS`` (partitioned scans).
+    partitions: PartitionLimits = field(default_factory=PartitionLimits)
 
     @property
     def loopback(self) -> bool:
@@ -192,4 +197,5 @@ class QueryConfig:
                 QueryLimits.from_env(source), memory_wait_ms=admission.queue_timeout_ms
             ),
             verify_on_open=verify_on_open(source),
+            partitions=PartitionLimits.from_env(source),
         )

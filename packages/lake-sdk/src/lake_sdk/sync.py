@@ -141,6 +141,12 @@ class Client:
     def versions(self, table: TableRef | str) -> pa.Table:
         return self._runner.run(self._inner.versions(table))
 
+    def scan(
+        self, sql: str, *, as_of: AsOf | None = None, shard: tuple[int, int] | None = None
+    ) -> SyncQueryResult:
+        result = self._runner.run(self._inner.scan(sql, as_of=as_of, shard=shard))
+        return SyncQueryResult(self._runner, result)
+
     def table_schema(self, table: TableRef | str) -> pa.Schema:
         return self._runner.run(self._inner.table_schema(table))
 

@@ -10,6 +10,8 @@ Parts:
 - :mod:`~lake_query.planning.pinned`: the replica's cache of opened datasets.
 - :mod:`~lake_query.planning.direct` and :mod:`~lake_query.planning.pushdown`: scans
   Lance answers alone.
+- :mod:`~lake_query.planning.partitions`: plain scans split into fragment ranges
+  (one endpoint each).
 - :mod:`~lake_query.planning.limits` and :mod:`~lake_query.planning.functions`: what
   one statement may make DataFusion do (depth, size, memory, function outputs).
 - :mod:`~lake_query.planning.planner`: :class:`Planner`, plan with pins, run from pins.

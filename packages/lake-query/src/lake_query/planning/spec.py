@@ -82,3 +82,5 @@ class PlannedQuery:
 
     spec: QuerySpec
     schema: pa.Schema
+    #: Fragment ids of each endpoint of a partitioned scan; () for one endpoint.
+    partitions: tuple[tuple[int, ...], ...] = ()
