@@ -240,7 +240,7 @@ class Planner:
         """Run one partition of a planned scan: only ``fragment_ids`` of its pinned version."""
         shape = _check(spec, self.limits)
         binder = PinnedBinder(principal, self._datasets, spec.pins)
-        datasets = binder.open_all(p.table for p in spec.pins)  # authorizes every table
+        datasets = binder.open_all(spec.pins)  # authorizes every table
         budget = FunctionBudget(self.limits.max_function_output_bytes)
         on_error = self._execution_errors(binder, budget)
         plan = self._direct.recall(spec) if len(datasets) == 1 else None
