@@ -41,11 +41,15 @@ __all__ = ["S3SidecarStore", "run_cloud_server"]
 
 log = structlog.get_logger("lake_metasrv.cloud")
 
+#: Key-name prefix of a maintenance commit's empty delta (beside the version's own).
+MAINTENANCE_KEY_PREFIX = "maintenance-"
+
 
 class S3SidecarStore(SidecarStore):
     """Reference-delta sidecars as S3 objects, one per version *and* operation (cloud mode).
 
-    ``<prefix>/<incarnation>/<version:020d>/<operation-id or create>.json``:
+    ``<prefix>/<incarnation>/<version:020d>/<operation-id or create>.json``
+    (a maintenance commit's empty delta: ``maintenance-<engine_version:020d>.json``):
     a retry of a version after a crash, or a fenced old leader writing late,
     adds another object instead of replacing one, so GC's live set can only
     grow (a sidecar for a version never registered keeps more, never fewer).
@@ -56,11 +60,20 @@ class S3SidecarStore(SidecarStore):
         self.prefix = prefix.strip("/")
         self._client = client
 
-    def key(self, incarnation: str, version: int, operation_id: str | None) -> str:
-        return f"{self.prefix}/{incarnation}/{version:020d}/{operation_id or 'create'}.json"
+    def key(
+        self,
+        incarnation: str,
+        version: int,
+        operation_id: str | None,
+        engine_version: int | None = None,
+    ) -> str:
+        base = f"{self.prefix}/{incarnation}/{version:020d}"
+        if engine_version is not None:
+            return f"{base}/{MAINTENANCE_KEY_PREFIX}{engine_version:020d}.json"
+        return f"{base}/{operation_id or 'create'}.json"
 
     def write_delta(self, delta: ReferenceDelta) -> str:
-        key = self.key(delta.incarnation, delta.version, delta.operation_id)
+        key = self.key(delta.incarnation, delta.version, delta.operation_id, delta.engine_version)
         return self._put(key, delta)
 
     def write_deltas(self, deltas: Sequence[ReferenceDelta]) -> None:
@@ -89,7 +102,12 @@ class S3SidecarStore(SidecarStore):
             listing = client.list_objects_v2(
                 Bucket=self.bucket, Prefix=f"{self.prefix}/{incarnation}/{version:020d}/"
             )
-            keys = [o["Key"] for o in listing.get("Contents", [])]
+            # The version's own delta; maintenance deltas beside it are empty.
+            keys = [
+                o["Key"]
+                for o in listing.get("Contents", [])
+                if not o["Key"].rsplit("/", 1)[1].startswith(MAINTENANCE_KEY_PREFIX)
+            ]
             if len(keys) != 1:
                 raise Internal(f"{len(keys)} sidecars for {incarnation} version {version}")
             key = keys[0]

@@ -7,8 +7,15 @@ for a version that was never registered (a crash mid-commit) is replaced by
 the next attempt at that version number; until then it only makes GC keep
 more objects, never fewer.
 
-    <data-dir>/sidecars/<incarnation>/<version>.json
-    <data-dir>/sidecars/<incarnation>/dropped.json   written after a drop
+    <data-dir>/sidecars/<incarnation>/<version>.json        create (0) and appends
+    <data-dir>/sidecars/<incarnation>/<version>.m<ev>.json  a maintenance commit
+    <data-dir>/sidecars/<incarnation>/dropped.json          written after a drop
+
+Maintenance (compaction, index builds) keeps the Lake version and moves only
+the Lance ``engine_version``; it writes an *empty* delta naming that engine
+version (``schema_version`` 2), so every (version, engine_version) the
+registry can point at has a sidecar, without exceptions. Schema 1 files
+(no ``engine_version``) stay valid: they are appends and creates.
 
 :class:`SidecarStore` is the seam; :class:`LocalSidecarStore` is the data
 directory and :class:`~lake_metasrv.cloud.S3SidecarStore` the cloud one.
@@ -25,7 +32,7 @@ from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from lake_core.durable import fsync_dir, replace_synced
 from lake_core.errors import InvalidAppend
@@ -38,17 +45,42 @@ _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 
 
 class ReferenceDelta(BaseModel):
-    """The managed-object URIs one table version adds and drops."""
+    """The managed-object URIs one table version adds and drops.
+
+    ``engine_version`` is set (schema 2) only on a maintenance commit's delta:
+    the Lance version it registered under the unchanged Lake ``version``.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    schema_version: Literal[1] = 1
+    schema_version: Literal[1, 2] = 1
     table: TableRef
     incarnation: str
     version: int
     operation_id: str | None = None
     adds: list[str]
     drops: list[str] = Field(default_factory=list)
+    engine_version: int | None = None
+
+    @model_validator(mode="after")
+    def _schema_matches(self) -> ReferenceDelta:
+        if (self.engine_version is not None) != (self.schema_version == 2):
+            raise ValueError("engine_version is set exactly on schema_version 2 deltas")
+        return self
+
+    @classmethod
+    def maintenance(
+        cls, table: TableRef, incarnation: str, version: int, engine_version: int
+    ) -> ReferenceDelta:
+        """The empty delta of a maintenance commit (no FILE reference changes)."""
+        return cls(
+            schema_version=2,
+            table=table,
+            incarnation=incarnation,
+            version=version,
+            engine_version=engine_version,
+            adds=[],
+        )
 
 
 class DropMarker(BaseModel):
@@ -122,17 +154,20 @@ class LocalSidecarStore(SidecarStore):
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def path(self, incarnation: str, version: int) -> Path:
+    def path(self, incarnation: str, version: int, engine_version: int | None = None) -> Path:
+        if engine_version is not None:
+            return self.root / incarnation / f"{version}.m{engine_version}.json"
         return self.root / incarnation / f"{version}.json"
 
     def write_delta(self, delta: ReferenceDelta) -> str:
-        return str(self._write(self.path(delta.incarnation, delta.version), delta))
+        target = self.path(delta.incarnation, delta.version, delta.engine_version)
+        return str(self._write(target, delta))
 
     def write_deltas(self, deltas: Sequence[ReferenceDelta]) -> None:
         """Write several deltas, each fsync'd, with one fsync per directory at the end."""
         directories: set[Path] = set()
         for delta in deltas:
-            target = self.path(delta.incarnation, delta.version)
+            target = self.path(delta.incarnation, delta.version, delta.engine_version)
             self._write(target, delta, sync_dir=False)
             directories.add(target.parent)
         for directory in directories:
