@@ -274,7 +274,8 @@ async def test_maintenance_over_flight_needs_admin_and_returns_typed_errors(
 async def test_every_maintenance_commit_writes_an_empty_sidecar_first(
     coordinator: CommitCoordinator,
 ) -> None:
-    from lake_metasrv.sidecars import LocalSidecarStore, ReferenceDelta
+    from lake_core.references import ReferenceDelta
+    from lake_metasrv.sidecars import LocalSidecarStore
 
     await table_with_appends(coordinator, 4)
     before = await coordinator.describe_table(T)
@@ -292,14 +293,24 @@ async def test_every_maintenance_commit_writes_an_empty_sidecar_first(
         delta = ReferenceDelta.model_validate_json(path.read_bytes())
         assert delta.schema_version == 2
         assert (delta.version, delta.engine_version) == (record.version, record.engine_version)
-        assert delta.adds == [] and delta.drops == []
+        assert delta.adds == []
+        assert delta.drops == []
     # The append's own sidecar for that Lake version is untouched.
     assert sidecars.read_delta(before.incarnation, before.version) == append_delta
     # A schema 1 file (written before maintenance deltas existed) still reads.
-    assert ReferenceDelta.model_validate(
-        {"table": T.model_dump(), "incarnation": "i", "version": 3, "adds": ["x"]}
-    ).engine_version is None
+    assert (
+        ReferenceDelta.model_validate(
+            {"table": T.model_dump(), "incarnation": "i", "version": 3, "adds": ["x"]}
+        ).engine_version
+        is None
+    )
     with pytest.raises(ValueError):
         ReferenceDelta.model_validate(
-            {"table": T.model_dump(), "incarnation": "i", "version": 3, "adds": [], "engine_version": 9}
+            {
+                "table": T.model_dump(),
+                "incarnation": "i",
+                "version": 3,
+                "adds": [],
+                "engine_version": 9,
+            }
         )

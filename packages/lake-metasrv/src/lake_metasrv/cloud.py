@@ -27,6 +27,13 @@ from pydantic import BaseModel
 
 from lake_core.errors import Internal, Unavailable
 from lake_core.flight.server import FlightServer
+from lake_core.references import (
+    DROPPED_NAME,
+    MAINTENANCE_KEY_PREFIX,
+    DropMarker,
+    ReferenceDelta,
+    s3_sidecar_key,
+)
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.config import MetaConfig
 from lake_metasrv.forwarding import ForwardingMetaHandler, PeerClients
@@ -35,14 +42,11 @@ from lake_metasrv.lease import Leadership
 from lake_metasrv.registry.dynamo import DynamoRegistry, dynamo_client_config, ensure_table
 from lake_metasrv.s3engine import MANIFEST_TABLE_SCHEMA, S3LanceEngine
 from lake_metasrv.serving import serve_and_drain, use_io_threads
-from lake_metasrv.sidecars import DropMarker, ReferenceDelta, SidecarStore
+from lake_metasrv.sidecars import SidecarStore
 
 __all__ = ["S3SidecarStore", "run_cloud_server"]
 
 log = structlog.get_logger("lake_metasrv.cloud")
-
-#: Key-name prefix of a maintenance commit's empty delta (beside the version's own).
-MAINTENANCE_KEY_PREFIX = "maintenance-"
 
 
 class S3SidecarStore(SidecarStore):
@@ -67,10 +71,7 @@ class S3SidecarStore(SidecarStore):
         operation_id: str | None,
         engine_version: int | None = None,
     ) -> str:
-        base = f"{self.prefix}/{incarnation}/{version:020d}"
-        if engine_version is not None:
-            return f"{base}/{MAINTENANCE_KEY_PREFIX}{engine_version:020d}.json"
-        return f"{base}/{operation_id or 'create'}.json"
+        return s3_sidecar_key(self.prefix, incarnation, version, operation_id, engine_version)
 
     def write_delta(self, delta: ReferenceDelta) -> str:
         key = self.key(delta.incarnation, delta.version, delta.operation_id, delta.engine_version)
@@ -86,7 +87,7 @@ class S3SidecarStore(SidecarStore):
                 pass
 
     def write_drop(self, marker: DropMarker) -> str:
-        key = f"{self.prefix}/{marker.incarnation}/dropped.json"
+        key = f"{self.prefix}/{marker.incarnation}/{DROPPED_NAME}"
         try:
             return self._put(key, marker)
         except Exception as exc:

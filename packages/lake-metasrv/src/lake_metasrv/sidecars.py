@@ -7,15 +7,8 @@ for a version that was never registered (a crash mid-commit) is replaced by
 the next attempt at that version number; until then it only makes GC keep
 more objects, never fewer.
 
-    <data-dir>/sidecars/<incarnation>/<version>.json        create (0) and appends
-    <data-dir>/sidecars/<incarnation>/<version>.m<ev>.json  a maintenance commit
-    <data-dir>/sidecars/<incarnation>/dropped.json          written after a drop
-
-Maintenance (compaction, index builds) keeps the Lake version and moves only
-the Lance ``engine_version``; it writes an *empty* delta naming that engine
-version (``schema_version`` 2), so every (version, engine_version) the
-registry can point at has a sidecar, without exceptions. Schema 1 files
-(no ``engine_version``) stay valid: they are appends and creates.
+The models and both layouts are in :mod:`lake_core.references` (``lake gc``
+reads them without depending on Metasrv); they are re-exported here.
 
 :class:`SidecarStore` is the seam; :class:`LocalSidecarStore` is the data
 directory and :class:`~lake_metasrv.cloud.S3SidecarStore` the cloud one.
@@ -28,71 +21,19 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel
 
 from lake_core.durable import fsync_dir, replace_synced
 from lake_core.errors import InvalidAppend
 from lake_core.filetype import is_file_field
-from lake_core.names import TableRef
+from lake_core.references import DROPPED_NAME, DropMarker, ReferenceDelta, local_sidecar_name
 
 __all__ = ["DropMarker", "LocalSidecarStore", "ReferenceDelta", "SidecarStore", "file_uris"]
 
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
-
-
-class ReferenceDelta(BaseModel):
-    """The managed-object URIs one table version adds and drops.
-
-    ``engine_version`` is set (schema 2) only on a maintenance commit's delta:
-    the Lance version it registered under the unchanged Lake ``version``.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    schema_version: Literal[1, 2] = 1
-    table: TableRef
-    incarnation: str
-    version: int
-    operation_id: str | None = None
-    adds: list[str]
-    drops: list[str] = Field(default_factory=list)
-    engine_version: int | None = None
-
-    @model_validator(mode="after")
-    def _schema_matches(self) -> ReferenceDelta:
-        if (self.engine_version is not None) != (self.schema_version == 2):
-            raise ValueError("engine_version is set exactly on schema_version 2 deltas")
-        return self
-
-    @classmethod
-    def maintenance(
-        cls, table: TableRef, incarnation: str, version: int, engine_version: int
-    ) -> ReferenceDelta:
-        """The empty delta of a maintenance commit (no FILE reference changes)."""
-        return cls(
-            schema_version=2,
-            table=table,
-            incarnation=incarnation,
-            version=version,
-            engine_version=engine_version,
-            adds=[],
-        )
-
-
-class DropMarker(BaseModel):
-    """Written after the registry dropped an incarnation: its references are dead."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    schema_version: Literal[1] = 1
-    table: TableRef
-    incarnation: str
-    dropped_version: int
-    dropped_at_ms: int
 
 
 def file_uris(table: pa.Table, schema: pa.Schema) -> list[str]:
@@ -155,9 +96,7 @@ class LocalSidecarStore(SidecarStore):
         self.root = root
 
     def path(self, incarnation: str, version: int, engine_version: int | None = None) -> Path:
-        if engine_version is not None:
-            return self.root / incarnation / f"{version}.m{engine_version}.json"
-        return self.root / incarnation / f"{version}.json"
+        return self.root / incarnation / local_sidecar_name(version, engine_version)
 
     def write_delta(self, delta: ReferenceDelta) -> str:
         target = self.path(delta.incarnation, delta.version, delta.engine_version)
@@ -174,7 +113,7 @@ class LocalSidecarStore(SidecarStore):
             fsync_dir(directory)
 
     def write_drop(self, marker: DropMarker) -> str:
-        return str(self._write(self.root / marker.incarnation / "dropped.json", marker))
+        return str(self._write(self.root / marker.incarnation / DROPPED_NAME, marker))
 
     def read_delta(
         self, incarnation: str, version: int, operation_id: str | None = None
