@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from lake_core.cloud import CloudSettings
+from lake_core.config import S3_BUCKET
 from lake_core.errors import ConfigError
 from lake_gc.lineage import LocalSidecars, S3Sidecars, SidecarSource
 from lake_gc.roots import DynamoRoots, RootsSource, SqliteRoots
@@ -62,7 +63,7 @@ class GcTarget:
             source, default_local_root=None if cloud else data_dir / "objects"
         )
         if stage is None:
-            raise ConfigError("cloud mode needs the S3 managed stage (LAKE_S3_BUCKET)")
+            raise ConfigError(f"cloud mode needs the S3 managed stage ({S3_BUCKET})")
         s3: Any = None
         if stage.kind == "s3" or cloud is not None:
             endpoint = stage.endpoint_url or (cloud.storage.s3_endpoint if cloud else None)
