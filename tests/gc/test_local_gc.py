@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from lake_core import faults
+from lake_core.config import MANAGED_OBJECT_ROOT
 from lake_core.errors import DataCorrupted, FailedPrecondition
 from lake_core.models import DataLocation
-from lake_gc import Checkpoint
+from lake_gc import Checkpoint, GcTarget, apply_plan, load_plan
 from tests.gc.conftest import EPISODES, HOUR_S, SCRATCH, Lake, age
 
 
@@ -214,6 +215,19 @@ def test_a_tampered_plan_or_checkpoint_is_refused_and_nothing_is_deleted(
         lake.apply(plan, checkpoint)
     assert path_of(orphan).exists()
     assert path_of(kept).exists()
+
+    # A plan binds its stage: another stage's GC refuses it.
+    elsewhere = GcTarget.from_env(
+        lake.data, {**os.environ, MANAGED_OBJECT_ROOT: str(tmp_path / "elsewhere")}
+    )
+    with pytest.raises(FailedPrecondition, match="is for stage"):
+        apply_plan(
+            load_plan(plan),
+            tmp_path / "elsewhere.apply.json",
+            roots=elsewhere.roots,
+            sidecars=elsewhere.sidecars,
+            stage=elsewhere.stage,
+        )
 
     # A plan directory is never reused.
     with pytest.raises(FailedPrecondition, match="not empty"):
