@@ -1,7 +1,8 @@
 """The managed stage as GC sees it: a paginated inventory, and deletion.
 
-Only the managed area (``<root or prefix>/tenants/``) is ever listed or
-touched. :class:`LocalStage` walks the directory tree one directory at a
+Only the managed area (``<root or prefix>/tenants/``) is ever listed, and
+only ``tenants/<tenant>/objects/<name>`` entries (what uploads write) are
+ever candidates or deleted. :class:`LocalStage` walks the directory tree one directory at a
 time (``os.scandir`` streams, nothing is collected); :class:`S3Stage` pages
 through ``ListObjectsV2`` and ``ListMultipartUploads``. Both yield
 :class:`Entry` values and delete :class:`Entry` values, where an already
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import abc
 import os
+import re
 import stat
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -28,6 +30,8 @@ __all__ = ["Entry", "Kind", "LocalStage", "ManagedStage", "Outcome", "S3Stage"]
 
 Kind = Literal["object", "partial", "upload"]
 TENANTS = "tenants"
+#: Below ``tenants/``: a tenant id (lake_objects.scope), ``objects``, one object name.
+_MANAGED_NAME = re.compile(r"[A-Za-z0-9_-]{1,128}/objects/(?!\.\.?$)[^/]+")
 #: S3 DeleteObjects takes at most this many keys per request.
 S3_DELETE_BATCH = 1000
 
@@ -75,13 +79,15 @@ class ManagedStage(abc.ABC):
         return f"{self.base_uri}/{TENANTS}/"
 
     def owns(self, uri: str) -> bool:
-        rest = uri[len(self.managed_uri) :]
-        return (
-            uri.startswith(self.managed_uri)
-            and bool(rest)
-            and not has_control_chars(uri)
-            and all(part not in ("", ".", "..") for part in rest.split("/"))
-        )
+        """Whether ``uri`` is a managed object's: ``tenants/<tenant>/objects/<name>``.
+
+        Only the shape uploads write is ever a candidate, so nothing else
+        that shares the prefix (a table of a namespace called ``tenants``,
+        say: ``<table>.lance`` is no tenant id) can be planned or deleted.
+        """
+        if not uri.startswith(self.managed_uri) or has_control_chars(uri):
+            return False
+        return _MANAGED_NAME.fullmatch(uri[len(self.managed_uri) :]) is not None
 
     @abc.abstractmethod
     def entries(self) -> Iterator[Entry]:
