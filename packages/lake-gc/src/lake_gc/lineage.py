@@ -127,11 +127,11 @@ class Lineage:
     dead_incarnations: int = 0
     sidecars: int = 0
     references: int = 0
-    _hash: Any = field(default_factory=hashlib.sha256, repr=False)
+    hasher: Any = field(default_factory=hashlib.sha256, repr=False)
 
     @property
     def digest(self) -> str:
-        return str(self._hash.hexdigest())
+        return str(self.hasher.hexdigest())
 
 
 def collect_live(source: SidecarSource, roots: RegistryRoots, live: ExternalSorter) -> Lineage:
@@ -149,7 +149,7 @@ def collect_live(source: SidecarSource, roots: RegistryRoots, live: ExternalSort
         versions: set[int] = set()
         for version, body in source.files(incarnation):
             lineage.sidecars += 1
-            lineage._hash.update(hashlib.sha256(body).digest())
+            lineage.hasher.update(hashlib.sha256(body).digest())
             if version is None:
                 # A marker without the registry's drop record: keep its objects.
                 _parse_marker(body, incarnation)

@@ -360,7 +360,7 @@ def load_plan(directory: Path) -> Plan:
     try:
         raw = json.loads((directory / MANIFEST).read_bytes())
     except FileNotFoundError:
-        raise DataCorrupted(
+        raise FailedPrecondition(
             f"{directory} holds no published plan (no {MANIFEST}); run `lake gc --plan` first"
         ) from None
     except (ValueError, UnicodeDecodeError):
