@@ -27,6 +27,7 @@ BENCHMARKS = [
     "tools.bench.registrar_bench",
     "tools.bench.verify_bench",
     "tools.bench.partitions_bench",
+    "tools.bench.gc_bench",
 ]
 
 

@@ -268,3 +268,49 @@ async def test_maintenance_over_flight_needs_admin_and_returns_typed_errors(
             await client.create_index(T, "pos")
         with pytest.raises(NotFound):
             await client.optimize_table(TableRef("robots", "missing"))
+
+
+@pytest.mark.asyncio
+async def test_every_maintenance_commit_writes_an_empty_sidecar_first(
+    coordinator: CommitCoordinator,
+) -> None:
+    from lake_core.references import ReferenceDelta
+    from lake_metasrv.sidecars import LocalSidecarStore
+
+    await table_with_appends(coordinator, 4)
+    before = await coordinator.describe_table(T)
+    sidecars = coordinator.sidecars
+    assert isinstance(sidecars, LocalSidecarStore)
+    append_delta = sidecars.read_delta(before.incarnation, before.version)
+
+    await maintenance(coordinator).compact(T)
+    compacted = await coordinator.describe_table(T)
+    await maintenance(coordinator).create_index(T, "id")
+    indexed = await coordinator.describe_table(T)
+
+    for record in (compacted, indexed):
+        path = sidecars.path(record.incarnation, record.version, record.engine_version)
+        delta = ReferenceDelta.model_validate_json(path.read_bytes())
+        assert delta.schema_version == 2
+        assert (delta.version, delta.engine_version) == (record.version, record.engine_version)
+        assert delta.adds == []
+        assert delta.drops == []
+    # The append's own sidecar for that Lake version is untouched.
+    assert sidecars.read_delta(before.incarnation, before.version) == append_delta
+    # A schema 1 file (written before maintenance deltas existed) still reads.
+    assert (
+        ReferenceDelta.model_validate(
+            {"table": T.model_dump(), "incarnation": "i", "version": 3, "adds": ["x"]}
+        ).engine_version
+        is None
+    )
+    with pytest.raises(ValueError):
+        ReferenceDelta.model_validate(
+            {
+                "table": T.model_dump(),
+                "incarnation": "i",
+                "version": 3,
+                "adds": [],
+                "engine_version": 9,
+            }
+        )

@@ -15,6 +15,8 @@ import click
 from lake_core.errors import LakeError
 
 ENTRY_POINT_GROUP = "lake.commands"
+#: ``ctx.meta`` key of the root's ``--data-dir`` (subcommands read it from there).
+DATA_DIR_META = "lake.data_dir"
 
 
 class _LakeGroup(click.Group):
@@ -39,8 +41,17 @@ class _LakeGroup(click.Group):
 
 @click.group(cls=_LakeGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(version("lake-core"), prog_name="lake")
-def lake() -> None:
+@click.option(
+    "--data-dir",
+    default=None,
+    metavar="DIR",
+    help="Local Lake data directory, for subcommands that read one (`lake --data-dir D gc`).",
+)
+@click.pass_context
+def lake(ctx: click.Context, data_dir: str | None) -> None:
     """Lake: versioned tables and immutable files for robot fleets."""
+    if data_dir is not None:
+        ctx.meta[DATA_DIR_META] = data_dir
 
 
 def main() -> None:

@@ -44,6 +44,7 @@ __all__ = [
     "CRASH_EXIT_CODE",
     "CRASH_POINTS",
     "FAULTS",
+    "GC_AFTER_APPLY_PAGE",
     "LEASE_TTL_MS",
     "SETTINGS",
     "STOP_BEFORE_HEAD_UPDATE",
@@ -73,6 +74,8 @@ AFTER_LANCE_WRITE = "meta.maintenance_after_lance_write"
 AFTER_PENDING_WRITE = "sdk.after_pending_write"
 #: SDK: the append committed, its pending file not yet removed.
 AFTER_APPEND_COMMIT = "sdk.after_append_commit"
+#: GC apply: a page of candidates is deleted and its checkpoint fsync'd.
+GC_AFTER_APPLY_PAGE = "gc.after_apply_page"
 CRASH_POINTS = frozenset(
     {
         BEFORE_LANCE_COMMIT,
@@ -81,6 +84,7 @@ CRASH_POINTS = frozenset(
         AFTER_LANCE_WRITE,
         AFTER_PENDING_WRITE,
         AFTER_APPEND_COMMIT,
+        GC_AFTER_APPLY_PAGE,
     }
 )
 

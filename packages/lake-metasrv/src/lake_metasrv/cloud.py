@@ -28,6 +28,13 @@ from pydantic import BaseModel
 from lake_core.errors import Internal, Unavailable
 from lake_core.flight.server import FlightServer
 from lake_core.integrity import DataFileReader
+from lake_core.references import (
+    DROPPED_NAME,
+    MAINTENANCE_KEY_PREFIX,
+    DropMarker,
+    ReferenceDelta,
+    s3_sidecar_key,
+)
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.config import MetaConfig
 from lake_metasrv.engine import LanceEngine
@@ -38,7 +45,7 @@ from lake_metasrv.lease import Leadership
 from lake_metasrv.registry.dynamo import DynamoRegistry, dynamo_client_config, ensure_table
 from lake_metasrv.s3engine import MANIFEST_TABLE_SCHEMA, S3LanceEngine
 from lake_metasrv.serving import serve_and_drain, use_io_threads
-from lake_metasrv.sidecars import DropMarker, ReferenceDelta, SidecarStore
+from lake_metasrv.sidecars import SidecarStore
 
 __all__ = ["S3DigestStore", "S3SidecarStore", "run_cloud_server"]
 
@@ -48,7 +55,8 @@ log = structlog.get_logger("lake_metasrv.cloud")
 class S3SidecarStore(SidecarStore):
     """Reference-delta sidecars as S3 objects, one per version *and* operation (cloud mode).
 
-    ``<prefix>/<incarnation>/<version:020d>/<operation-id or create>.json``:
+    ``<prefix>/<incarnation>/<version:020d>/<operation-id or create>.json``
+    (a maintenance commit's empty delta: ``maintenance-<engine_version:020d>.json``):
     a retry of a version after a crash, or a fenced old leader writing late,
     adds another object instead of replacing one, so GC's live set can only
     grow (a sidecar for a version never registered keeps more, never fewer).
@@ -59,11 +67,17 @@ class S3SidecarStore(SidecarStore):
         self.prefix = prefix.strip("/")
         self._client = client
 
-    def key(self, incarnation: str, version: int, operation_id: str | None) -> str:
-        return f"{self.prefix}/{incarnation}/{version:020d}/{operation_id or 'create'}.json"
+    def key(
+        self,
+        incarnation: str,
+        version: int,
+        operation_id: str | None,
+        engine_version: int | None = None,
+    ) -> str:
+        return s3_sidecar_key(self.prefix, incarnation, version, operation_id, engine_version)
 
     def write_delta(self, delta: ReferenceDelta) -> str:
-        key = self.key(delta.incarnation, delta.version, delta.operation_id)
+        key = self.key(delta.incarnation, delta.version, delta.operation_id, delta.engine_version)
         return self._put(key, delta)
 
     def write_deltas(self, deltas: Sequence[ReferenceDelta]) -> None:
@@ -76,7 +90,7 @@ class S3SidecarStore(SidecarStore):
                 pass
 
     def write_drop(self, marker: DropMarker) -> str:
-        key = f"{self.prefix}/{marker.incarnation}/dropped.json"
+        key = f"{self.prefix}/{marker.incarnation}/{DROPPED_NAME}"
         try:
             return self._put(key, marker)
         except Exception as exc:
@@ -92,7 +106,12 @@ class S3SidecarStore(SidecarStore):
             listing = client.list_objects_v2(
                 Bucket=self.bucket, Prefix=f"{self.prefix}/{incarnation}/{version:020d}/"
             )
-            keys = [o["Key"] for o in listing.get("Contents", [])]
+            # The version's own delta; maintenance deltas beside it are empty.
+            keys = [
+                o["Key"]
+                for o in listing.get("Contents", [])
+                if not o["Key"].rsplit("/", 1)[1].startswith(MAINTENANCE_KEY_PREFIX)
+            ]
             if len(keys) != 1:
                 raise Internal(f"{len(keys)} sidecars for {incarnation} version {version}")
             key = keys[0]

@@ -13,14 +13,16 @@ generation so Query's catalog caches refresh. In order, under the table lock
     restore the registered version over unregistered orphans         [as appends do]
     Lance: optimize_indices / compact_files / create_scalar_index    [off the loop]
     check the row count is unchanged; fsync what Lance wrote (local)
+    write the empty reference-delta sidecar for (version, e')  [durable]
     registry: engine_version e -> e'  (same Lake version)   <- visibility point
     retention (failure logged, never fails the maintenance)
 
 A crash before the registry step leaves an invisible orphan that the next
 append or maintenance restores over. Tickets issued before keep the old
 Lance version, readable until retention (``LAKE_LANCE_RETAIN_VERSIONS``)
-reclaims it, exactly as after an append. No reference-delta sidecar is
-written: no Lake version is produced and no FILE reference changes.
+reclaims it, exactly as after an append. The sidecar is empty (no FILE
+reference changes) but present, so every version the registry can point at
+has one and ``lake gc`` needs no exception for maintenance.
 
 :class:`AutoCompactor` runs :meth:`Maintenance.compact` in the background
 (``LAKE_COMPACTION``) once a table has many small fragments, at most once a
@@ -61,6 +63,7 @@ from lake_core.names import TableRef
 from lake_core.protocol import IndexKind, MaintenanceResult
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.registry.base import MaintenanceCommit, TableRecord
+from lake_metasrv.sidecars import ReferenceDelta
 
 __all__ = [
     "COMPACTION",
@@ -366,6 +369,11 @@ class Maintenance:
         current = record
         if outcome.engine_version != record.engine_version:
             self._faults.crash(faults.AFTER_LANCE_WRITE)
+            delta = ReferenceDelta.maintenance(
+                record.table, record.incarnation, record.version, outcome.engine_version
+            )
+            # Durable before the registry can point at the new engine version.
+            await asyncio.to_thread(self.coordinator.sidecars.write_delta, delta)
             if self.coordinator.digests is not None:
                 await asyncio.to_thread(
                     self.coordinator.digests.record_rewrite,

@@ -7,8 +7,8 @@ for a version that was never registered (a crash mid-commit) is replaced by
 the next attempt at that version number; until then it only makes GC keep
 more objects, never fewer.
 
-    <data-dir>/sidecars/<incarnation>/<version>.json
-    <data-dir>/sidecars/<incarnation>/dropped.json   written after a drop
+The models and both layouts are in :mod:`lake_core.references` (``lake gc``
+reads them without depending on Metasrv); they are re-exported here.
 
 :class:`SidecarStore` is the seam; :class:`LocalSidecarStore` is the data
 directory and :class:`~lake_metasrv.cloud.S3SidecarStore` the cloud one.
@@ -21,46 +21,19 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
 from lake_core.durable import fsync_dir, replace_synced
 from lake_core.errors import InvalidAppend
 from lake_core.filetype import is_file_field
-from lake_core.names import TableRef
+from lake_core.references import DROPPED_NAME, DropMarker, ReferenceDelta, local_sidecar_name
 
 __all__ = ["DropMarker", "LocalSidecarStore", "ReferenceDelta", "SidecarStore", "file_uris"]
 
 _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
-
-
-class ReferenceDelta(BaseModel):
-    """The managed-object URIs one table version adds and drops."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    schema_version: Literal[1] = 1
-    table: TableRef
-    incarnation: str
-    version: int
-    operation_id: str | None = None
-    adds: list[str]
-    drops: list[str] = Field(default_factory=list)
-
-
-class DropMarker(BaseModel):
-    """Written after the registry dropped an incarnation: its references are dead."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    schema_version: Literal[1] = 1
-    table: TableRef
-    incarnation: str
-    dropped_version: int
-    dropped_at_ms: int
 
 
 def file_uris(table: pa.Table, schema: pa.Schema) -> list[str]:
@@ -122,24 +95,25 @@ class LocalSidecarStore(SidecarStore):
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def path(self, incarnation: str, version: int) -> Path:
-        return self.root / incarnation / f"{version}.json"
+    def path(self, incarnation: str, version: int, engine_version: int | None = None) -> Path:
+        return self.root / incarnation / local_sidecar_name(version, engine_version)
 
     def write_delta(self, delta: ReferenceDelta) -> str:
-        return str(self._write(self.path(delta.incarnation, delta.version), delta))
+        target = self.path(delta.incarnation, delta.version, delta.engine_version)
+        return str(self._write(target, delta))
 
     def write_deltas(self, deltas: Sequence[ReferenceDelta]) -> None:
         """Write several deltas, each fsync'd, with one fsync per directory at the end."""
         directories: set[Path] = set()
         for delta in deltas:
-            target = self.path(delta.incarnation, delta.version)
+            target = self.path(delta.incarnation, delta.version, delta.engine_version)
             self._write(target, delta, sync_dir=False)
             directories.add(target.parent)
         for directory in directories:
             fsync_dir(directory)
 
     def write_drop(self, marker: DropMarker) -> str:
-        return str(self._write(self.root / marker.incarnation / "dropped.json", marker))
+        return str(self._write(self.root / marker.incarnation / DROPPED_NAME, marker))
 
     def read_delta(
         self, incarnation: str, version: int, operation_id: str | None = None

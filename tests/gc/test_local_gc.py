@@ -1,0 +1,241 @@
+"""``lake gc`` on the local stage: plan, apply, staleness, resume after SIGKILL, tampering.
+
+Every test runs a real Metasrv and runs GC as its own process. Local object
+ages are set by backdating modification times (what the inventory reads).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from lake_core import faults
+from lake_core.config import MANAGED_OBJECT_ROOT
+from lake_core.errors import DataCorrupted, FailedPrecondition
+from lake_core.models import DataLocation
+from lake_gc import Checkpoint, GcTarget, apply_plan, load_plan
+from tests.gc.conftest import EPISODES, HOUR_S, SCRATCH, Lake, age
+
+
+def path_of(location: DataLocation) -> Path:
+    return Path(location.uri.removeprefix("file://"))
+
+
+def old(lake: Lake, data: bytes, name: str) -> DataLocation:
+    location = lake.upload(data, name)
+    age(path_of(location), 2 * HOUR_S)
+    return location
+
+
+def abandoned_partial(lake: Lake) -> Path:
+    """What a SIGKILLed uploader leaves: a hidden ``.partial`` beside the objects."""
+    directory = lake.stage.tenant_uri("local").removeprefix("file://") + "/objects"
+    os.makedirs(directory, exist_ok=True)
+    partial = Path(directory) / ".01a2bb00-0000-7000-8000-000000000000.partial"
+    partial.write_bytes(b"x" * 4096)
+    age(partial, 2 * HOUR_S)
+    return partial
+
+
+def test_orphans_are_planned_then_deleted_and_everything_referenced_survives(
+    local_lake: Lake, tmp_path: Path
+) -> None:
+    lake = local_lake
+    lake.create()
+    kept = [old(lake, b"a" * 1000, "a"), old(lake, b"b" * 2000, "b")]
+    lake.append(kept[:1])
+    lake.append(kept[1:])
+    lake.admin(lambda c: c.optimize_table(EPISODES))  # a maintenance commit (empty delta)
+    never_appended = old(lake, b"o" * 3000, "orphan")
+    partial = abandoned_partial(lake)
+    lake.create(SCRATCH)
+    dropped_only = old(lake, b"d" * 500, "dropped")
+    lake.append([dropped_only], SCRATCH)
+    lake.admin(lambda c: c.drop_table(SCRATCH))
+    young = lake.upload(b"y" * 100, "young")  # in flight: not yet appended
+
+    plan = tmp_path / "plans" / "p1"
+    code, reply = lake.gc("--plan", str(plan), "--safety-age-secs", str(HOUR_S))
+    assert code == 0, reply
+    assert reply["candidates"] == 3
+    assert reply["candidate_bytes"] == 3000 + 4096 + 500
+    assert reply["candidates_by_kind"] == {"object": 2, "partial": 1}
+    assert reply["younger_than_safety_age"] == 1
+    assert reply["referenced"] == 2
+    # Planning deleted nothing; the manifest is published with its pages.
+    for location in [*kept, never_appended, dropped_only, young]:
+        assert path_of(location).exists()
+    assert partial.exists()
+    assert (plan / "manifest.json").exists()
+
+    checkpoint = tmp_path / "plans" / "p1.apply.json"
+    code, applied = lake.gc("--plan", str(plan), "--apply", "--checkpoint", str(checkpoint))
+    assert code == 0, applied
+    assert (applied["deleted"], applied["already_absent"], applied["complete"]) == (3, 0, True)
+    assert not path_of(never_appended).exists()
+    assert not path_of(dropped_only).exists()
+    assert not partial.exists()
+
+    # The in-flight upload commits right after the plan: it was never a candidate.
+    lake.append([young])
+    for location in lake.retained_locations():
+        assert lake.verify(location)  # opens, size and SHA-256 verified at EOF
+    assert {loc.uri for loc in lake.retained_locations()} == {
+        *(k.uri for k in kept),
+        young.uri,
+    }
+    # Applying the same plan again deletes nothing more (every page is done).
+    code, again = lake.gc("--plan", str(plan), "--apply", "--checkpoint", str(checkpoint))
+    assert code == 2
+    assert again["error"] == "FailedPrecondition"  # the append above made it stale
+
+
+def test_a_commit_after_planning_makes_apply_fail_closed(local_lake: Lake, tmp_path: Path) -> None:
+    lake = local_lake
+    lake.create()
+    orphan = old(lake, b"o" * 10, "orphan")
+    plan, checkpoint = tmp_path / "p", tmp_path / "p.apply.json"
+    code, reply = lake.gc("--plan", str(plan), "--safety-age-secs", str(HOUR_S))
+    assert (code, reply["candidates"]) == (0, 1), reply
+
+    for change in ("append", "maintenance", "create", "drop"):
+        if change == "append":
+            lake.append([lake.upload(b"n", "new")])
+        elif change == "maintenance":
+            lake.admin(lambda c: c.create_index(EPISODES, "episode_id"))
+        elif change == "create":
+            lake.create(SCRATCH)
+        else:
+            lake.admin(lambda c: c.drop_table(SCRATCH))
+        if change == "append":  # once through the command: exit code and typed error
+            code, reply = lake.gc("--plan", str(plan), "--apply", "--checkpoint", str(checkpoint))
+            assert (code, reply["error"]) == (2, "FailedPrecondition"), reply
+            assert "stale" in reply["message"]
+        else:
+            with pytest.raises(FailedPrecondition, match="stale"):
+                lake.apply(plan, checkpoint)
+        assert path_of(orphan).exists(), change
+        assert not checkpoint.exists()
+        # A fresh plan sees the change; the next change makes it stale in turn.
+        plan = tmp_path / f"p-{change}"
+        assert lake.plan(plan, HOUR_S).manifest.candidates.entries == 1
+
+
+def test_apply_killed_mid_way_resumes_from_its_checkpoint_without_redeleting(
+    local_lake: Lake, tmp_path: Path
+) -> None:
+    lake = local_lake
+    lake.create()
+    orphans = [old(lake, bytes([i]) * 100, f"o{i}") for i in range(4)]
+    plan, checkpoint = tmp_path / "p", tmp_path / "p.apply.json"
+    code, reply = lake.gc("--plan", str(plan), "--safety-age-secs", str(HOUR_S), "--page-size", "1")
+    assert (code, reply["pages"]) == (0, 4), reply
+
+    killed, _ = lake.gc(
+        "--plan",
+        str(plan),
+        "--apply",
+        "--checkpoint",
+        str(checkpoint),
+        env={faults.FAULTS: faults.GC_AFTER_APPLY_PAGE},
+    )
+    assert killed == faults.CRASH_EXIT_CODE
+    done = json.loads(checkpoint.read_text())["checkpoint"]
+    assert done["pages_done"] == 1
+    gone = [o for o in orphans if not path_of(o).exists()]
+    assert len(gone) == 1
+    # Put the first page's object back: a replay of that page would delete it again.
+    path_of(gone[0]).write_bytes(b"restored")
+    age(path_of(gone[0]), 2 * HOUR_S)
+
+    code, resumed = lake.gc("--plan", str(plan), "--apply", "--checkpoint", str(checkpoint))
+    assert code == 0, resumed
+    assert resumed["resumed_from_page"] == 1
+    assert (resumed["pages_done"], resumed["deleted"], resumed["complete"]) == (4, 4, True)
+    assert path_of(gone[0]).read_bytes() == b"restored"
+    assert [o for o in orphans if path_of(o).exists()] == gone
+
+
+def test_a_tampered_plan_or_checkpoint_is_refused_and_nothing_is_deleted(
+    local_lake: Lake, tmp_path: Path
+) -> None:
+    lake = local_lake
+    lake.create()
+    kept = old(lake, b"k" * 10, "kept")
+    lake.append([kept])
+    orphan = old(lake, b"o" * 10, "orphan")
+    plan, checkpoint = tmp_path / "p", tmp_path / "p.apply.json"
+    assert lake.gc("--plan", str(plan), "--safety-age-secs", str(HOUR_S))[1]["candidates"] == 1
+
+    def apply() -> tuple[int, dict[str, object]]:
+        return lake.gc("--plan", str(plan), "--apply", "--checkpoint", str(checkpoint))
+
+    # A candidate page edited to name a referenced object.
+    (page,) = (plan / "pages").iterdir()
+    original = page.read_bytes()
+    page.write_bytes(original.replace(orphan.uri.encode(), kept.uri.encode()))
+    code, reply = apply()
+    assert (code, reply["error"]) == (2, "DataCorrupted"), reply
+    page.write_bytes(original)
+
+    # The manifest edited (a shorter safety age claimed, say).
+    manifest_path = plan / "manifest.json"
+    manifest = manifest_path.read_bytes()
+    raw = json.loads(manifest)
+    raw["manifest"]["safety_age_secs"] = 1
+    manifest_path.write_text(json.dumps(raw))
+    with pytest.raises(DataCorrupted, match="does not match its hash"):
+        lake.apply(plan, checkpoint)
+    manifest_path.write_bytes(manifest)
+
+    # A checkpoint edited to skip work, and one from another plan.
+    checkpoint.write_text(
+        json.dumps(
+            {
+                "checkpoint": {
+                    "schema_version": 1,
+                    "plan_id": "0" * 64,
+                    "pages_done": 0,
+                    "deleted": 0,
+                    "absent": 0,
+                },
+                "sha256": "0" * 64,
+            }
+        )
+    )
+    with pytest.raises(DataCorrupted, match="checkpoint"):
+        lake.apply(plan, checkpoint)
+    # A well-formed checkpoint of another plan.
+    other = lake.plan(tmp_path / "other", HOUR_S)
+    Checkpoint(plan_id=other.plan_id, pages_done=0, deleted=0, absent=0).write(checkpoint)
+    with pytest.raises(FailedPrecondition, match="belongs to plan"):
+        lake.apply(plan, checkpoint)
+    assert path_of(orphan).exists()
+    assert path_of(kept).exists()
+
+    # A plan binds its stage: another stage's GC refuses it.
+    elsewhere = GcTarget.from_env(
+        lake.data, {**os.environ, MANAGED_OBJECT_ROOT: str(tmp_path / "elsewhere")}
+    )
+    with pytest.raises(FailedPrecondition, match="is for stage"):
+        apply_plan(
+            load_plan(plan),
+            tmp_path / "elsewhere.apply.json",
+            roots=elsewhere.roots,
+            sidecars=elsewhere.sidecars,
+            stage=elsewhere.stage,
+        )
+
+    # A plan directory is never reused.
+    with pytest.raises(FailedPrecondition, match="not empty"):
+        lake.plan(plan, HOUR_S)
+
+    # Untampered, it applies.
+    checkpoint.unlink()
+    code, reply = apply()
+    assert (code, reply["deleted"]) == (0, 1), reply
+    assert not path_of(orphan).exists()
+    assert lake.verify(kept) == b"k" * 10
