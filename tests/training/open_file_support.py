@@ -108,8 +108,10 @@ def _start(root: Path, env: dict[str, str], kind: str, **extra: object) -> Stage
     return Stage(cluster, kind, **extra)  # type: ignore[arg-type]
 
 
-@pytest.fixture(scope="module")
-def local_stage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stage]:
+# Session-scoped servers (starting a Metasrv and a Query costs seconds): every
+# open_file and video test shares them, each with objects of its own.
+@pytest.fixture(scope="session")
+def _local_stage_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stage]:
     root = tmp_path_factory.mktemp("local-stage")
     stage = _start(root, {"LAKE_MANAGED_OBJECT_ROOT": str(root / "data" / "objects")}, "local")
     try:
@@ -118,25 +120,30 @@ def local_stage(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stage]:
         stage.cluster.stop()
 
 
-@pytest.fixture(scope="module")
-def s3_stage(tmp_path_factory: pytest.TempPathFactory, s3_server: SeaweedS3) -> Iterator[Stage]:
-    """A managed S3 stage on SeaweedFS; this process (the SDK) gets the same AWS identity."""
+@pytest.fixture
+def local_stage(_local_stage_servers: Stage) -> Stage:
+    return _local_stage_servers
+
+
+@pytest.fixture(scope="session")
+def _s3_stage_servers(
+    tmp_path_factory: pytest.TempPathFactory, s3_server: SeaweedS3
+) -> Iterator[Stage]:
     root = tmp_path_factory.mktemp("s3-stage")
     bucket = "training-" + os.urandom(4).hex()
     s3_server.create_bucket(bucket)
-    aws = s3_server.env()
-    saved = {key: os.environ.get(key) for key in aws}
-    os.environ.update(aws)
-    env = {"LAKE_S3_BUCKET": bucket, "LAKE_MANAGED_OBJECT_PREFIX": "lake/managed", **aws}
+    env = {"LAKE_S3_BUCKET": bucket, "LAKE_MANAGED_OBJECT_PREFIX": "lake/managed", **s3_server.env()}
+    stage = _start(root, env, "s3", s3=s3_server, bucket=bucket)
     try:
-        stage = _start(root, env, "s3", s3=s3_server, bucket=bucket)
-        try:
-            yield stage
-        finally:
-            stage.cluster.stop()
+        yield stage
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        stage.cluster.stop()
+
+
+@pytest.fixture
+def s3_stage(_s3_stage_servers: Stage, monkeypatch: pytest.MonkeyPatch) -> Stage:
+    """A managed S3 stage on SeaweedFS; this test's process (the SDK) gets the same AWS identity."""
+    assert _s3_stage_servers.s3 is not None
+    for key, value in _s3_stage_servers.s3.env().items():
+        monkeypatch.setenv(key, value)
+    return _s3_stage_servers

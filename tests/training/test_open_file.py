@@ -15,11 +15,9 @@ import pytest
 import lake_sdk
 from lake_sdk import FailedPrecondition, HashMismatch, InvalidArgument, PresignUnsupported
 from tests.files.conftest import MIB, write_random
-from tests.training.open_file_support import (  # noqa: F401 (fixtures)
+from tests.training.open_file_support import (
     Stage,
-    local_stage,
     random_access,
-    s3_stage,
     store_file,
 )
 
