@@ -25,9 +25,7 @@ from tools.lake_testing.servers import start_meta
 def store_file(client: lake_sdk.Client, path: Path, episode: str) -> DataLocation:
     """Insert ``path`` as the video of one episode and return its DataLocation."""
     client.insert(INSERT, [episode, FileUpload.from_path(path, "application/octet-stream")])
-    table = client.query_table(
-        f"SELECT video FROM robots.episodes WHERE episode_id = '{episode}'"
-    )
+    table = client.query_table(f"SELECT video FROM robots.episodes WHERE episode_id = '{episode}'")
     return lake_sdk.data_location(table, "video", 0)
 
 
@@ -132,7 +130,11 @@ def _s3_stage_servers(
     root = tmp_path_factory.mktemp("s3-stage")
     bucket = "training-" + os.urandom(4).hex()
     s3_server.create_bucket(bucket)
-    env = {"LAKE_S3_BUCKET": bucket, "LAKE_MANAGED_OBJECT_PREFIX": "lake/managed", **s3_server.env()}
+    env = {
+        "LAKE_S3_BUCKET": bucket,
+        "LAKE_MANAGED_OBJECT_PREFIX": "lake/managed",
+        **s3_server.env(),
+    }
     stage = _start(root, env, "s3", s3=s3_server, bucket=bucket)
     try:
         yield stage

@@ -62,7 +62,8 @@ def test_capabilities_are_renewed_across_a_short_ttl(stored) -> None:  # type: i
         assert isinstance(ranges, CapabilityRanges)
         assert file.read(1000) == data[:1000]
         first = ranges._capability
-        assert first is not None and ranges.issued == 1
+        assert first is not None
+        assert ranges.issued == 1
         while datetime.now(UTC) <= first.expires_at:  # wait for the event itself: expiry
             time.sleep(0.05)
         # Storage refuses the old capability now, so reading on must have renewed it.

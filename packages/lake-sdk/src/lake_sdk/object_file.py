@@ -226,7 +226,9 @@ class ObjectFile(io.BufferedIOBase):
             self._cache.store(start, data, touch)
         return step_end
 
-    def _run(self, fetch: Callable[[int, int], Coroutine[Any, Any, bytes]], start: int, end: int) -> bytes:
+    def _run(
+        self, fetch: Callable[[int, int], Coroutine[Any, Any, bytes]], start: int, end: int
+    ) -> bytes:
         self._check_thread()
         if self._loop.is_closed() or not self._loop.is_running():
             raise FailedPrecondition(

@@ -52,7 +52,11 @@ class Frames:
 def _timestamps(values: Iterable[float]) -> list[float]:
     out: list[float] = []
     for value in values:
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, int | float)
+            or not math.isfinite(value)
+        ):
             raise InvalidArgument(f"a timestamp is a finite number of seconds, got {value!r}")
         if value < 0:
             raise InvalidArgument(f"a timestamp cannot be negative, got {value!r}")
@@ -62,7 +66,9 @@ def _timestamps(values: Iterable[float]) -> list[float]:
     return out
 
 
-def frames(client: Client, location: DataLocation, timestamps: Iterable[float], **options: Any) -> Frames:
+def frames(
+    client: Client, location: DataLocation, timestamps: Iterable[float], **options: Any
+) -> Frames:
     """Decode the frame shown at each timestamp (seconds) of the video ``location``.
 
     ``options`` go to :meth:`~lake_sdk.Client.open_file` (``block_size``,
