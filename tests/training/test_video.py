@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import os
 import random
+import re
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 
 import lake_sdk
+from lake_core.filetype import file_field
+from lake_core.names import TableRef
+from lake_objects import FileUpload
 from lake_sdk import InvalidArgument
 from lake_sdk.video import decode_frames, frames
 from tests.training.open_file_support import Stage, store_file
+from tools.lake_testing.data import create_table
 from tools.lake_testing.video import encode_noise_video
 
 av = pytest.importorskip("av")  # the lake-sdk[video] extra; hatch's test env has it
@@ -91,3 +99,36 @@ def test_bad_timestamps_fail_before_any_read(local_stage: Stage) -> None:
         for bad in ([], [-1.0], [float("nan")], ["1"]):
             with pytest.raises(InvalidArgument):
                 frames(client, location, bad)
+
+
+def _section(heading: str) -> list[str]:
+    text = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text()
+    body = text.split(f"## {heading}\n", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", body, re.S)
+
+
+def test_the_docs_examples_run(local_stage: Stage, video: Video, tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    bundles = TableRef("robots", "bundles")
+    create_table(
+        local_stage.cluster.meta.addr,
+        bundles,
+        pa.schema([pa.field("episode_id", pa.utf8()), file_field("bundle")]),
+    )
+    archive = tmp_path / "bundle.zip"
+    with zipfile.ZipFile(archive, "w") as out:
+        out.writestr("labels.json", '{"success": true}')
+        out.writestr("depth.bin", os.urandom(3 * MIB))
+    with lake_sdk.Client(local_stage.url) as client:
+        client.insert(
+            "INSERT INTO robots.bundles (episode_id, bundle) VALUES (?, ?)",
+            ["ep-3", FileUpload.from_path(archive, "application/zip")],
+        )
+        store_file(client, video.path, "ep-7")
+    blocks = _section("Reading files") + _section("Video frames")
+    assert len(blocks) == 2
+    for block in blocks:
+        code = block.replace("grpc://127.0.0.1:50051", local_stage.url)
+        exec(compile(code, "docs/training.md", "exec"), {"__name__": "__main__"})
+    printed = capsys.readouterr().out
+    assert "of the video fetched" in printed
+    assert int(printed.split()[0]) < archive.stat().st_size / 2  # bytes_fetched of the zip
