@@ -125,16 +125,17 @@ class ObjectFile(io.BufferedIOBase):
 
     def seek(self, offset: int, whence: int = io.SEEK_SET, /) -> int:
         self._check_open()
+        # As io.BytesIO: an absolute position must not be negative; a relative one stops at 0.
         if whence == io.SEEK_SET:
+            if offset < 0:
+                raise ValueError(f"negative seek position {offset}")
             target = offset
         elif whence == io.SEEK_CUR:
-            target = self._position + offset
+            target = max(0, self._position + offset)
         elif whence == io.SEEK_END:
-            target = self.size + offset
+            target = max(0, self.size + offset)
         else:
             raise ValueError(f"invalid whence ({whence}, should be 0, 1 or 2)")
-        if target < 0:
-            raise ValueError(f"negative seek position {target}")
         with self._lock:
             self._position = target  # past EOF is allowed, as for any file; reads return b""
         return target
