@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 import urllib.error
 import urllib.request
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -57,21 +57,30 @@ def test_query_only_random_reads_and_a_verified_sequential_read(stored) -> None:
 
 def test_capabilities_are_renewed_across_a_short_ttl(stored) -> None:  # type: ignore[no-untyped-def]
     client, location, data = stored
-    with client.open_file(location, block_size=256 * 1024, ttl=1) as file:
+    with client.open_file(location, block_size=256 * 1024, ttl=2) as file:
         ranges = file._fetcher
         assert isinstance(ranges, CapabilityRanges)
         assert file.read(1000) == data[:1000]
         first = ranges._capability
         assert first is not None
         assert ranges.issued == 1
-        while datetime.now(UTC) <= first.expires_at:  # wait for the event itself: expiry
+        # Inside the last quarter of its life a capability is replaced before it is used.
+        renew_at = first.expires_at - timedelta(seconds=0.5)
+        while datetime.now(UTC) < renew_at:  # wait for the event itself: the clock
+            time.sleep(0.02)
+        file.seek(2 * MIB)
+        assert file.read(1000) == data[2 * MIB : 2 * MIB + 1000]
+        second = ranges._capability
+        assert ranges.issued == 2
+        assert second is not None
+        assert second.expires_at > first.expires_at
+        while datetime.now(UTC) <= second.expires_at:
             time.sleep(0.05)
-        # Storage refuses the old capability now, so reading on must have renewed it.
-        headers = {**first.headers, "Range": "bytes=0-9"}
-        assert _status(first.url, headers) == 403
+        # Storage refuses an expired capability, so reading on must have renewed again.
+        assert _status(second.url, {**second.headers, "Range": "bytes=0-9"}) == 403
         file.seek(4 * MIB)
         assert file.read(MIB) == data[4 * MIB : 5 * MIB]
-        assert ranges.issued >= 2
+        assert ranges.issued == 3
         file.seek(0)
         assert file.read() == data
         assert file.verified
