@@ -1,4 +1,8 @@
-"""A 2-million-row, multi-fragment table behind two Query replicas (built once)."""
+"""Fixtures for the training-data tests.
+
+A 2-million-row, multi-fragment table behind two Query replicas (built once);
+the local and S3 stages of the file tests live in open_file_support.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +19,12 @@ from lake_core.config import COMPACTION, MANAGED_OBJECT_ROOT, QUERY_TICKET_KEYS_
 from lake_core.ids import new_operation_id
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
+from tests.training.open_file_support import (  # noqa: F401 (fixtures)
+    _local_stage_servers,
+    _s3_stage_servers,
+    local_stage,
+    s3_stage,
+)
 from tools.lake_testing.plugin import LakeCluster, write_ticket_keys
 from tools.lake_testing.servers import start_meta
 

@@ -28,6 +28,7 @@ BENCHMARKS = [
     "tools.bench.verify_bench",
     "tools.bench.partitions_bench",
     "tools.bench.gc_bench",
+    "tools.bench.frames_bench",
 ]
 
 

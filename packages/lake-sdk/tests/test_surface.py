@@ -42,6 +42,7 @@ FROZEN_ALL = [
     "NotFound",
     "NotLeader",
     "ObjectIntegrityError",
+    "ObjectFile",
     "ObjectNotFound",
     "ObjectOverlong",
     "ObjectReader",

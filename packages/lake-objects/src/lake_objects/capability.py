@@ -28,7 +28,7 @@ from lake_objects.errors import (
 )
 from lake_objects.reader import CHUNK_SIZE, ObjectReader, check_range
 
-__all__ = ["ReadCapability", "check_content_range", "open_capability"]
+__all__ = ["ReadCapability", "capability_session", "check_content_range", "open_capability"]
 
 
 class ReadCapability:
@@ -120,6 +120,14 @@ def check_whole_length(location: DataLocation, length: str | int | None) -> None
         )
 
 
+def capability_session(timeout_s: float = 60.0) -> aiohttp.ClientSession:
+    """An HTTP session for capability reads: no decompression, bounded connect and read waits."""
+    return aiohttp.ClientSession(
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s),
+        auto_decompress=False,
+    )
+
+
 async def open_capability(
     capability: ReadCapability,
     location: DataLocation,
@@ -127,8 +135,13 @@ async def open_capability(
     start: int | None = None,
     end: int | None = None,
     timeout_s: float = 60.0,
+    session: aiohttp.ClientSession | None = None,
 ) -> ObjectReader:
-    """Stream one object (or the exact range) through a capability, verified."""
+    """Stream one object (or the exact range) through a capability, verified.
+
+    With ``session`` the read reuses its connections (and leaves it open);
+    otherwise it opens a session of its own and closes it with the reader.
+    """
     ranged = start is not None or end is not None
     if ranged:
         if start is None or end is None:
@@ -137,21 +150,22 @@ async def open_capability(
     headers = dict(capability.headers)
     if ranged:
         headers["Range"] = f"bytes={start}-{end - 1}"  # type: ignore[operator]
-    session = aiohttp.ClientSession(
-        timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeout_s, sock_read=timeout_s),
-        auto_decompress=False,
-    )
+    owned = session is None
+    if session is None:
+        session = capability_session(timeout_s)
     try:
         response = await session.get(capability.url, headers=headers, allow_redirects=False)
     except (aiohttp.ClientError, TimeoutError) as exc:
-        await session.close()
+        if owned:
+            await session.close()
         raise ObjectStoreUnavailable(
             f"reading {location.uri!r} through a capability failed: {type(exc).__name__}"
         ) from None
 
     async def close() -> None:
         response.release()
-        await session.close()
+        if owned:
+            await session.close()
 
     try:
         _check_response(location, response, start, end)

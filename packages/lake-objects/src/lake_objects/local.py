@@ -18,7 +18,7 @@ from lake_core.durable import fsync_dir
 from lake_core.ids import new_operation_id
 from lake_core.models import DataLocation
 from lake_objects.descriptor import StageDescriptor
-from lake_objects.errors import LocationOutsideStage, ObjectNotFound
+from lake_objects.errors import LocationOutsideStage, ObjectNotFound, ObjectOverlong, PrematureEof
 from lake_objects.progress import ProgressCallback, UploadProgress
 from lake_objects.reader import ObjectReader
 from lake_objects.source import FileUpload
@@ -143,6 +143,16 @@ class LocalObjectStore(ManagedObjectStore):
         self, location: DataLocation, name: str, start: int, end: int
     ) -> ObjectReader:
         file = await self._open_file(name)
+        # As S3's Content-Range total: a range of an object whose size changed is not exact.
+        actual = os.fstat(file.fileno()).st_size
+        if actual != location.size_bytes:
+            file.close()
+            error = ObjectOverlong if actual > location.size_bytes else PrematureEof
+            raise error(
+                f"object {location.uri!r} is {actual} bytes, not its declared "
+                f"{location.size_bytes}",
+                uri=location.uri,
+            )
         await asyncio.to_thread(file.seek, start)
         return ObjectReader(location, _FileChunks(file, end - start, False), start=start, end=end)
 

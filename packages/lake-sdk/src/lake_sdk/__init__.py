@@ -106,6 +106,7 @@ from lake_sdk.errors import (
     VersionReclaimed,
 )
 from lake_sdk.locations import data_location
+from lake_sdk.object_file import ObjectFile
 from lake_sdk.progress import UploadProgressBar
 from lake_sdk.results import QueryResult
 from lake_sdk.schema_cache import SchemaCache
@@ -141,6 +142,7 @@ __all__ = [
     "ManagedObjectStore",
     "NotFound",
     "NotLeader",
+    "ObjectFile",
     "ObjectIntegrityError",
     "ObjectNotFound",
     "ObjectOverlong",

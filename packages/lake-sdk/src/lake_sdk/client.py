@@ -10,6 +10,7 @@ the :class:`~lake_sdk.files.FileAccess` (stage and object store) and the
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 from collections.abc import Iterable, Sequence
@@ -34,9 +35,15 @@ from lake_objects.s3 import DEFAULT_UPLOAD_CONCURRENCY
 from lake_objects.store import ManagedObjectStore
 from lake_sdk._deprecation import deprecated
 from lake_sdk.appends import DEFAULT_APPEND_RETRIES, Appender, validate_append
+from lake_sdk.block_cache import (
+    DEFAULT_BLOCK_SIZE,
+    DEFAULT_CACHE_BYTES,
+    CacheLimits,
+)
 from lake_sdk.builder import LakeClientBuilder, connect_kwargs
-from lake_sdk.files import FileAccess, FileOptions
+from lake_sdk.files import DEFAULT_FILE_TTL_S, FileAccess, FileOptions
 from lake_sdk.inserts import insert_rows
+from lake_sdk.object_file import ObjectFile
 from lake_sdk.pending import PendingAppendStore
 from lake_sdk.results import QueryResult
 from lake_sdk.scans import check_as_of, check_shard, shard_endpoints
@@ -334,6 +341,30 @@ class AsyncClient:
     async def open_range(self, location: DataLocation, start: int, end: int) -> ObjectReader:
         """Exactly bytes ``start..end`` (half-open) of an object, directly from storage."""
         return await self._state.files.open_range(location, start, end)
+
+    async def open_file(
+        self,
+        location: DataLocation,
+        *,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        read_ahead: int | None = None,
+        ttl: float | timedelta = DEFAULT_FILE_TTL_S,
+    ) -> ObjectFile:
+        """A seekable, read-only binary file (``io.BufferedIOBase``) over exact range reads.
+
+        Misses fetch whole ``block_size`` blocks (1 MiB), sequential reads also
+        fetch up to ``read_ahead`` (8 MiB, or half the cache) beyond, and at most ``cache_bytes``
+        (32 MiB; 64 MiB at most) stay cached. Reading it in order to EOF proves
+        size and SHA-256. A query-only client reads through capabilities of
+        ``ttl`` seconds that it renews before they expire. The file blocks: use
+        it from a thread other than this event loop's (``asyncio.to_thread``).
+        """
+        limits = CacheLimits.create(
+            block_size=block_size, cache_bytes=cache_bytes, read_ahead=read_ahead
+        )
+        fetcher = await self._state.files.range_fetcher(location, ttl)
+        return ObjectFile(location, fetcher, asyncio.get_running_loop(), limits)
 
     async def presign_read(self, location: DataLocation, ttl: float | timedelta) -> ReadCapability:
         """A presigned GET (1 s..=1 h) signed with this process's credentials (S3 only)."""

@@ -13,12 +13,14 @@ import asyncio
 import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+
+import aiohttp
 
 from lake_core import protocol
 from lake_core.models import DataLocation
-from lake_objects.capability import ReadCapability, open_capability
+from lake_objects.capability import ReadCapability, capability_session, open_capability
 from lake_objects.descriptor import (
     MANAGED_STAGE,
     READ_CAPABILITY,
@@ -27,13 +29,18 @@ from lake_objects.descriptor import (
     StageDescriptor,
     StageRequest,
 )
-from lake_objects.errors import InvalidUpload, StageUnavailable
+from lake_objects.errors import CapabilityRejected, InvalidUpload, StageUnavailable
 from lake_objects.progress import ProgressCallback
 from lake_objects.reader import ObjectReader, check_range
 from lake_objects.s3 import DEFAULT_UPLOAD_CONCURRENCY, MAX_UPLOAD_CONCURRENCY
 from lake_objects.store import ManagedObjectStore, capability_ttl, open_store
 
-__all__ = ["FileAccess", "FileOptions"]
+__all__ = ["DEFAULT_FILE_TTL_S", "CapabilityRanges", "FileAccess", "FileOptions", "StoreRanges"]
+
+#: Lifetime of each capability an ``open_file`` on a query-only client asks for.
+DEFAULT_FILE_TTL_S = 300
+#: Renew a capability when less than this much of its life is left (at most a quarter of it).
+RENEW_MARGIN_S = 30.0
 
 Action = Callable[[str, bytes], Awaitable[bytes]]
 
@@ -151,7 +158,92 @@ class FileAccess:
         capability = await self.presign_read_via_query(location, ttl, start=start, end=end)
         return await open_capability(capability, location, start=start, end=end)
 
+    async def range_fetcher(
+        self, location: DataLocation, ttl: float | timedelta
+    ) -> StoreRanges | CapabilityRanges:
+        """Exact-range reads of one object for ``open_file``: direct, or through Query."""
+        if not isinstance(location, DataLocation):
+            raise TypeError("expected a DataLocation")
+        if self.options.query_only:
+            ranges = CapabilityRanges(self, location, capability_ttl(ttl))
+            await ranges.capability()  # fail at open, not at the first read
+            return ranges
+        capability_ttl(ttl)  # the same argument is checked the same way on every client
+        store = await self.store()
+        store.check(location)
+        return StoreRanges(store, location)
+
     async def close(self) -> None:
         if self._store is not None and self.options.store is None:
             store, self._store = self._store, None
             await store.close()
+
+
+class StoreRanges:
+    """Ranges of one object read directly from the stage (one Range GET or file read each)."""
+
+    def __init__(self, store: ManagedObjectStore, location: DataLocation) -> None:
+        self._store = store
+        self._location = location
+
+    async def fetch(self, start: int, end: int) -> bytes:
+        reader = await self._store.open_range(self._location, start, end)
+        try:
+            return await reader.read()
+        finally:
+            await reader.aclose()
+
+    async def close(self) -> None:
+        """The store belongs to the client."""
+
+
+class CapabilityRanges:
+    """Ranges of one object through Query-issued capabilities, renewed before they expire.
+
+    One capability covers the whole object; each fetch adds its exact Range
+    header. A capability with less than :data:`RENEW_MARGIN_S` (or a quarter
+    of its lifetime) left is replaced before use, and a fetch that storage
+    refuses as expired (clocks disagree) is retried once with a new one.
+    """
+
+    def __init__(self, files: FileAccess, location: DataLocation, ttl_secs: int) -> None:
+        self._files = files
+        self._location = location
+        self._ttl = ttl_secs
+        self._capability: ReadCapability | None = None
+        self._session: aiohttp.ClientSession | None = None
+        self.issued = 0
+
+    async def capability(self) -> ReadCapability:
+        margin = min(RENEW_MARGIN_S, self._ttl / 4)
+        current = self._capability
+        if current is None or (current.expires_at - datetime.now(UTC)).total_seconds() < margin:
+            current = await self._files.presign_read_via_query(self._location, self._ttl)
+            self._capability = current
+            self.issued += 1
+        return current
+
+    async def fetch(self, start: int, end: int) -> bytes:
+        if self._session is None:
+            self._session = capability_session()
+        for attempt in range(2):
+            capability = await self.capability()
+            try:
+                reader = await open_capability(
+                    capability, self._location, start=start, end=end, session=self._session
+                )
+            except CapabilityRejected:
+                if attempt:
+                    raise
+                self._capability = None
+                continue
+            try:
+                return await reader.read()
+            finally:
+                await reader.aclose()
+        raise AssertionError("unreachable")
+
+    async def close(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()

@@ -26,8 +26,11 @@ from lake_objects.source import FileUpload
 from lake_objects.store import ManagedObjectStore
 from lake_sdk._deprecation import deprecated
 from lake_sdk.appends import DEFAULT_APPEND_RETRIES
+from lake_sdk.block_cache import DEFAULT_BLOCK_SIZE, DEFAULT_CACHE_BYTES
 from lake_sdk.builder import ClientBuilder, connect_kwargs
 from lake_sdk.client import DEFAULT_CONNECT_TIMEOUT_S, AsyncClient
+from lake_sdk.files import DEFAULT_FILE_TTL_S
+from lake_sdk.object_file import ObjectFile
 from lake_sdk.results import QueryResult
 from lake_sdk.schema_cache import SchemaCache
 from lake_sdk.time_travel import AsOf
@@ -199,6 +202,26 @@ class Client:
     def open_range(self, location: DataLocation, start: int, end: int) -> SyncObjectReader:
         reader = self._runner.run(self._inner.open_range(location, start, end))
         return SyncObjectReader(self._runner, reader)
+
+    def open_file(
+        self,
+        location: DataLocation,
+        *,
+        block_size: int = DEFAULT_BLOCK_SIZE,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
+        read_ahead: int | None = None,
+        ttl: float | timedelta = DEFAULT_FILE_TTL_S,
+    ) -> ObjectFile:
+        # The file's fetches run on this client's loop thread; its reads block the caller.
+        return self._runner.run(
+            self._inner.open_file(
+                location,
+                block_size=block_size,
+                cache_bytes=cache_bytes,
+                read_ahead=read_ahead,
+                ttl=ttl,
+            )
+        )
 
     def presign_read(self, location: DataLocation, ttl: float | timedelta) -> ReadCapability:
         return self._runner.run(self._inner.presign_read(location, ttl))
