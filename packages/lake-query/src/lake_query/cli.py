@@ -53,6 +53,9 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
     stage = QueryStage(config.stage)
     handler: QueryHandler | None = None
     try:
+        # Bounded external checks (Iceberg namespaces) before the listener binds.
+        for catalog in config.external:
+            await asyncio.to_thread(catalog.start)
         await cache.start()
         log.info(
             "catalog connected",
@@ -77,6 +80,7 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
                 verify_on_open=config.verify_on_open,
             ),
             limits=config.limits,
+            external=config.external,
         )
 
         def started(server: FlightServer) -> None:
@@ -105,6 +109,8 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
         await stage.close()
         if handler is not None:
             handler.close()
+        for catalog in config.external:
+            catalog.close()
 
 
 @click.command("query")

@@ -21,7 +21,7 @@ import base64
 import contextlib
 import functools
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -55,6 +55,7 @@ from lake_query.flightsql.discovery import REFRESH_TIMEOUT_S
 from lake_query.flightsql.statements import PreparedStatements
 from lake_query.flightsql.wire import MAX_SQL_BYTES, caller
 from lake_query.planning import DatasetOpener, PlannedQuery, Planner, QueryLimits, QuerySpec
+from lake_query.planning.external import ExternalCatalog
 from lake_query.results import prefetch
 from lake_query.stage import QueryStage
 
@@ -104,6 +105,7 @@ class QueryHandler(FlightHandler):
         stage: QueryStage | None = None,
         datasets: DatasetOpener | None = None,
         limits: QueryLimits | None = None,
+        external: Iterable[ExternalCatalog] = (),
     ) -> None:
         self._stage = stage or QueryStage(None)
         self._admission = admission
@@ -121,7 +123,9 @@ class QueryHandler(FlightHandler):
             max_workers=MAX_STREAMS, thread_name_prefix="lake-stream"
         )
         self._loop: asyncio.AbstractEventLoop | None = None
-        self.planner = Planner(self._resolve, cache.table_refs, datasets=datasets, limits=limits)
+        self.planner = Planner(
+            self._resolve, cache.table_refs, datasets=datasets, limits=limits, external=external
+        )
 
     def __repr__(self) -> str:
         return f"QueryHandler({self._cache!r})"

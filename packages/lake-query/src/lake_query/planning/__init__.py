@@ -4,6 +4,7 @@ Parts:
 
 - :mod:`~lake_query.planning.spec`: what a ticket seals (``QuerySpec``, ``PinnedTable``).
 - :mod:`~lake_query.planning.catalog`: the lazy per-request ``lake`` catalog (binders).
+- :mod:`~lake_query.planning.external`: plug-in catalogs (``iceberg``) found by entry point.
 - :mod:`~lake_query.planning.storage`: opening pinned versions; storage failures, typed.
 - :mod:`~lake_query.planning.pinned`: the replica's cache of opened datasets.
 - :mod:`~lake_query.planning.direct` and :mod:`~lake_query.planning.pushdown`: scans
@@ -17,13 +18,21 @@ from lake_query.planning.catalog import DEFAULT_SCHEMA
 from lake_query.planning.limits import QueryLimits
 from lake_query.planning.pinned import PinnedDatasets
 from lake_query.planning.planner import Planner, ResultStream, read_only_options
-from lake_query.planning.spec import MAX_PARAMETER_BYTES, PinnedTable, PlannedQuery, QuerySpec
+from lake_query.planning.spec import (
+    MAX_PARAMETER_BYTES,
+    ExternalPin,
+    PinnedTable,
+    PlannedQuery,
+    QuerySpec,
+    statement_pins,
+)
 from lake_query.planning.storage import DatasetOpener, StorageProbe, open_pinned
 
 __all__ = [
     "DEFAULT_SCHEMA",
     "MAX_PARAMETER_BYTES",
     "DatasetOpener",
+    "ExternalPin",
     "PinnedDatasets",
     "PinnedTable",
     "PlannedQuery",
@@ -34,4 +43,5 @@ __all__ = [
     "StorageProbe",
     "open_pinned",
     "read_only_options",
+    "statement_pins",
 ]
