@@ -77,6 +77,7 @@ class SnapshotCache(Generic[V]):
         self._counters = counters or NullCounters()
         self._entries: OrderedDict[Hashable, _Entry[V]] = OrderedDict()
         self._pending: dict[Hashable, _Load[V]] = {}
+        self._waiting = 0
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
@@ -87,6 +88,12 @@ class SnapshotCache(Generic[V]):
     def pending(self) -> int:
         with self._lock:
             return len(self._pending)
+
+    @property
+    def waiting(self) -> int:
+        """Callers waiting on another caller's load now."""
+        with self._lock:
+            return self._waiting
 
     def get(self, key: Hashable, load: Callable[[], V]) -> V:
         """The fresh value for ``key``, loading it (once for all callers) when needed."""
@@ -107,9 +114,15 @@ class SnapshotCache(Generic[V]):
                         )
                     current = self._pending[key] = _Load()
                     self._counters.cache_miss()
+                else:
+                    self._waiting += 1
             if leader:
                 return self._lead(key, current, load)
-            current.done.wait()
+            try:
+                current.done.wait()
+            finally:
+                with self._lock:
+                    self._waiting -= 1
             if current.abandoned:
                 continue  # its leader is gone: one of the waiters leads anew
             if current.error is not None:
