@@ -87,6 +87,9 @@ class CatalogProxy:
             if not self._seen.wait_for(lambda: self.requests[kind] >= count, timeout_s):
                 raise TimeoutError(f"{self.requests[kind]} {kind} requests, expected {count}")
 
+    def _thread_done(self) -> bool:
+        return not self._thread.is_alive()
+
     def release_tokens(self) -> None:
         self.hold_tokens = False
         self._loop.call_soon_threadsafe(self._tokens_released.set)
@@ -198,8 +201,8 @@ class CatalogProxy:
         return not (self.require_issued_token and token not in self.issued)
 
     def stop(self) -> None:
-        if not hasattr(self, "_loop"):
-            return  # never started
+        if not hasattr(self, "_loop") or self._loop.is_closed() or self._thread_done():
+            return  # never started, or already stopped
         tls = getattr(self, "_tls", None)
         if tls is not None:
             tls.stop()

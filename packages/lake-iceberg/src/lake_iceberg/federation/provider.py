@@ -78,10 +78,11 @@ class IcebergFederation:
         file_io: Mapping[str, str] | None = None,
     ) -> None:
         self.config = config
-        self.counters = counters or NullCounters()
-        self.rest = rest or RestClient(config, counters=self.counters)
-        self.cache: SnapshotCache[PinnedSnapshot | None] = cache or SnapshotCache(
-            counters=self.counters
+        self.counters = NullCounters() if counters is None else counters
+        self.rest = RestClient(config, counters=self.counters) if rest is None else rest
+        # `is None`, not `or`: an empty cache is falsy (it has a length).
+        self.cache: SnapshotCache[PinnedSnapshot | None] = (
+            SnapshotCache(counters=self.counters) if cache is None else cache
         )
         self._files = files
         # Extra client-side file-I/O properties (in-process tools only; never credentials
@@ -132,7 +133,7 @@ class IcebergFederation:
         self._check_visible(namespace, table)
         try:
             loaded = self._load(namespace, table, snapshot_id=snapshot_id, pin=True)
-        except Exception:
+        except Unavailable:
             self.counters.load_failure()
             raise
         if loaded is None:

@@ -193,11 +193,11 @@ class RestClient:
             if state.value is not None:
                 return state.generation, state.value
             generation = state.generation
-        self._renew(generation)
+        self._renew(generation, first=True)
         with state.lock:
             return state.generation, state.value
 
-    def _renew(self, seen: int) -> None:
+    def _renew(self, seen: int, *, first: bool = False) -> None:
         """Replace the token refused at generation ``seen``: one exchange for all its readers."""
         state = self._token
         with state.lock:
@@ -212,6 +212,8 @@ class RestClient:
             pending.result()  # the leader's outcome, success or failure
             return
         try:
+            if not first:
+                self._counters.oauth_renewal()
             token = self._exchange()
         except BaseException as exc:
             failure = (
@@ -232,7 +234,6 @@ class RestClient:
     def _exchange(self) -> str:
         oauth = self._config.oauth
         assert oauth is not None
-        self._counters.oauth_renewal()
         form = {
             "grant_type": "client_credentials",
             "client_id": oauth.client_id,
