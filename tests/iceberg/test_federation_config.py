@@ -73,10 +73,16 @@ def test_loopback_ips_may_use_plain_http() -> None:
 
 
 def test_s3_override_rules() -> None:
-    _refused({**BASE, "LAKE_ICEBERG_S3_ENDPOINT": "https://s3.example.com"}, "LAKE_ICEBERG_S3_REGION")
+    _refused(
+        {**BASE, "LAKE_ICEBERG_S3_ENDPOINT": "https://s3.example.com"}, "LAKE_ICEBERG_S3_REGION"
+    )
     _refused({**BASE, "LAKE_ICEBERG_S3_REGION": "eu-west-1"}, "LAKE_ICEBERG_S3_ENDPOINT")
     _refused(
-        {**BASE, "LAKE_ICEBERG_S3_ENDPOINT": "http://s3.example.com", "LAKE_ICEBERG_S3_REGION": "r"},
+        {
+            **BASE,
+            "LAKE_ICEBERG_S3_ENDPOINT": "http://s3.example.com",
+            "LAKE_ICEBERG_S3_REGION": "r",
+        },
         "LAKE_ICEBERG_S3_ENDPOINT",
     )
     for flag in ("LAKE_ICEBERG_S3_PATH_STYLE", "LAKE_ICEBERG_S3_ANONYMOUS"):
@@ -124,7 +130,11 @@ def test_auth_rules() -> None:
         "LAKE_ICEBERG_REST_OAUTH2_SERVER_URI",
     )
     oauth = FederationConfig.from_env(
-        {**BASE, "LAKE_ICEBERG_REST_CREDENTIAL": f"id:{SECRET}", "LAKE_ICEBERG_REST_OAUTH_SCOPE": "s"}
+        {
+            **BASE,
+            "LAKE_ICEBERG_REST_CREDENTIAL": f"id:{SECRET}",
+            "LAKE_ICEBERG_REST_OAUTH_SCOPE": "s",
+        }
     )
     assert oauth is not None and oauth.oauth is not None and oauth.oauth.scope == "s"
     assert SECRET not in repr(oauth) and SECRET not in repr(oauth.oauth)
@@ -165,7 +175,10 @@ def _start_query(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("env", "variable"),
     [
-        ({k: v for k, v in BASE.items() if k != "LAKE_ICEBERG_NAMESPACES"}, "LAKE_ICEBERG_NAMESPACES"),
+        (
+            {k: v for k, v in BASE.items() if k != "LAKE_ICEBERG_NAMESPACES"},
+            "LAKE_ICEBERG_NAMESPACES",
+        ),
         ({**BASE, "LAKE_ICEBERG_REST_CREDENTIAL": SECRET}, "LAKE_ICEBERG_REST_CREDENTIAL"),
     ],
 )

@@ -137,9 +137,7 @@ def upstream_secret(federation: IcebergFederation) -> str:
 def test_a_static_token_is_never_refreshed(
     make: Make, proxy: CatalogProxy, upstream: SeaweedIceberg
 ) -> None:
-    federation = make(
-        LAKE_ICEBERG_REST_CREDENTIAL="", LAKE_ICEBERG_REST_TOKEN=upstream.token()
-    )
+    federation = make(LAKE_ICEBERG_REST_CREDENTIAL="", LAKE_ICEBERG_REST_TOKEN=upstream.token())
     assert federation.rest.load_table(NAMESPACE, "episodes") is not None
     proxy.expire_tokens = 1
     with pytest.raises(Unavailable):

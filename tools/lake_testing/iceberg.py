@@ -112,7 +112,6 @@ class SeaweedIceberg(SeaweedS3):
         with urllib.request.urlopen(request, timeout=30) as response:
             return str(json.loads(response.read())["access_token"])
 
-
     def federation_env(self, namespaces: str, *, endpoint: str | None = None) -> dict[str, str]:
         """A Query replica's environment federating this catalog (``endpoint``: a proxy)."""
         return federation_env(self, namespaces, endpoint=endpoint)

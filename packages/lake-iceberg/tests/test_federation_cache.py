@@ -148,7 +148,10 @@ def test_failed_load_is_shared_by_its_waiters() -> None:
 
     _, release = _leader_blocked(cache, "k", fail)
     with ThreadPoolExecutor(5) as pool:
-        waiters = [pool.submit(cache.get, "k", lambda: pytest.fail("waiters do not load")) for _ in range(5)]
+        waiters = [
+            pool.submit(cache.get, "k", lambda: pytest.fail("waiters do not load"))
+            for _ in range(5)
+        ]
         _until(lambda: cache.waiting == 5)
         release.set()
         for waiter in waiters:
