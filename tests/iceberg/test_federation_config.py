@@ -69,7 +69,8 @@ def test_invalid_values_refuse(variable: str, value: str) -> None:
 def test_loopback_ips_may_use_plain_http() -> None:
     for url in ("http://127.0.0.1:8181", "http://127.3.2.1:1", "http://[::1]:8181"):
         config = FederationConfig.from_env({**BASE, "LAKE_ICEBERG_REST_ENDPOINT": url})
-        assert config is not None and config.endpoint == url
+        assert config is not None
+        assert config.endpoint == url
 
 
 def test_s3_override_rules() -> None:
@@ -136,10 +137,14 @@ def test_auth_rules() -> None:
             "LAKE_ICEBERG_REST_OAUTH_SCOPE": "s",
         }
     )
-    assert oauth is not None and oauth.oauth is not None and oauth.oauth.scope == "s"
-    assert SECRET not in repr(oauth) and SECRET not in repr(oauth.oauth)
+    assert oauth is not None
+    assert oauth.oauth is not None
+    assert oauth.oauth.scope == "s"
+    assert SECRET not in repr(oauth)
+    assert SECRET not in repr(oauth.oauth)
     static = FederationConfig.from_env({**BASE, "LAKE_ICEBERG_REST_TOKEN": TOKEN})
-    assert static is not None and TOKEN not in repr(static)
+    assert static is not None
+    assert TOKEN not in repr(static)
 
 
 def test_an_option_without_the_triple_refuses() -> None:

@@ -99,7 +99,8 @@ def test_a_401_triggers_one_renewal_shared_by_20_readers(make: Make, proxy: Cata
     proxy.wait_requests("token", 2)  # one renewal, held at the proxy
     proxy.release_tokens()
     done.join(60)
-    assert len(results) == 20 and all(r is not None and r.metadata for r in results), results
+    assert len(results) == 20
+    assert all(r is not None and r.metadata for r in results), results
     assert proxy.requests["token"] == 2
     assert proxy.requests["GET"] == gets + 40  # each reader retried exactly once
     assert federation.counters.renewals == 1  # type: ignore[attr-defined]
@@ -122,7 +123,8 @@ def test_a_failed_renewal_is_shared_too(make: Make, proxy: CatalogProxy) -> None
     proxy.wait_requests("token", 2)
     proxy.release_tokens()
     done.join(60)
-    assert len(results) == 20 and all(isinstance(r, Unavailable) for r in results), results
+    assert len(results) == 20
+    assert all(isinstance(r, Unavailable) for r in results), results
     assert proxy.requests["token"] == 2  # one failed exchange, not one per reader
     assert proxy.requests["GET"] == gets + 20  # no retry without a new token
     for result in results:

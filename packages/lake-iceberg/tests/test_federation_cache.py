@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -92,10 +93,8 @@ def _leader_blocked(
 
 
 def _swallow(fn: Callable[[], object]) -> None:
-    try:
+    with contextlib.suppress(BaseException):
         fn()
-    except BaseException:  # noqa: BLE001 (the test inspects the waiters, not the leader)
-        pass
 
 
 def _until(condition: Callable[[], bool], timeout_s: float = 30.0) -> None:

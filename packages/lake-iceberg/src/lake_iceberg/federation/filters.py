@@ -5,15 +5,14 @@ can match; DataFusion still applies the whole WHERE clause to the rows read.
 So a translation may be weaker than the filter (a conjunct it cannot render
 is left out), but never stronger. Only a small subset is rendered, where
 Iceberg's evaluation of the literal in the column's own type is exactly
-DataFusion's: integer literals within an integer column's range, strings,
-booleans, and finite non-zero doubles on double columns; comparisons (either
+DataFusion's: integer literals within an integer column's range, strings
+and booleans (never floats: NaN orders differently); comparisons (either
 way round), AND, OR, NOT, IN lists and IS [NOT] NULL. Anything else renders
 as nothing, which costs pruning, never rows.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -136,10 +135,8 @@ def _literal(expr: Any, kind: pa.DataType) -> Any:
         if pa.types.is_signed_integer(kind) and -(2 ** (bits - 1)) <= int(value) < 2 ** (bits - 1):
             return int(value)
         raise _Unrendered("integer literal outside the column's type")
-    if pa.types.is_float64(kind) and pa.types.is_float64(literal_type):
-        number = float(value)
-        if math.isfinite(number) and number != 0.0:
-            return number
+    # No floats: DataFusion orders NaN above every number (so `x > 1000` holds for
+    # NaN), while Iceberg's bounds leave NaN out; pruning by them would lose rows.
     raise _Unrendered(str(kind))
 
 
