@@ -119,8 +119,8 @@ class ExternalTables:
         self.principal = principal
         self.catalogs = catalogs
         #: None while planning; the ticket's pins while executing.
-        self._ticket = (
-            None if pins is None else {(p.catalog, p.namespace, p.table): p for p in pins}
+        self._ticket: dict[Key, ExternalPin] | None = (
+            None if pins is None else {(str(p.catalog), p.namespace, p.table): p for p in pins}
         )
         self._tables: dict[Key, ExternalTable] = {}
         #: Filters above each table's scan (execution), for the plug-in to prune by.
