@@ -276,6 +276,23 @@ def test_ddl_and_dml_are_rejected_before_any_upstream_request(fed: Federated, sq
     assert sum(fed.proxy.requests.values()) == before
 
 
+def test_listings_never_show_or_fetch_iceberg_tables(fed: Federated) -> None:
+    before = sum(fed.proxy.requests.values())
+    with fed.adbc() as conn:
+        objects = conn.adbc_get_objects(depth="all").read_all().to_pylist()
+    catalogs = {c["catalog_name"] for c in objects}
+    assert "iceberg" not in catalogs
+    tables = [
+        t["table_name"]
+        for c in objects
+        for s in c["catalog_db_schemas"] or []
+        for t in s["db_schema_tables"] or []
+    ]
+    assert "sites" in tables
+    assert "episodes" not in tables
+    assert sum(fed.proxy.requests.values()) == before  # no enumeration upstream
+
+
 def test_upstream_saw_only_reads(fed: Federated) -> None:
     fed.sql(SELECT)
     assert fed.proxy.requests["GET"] > 0

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from lake_core.errors import ResourceExhausted, Unavailable
+from lake_core.errors import ConfigError, ResourceExhausted, Unavailable
 from lake_iceberg.federation import CountingCounters, FederationConfig, IcebergFederation
 from lake_iceberg.federation.cache import SnapshotCache
 from tools.lake_testing.catalog_proxy import CatalogProxy
@@ -208,3 +208,18 @@ def test_the_65th_distinct_pending_key_fails_before_io(make: Make, proxy: Catalo
     finally:
         proxy.stop()  # releases the stalled requests
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def test_startup_refuses_a_missing_namespace(upstream: SeaweedIceberg, proxy: CatalogProxy) -> None:
+    env = federation_env(upstream, f"{NAMESPACE},nosuchns", endpoint=proxy.endpoint)
+    config = FederationConfig.from_env(env)
+    assert config is not None
+    federation = IcebergFederation(config)
+    try:
+        with pytest.raises(ConfigError) as info:
+            federation.start()
+    finally:
+        federation.close()
+    assert "nosuchns" in str(info.value)
+    assert upstream.secret_key not in str(info.value)
+    assert set(proxy.requests) <= {"GET", "HEAD", "token"}  # point checks, no listing
