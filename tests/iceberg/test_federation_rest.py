@@ -19,6 +19,7 @@ import pytest
 from lake_core.errors import ConfigError, ResourceExhausted, Unavailable
 from lake_iceberg.federation import CountingCounters, FederationConfig, IcebergFederation
 from lake_iceberg.federation.cache import SnapshotCache
+from lake_iceberg.federation.counters import CounterSwitch
 from tools.lake_testing.catalog_proxy import CatalogProxy
 from tools.lake_testing.iceberg import SeaweedIceberg, federation_env, write_episodes
 
@@ -63,8 +64,9 @@ def make(upstream: SeaweedIceberg, proxy: CatalogProxy) -> Iterator[Make]:
         config = FederationConfig.from_env(variables)
         assert config is not None
         counters = CountingCounters()
+        # The cache counts into the same place as the federation's REST client.
         cache: SnapshotCache[Any] = SnapshotCache(
-            counters=counters, **({"clock": clock} if clock else {})
+            counters=CounterSwitch(counters), **({"clock": clock} if clock else {})
         )
         federation = IcebergFederation(config, counters=counters, cache=cache)
         federation.start()
@@ -103,7 +105,7 @@ def test_a_401_triggers_one_renewal_shared_by_20_readers(make: Make, proxy: Cata
     assert all(r is not None and r.metadata for r in results), results
     assert proxy.requests["token"] == 2
     assert proxy.requests["GET"] == gets + 40  # each reader retried exactly once
-    assert federation.counters.renewals == 1  # type: ignore[attr-defined]
+    assert federation.counters.target.renewals == 1  # type: ignore[attr-defined]
 
 
 def test_a_failed_renewal_is_shared_too(make: Make, proxy: CatalogProxy) -> None:
@@ -145,7 +147,7 @@ def test_a_static_token_is_never_refreshed(
     with pytest.raises(Unavailable):
         federation.rest.load_table(NAMESPACE, "episodes")
     assert proxy.requests["token"] == 0
-    assert federation.counters.renewals == 0  # type: ignore[attr-defined]
+    assert federation.counters.target.renewals == 0  # type: ignore[attr-defined]
 
 
 def test_5xx_serves_last_good_for_60_s_then_fails(make: Make, proxy: CatalogProxy) -> None:
@@ -162,7 +164,7 @@ def test_5xx_serves_last_good_for_60_s_then_fails(make: Make, proxy: CatalogProx
     proxy.fail_requests, proxy.fail_status = 1, 503
     with pytest.raises(Unavailable):
         federation.plan(NAMESPACE, "episodes")
-    assert federation.counters.failures == 2  # type: ignore[attr-defined]
+    assert federation.counters.target.failures == 2  # type: ignore[attr-defined]
 
 
 def test_a_fresh_entry_is_served_without_a_request(make: Make, proxy: CatalogProxy) -> None:
@@ -223,3 +225,25 @@ def test_startup_refuses_a_missing_namespace(upstream: SeaweedIceberg, proxy: Ca
     assert "nosuchns" in str(info.value)
     assert upstream.secret_key not in str(info.value)
     assert set(proxy.requests) <= {"GET", "HEAD", "token"}  # point checks, no listing
+
+
+def test_counters_are_switched_in_and_carry_no_labels(
+    upstream: SeaweedIceberg, proxy: CatalogProxy
+) -> None:
+    """The seam the metrics wiring uses: four label-free counts, switched in after start."""
+    config = FederationConfig.from_env(
+        federation_env(upstream, NAMESPACE, endpoint=proxy.endpoint)
+    )
+    assert config is not None
+    federation = IcebergFederation(config)
+    try:
+        federation.start()
+        counts = CountingCounters()
+        federation.use_counters(counts)
+        federation.plan(NAMESPACE, "episodes")
+        federation.plan(NAMESPACE, "episodes")
+        proxy.expire_tokens = 1
+        federation.pinned(NAMESPACE, "episodes", None)
+    finally:
+        federation.close()
+    assert (counts.misses, counts.hits, counts.renewals, counts.failures) == (1, 1, 1, 0)

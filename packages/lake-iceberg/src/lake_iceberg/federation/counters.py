@@ -3,8 +3,11 @@
 Federation counts four things and nothing else: cache hits, cache misses,
 failed external loads and OAuth token renewals. The methods take no
 arguments on purpose: no namespace, table, endpoint, principal or credential
-can become a label. :class:`NullCounters` is the default; the lead wires a
-Prometheus-backed implementation once lake_core's metrics exist.
+can become a label. :class:`NullCounters` is the default. To export them,
+hand any object with these four methods (a Prometheus-backed one once
+lake_core's metrics exist) to ``IcebergFederation.use_counters``: the
+federation's REST client and cache count through a :class:`CounterSwitch`
+that forwards to it.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from __future__ import annotations
 import threading
 from typing import Protocol
 
-__all__ = ["CountingCounters", "FederationCounters", "NullCounters"]
+__all__ = ["CounterSwitch", "CountingCounters", "FederationCounters", "NullCounters"]
 
 
 class FederationCounters(Protocol):
@@ -60,3 +63,22 @@ class CountingCounters:
     def oauth_renewal(self) -> None:
         with self._lock:
             self.renewals += 1
+
+
+class CounterSwitch:
+    """Forwards every count to ``target``, which can be replaced once metrics exist."""
+
+    def __init__(self, target: FederationCounters | None = None) -> None:
+        self.target: FederationCounters = NullCounters() if target is None else target
+
+    def cache_hit(self) -> None:
+        self.target.cache_hit()
+
+    def cache_miss(self) -> None:
+        self.target.cache_miss()
+
+    def load_failure(self) -> None:
+        self.target.load_failure()
+
+    def oauth_renewal(self) -> None:
+        self.target.oauth_renewal()

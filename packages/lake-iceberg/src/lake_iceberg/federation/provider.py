@@ -28,7 +28,7 @@ from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 from lake_core.errors import ConfigError, TableNotFound, Unavailable, VersionReclaimed
 from lake_iceberg.federation.cache import SnapshotCache
 from lake_iceberg.federation.config import FederationConfig
-from lake_iceberg.federation.counters import FederationCounters, NullCounters
+from lake_iceberg.federation.counters import CounterSwitch, FederationCounters
 from lake_iceberg.federation.filters import to_iceberg_filter
 from lake_iceberg.federation.rest import RestClient
 from lake_iceberg.federation.scan import PinFiles, PinnedSnapshot
@@ -78,7 +78,9 @@ class IcebergFederation:
         file_io: Mapping[str, str] | None = None,
     ) -> None:
         self.config = config
-        self.counters = NullCounters() if counters is None else counters
+        self._switch = CounterSwitch(counters)
+        #: What the federation counts into (see use_counters).
+        self.counters: FederationCounters = self._switch
         self.rest = RestClient(config, counters=self.counters) if rest is None else rest
         # `is None`, not `or`: an empty cache is falsy (it has a length).
         self.cache: SnapshotCache[PinnedSnapshot | None] = (
@@ -91,6 +93,10 @@ class IcebergFederation:
 
     def __repr__(self) -> str:
         return f"IcebergFederation({self.config!r})"
+
+    def use_counters(self, counters: FederationCounters) -> None:
+        """Count cache hits/misses, load failures and OAuth renewals into ``counters`` from now."""
+        self._switch.target = counters
 
     @property
     def files(self) -> PinFiles:
