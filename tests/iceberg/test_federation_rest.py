@@ -231,9 +231,7 @@ def test_counters_are_switched_in_and_carry_no_labels(
     upstream: SeaweedIceberg, proxy: CatalogProxy
 ) -> None:
     """The seam the metrics wiring uses: four label-free counts, switched in after start."""
-    config = FederationConfig.from_env(
-        federation_env(upstream, NAMESPACE, endpoint=proxy.endpoint)
-    )
+    config = FederationConfig.from_env(federation_env(upstream, NAMESPACE, endpoint=proxy.endpoint))
     assert config is not None
     federation = IcebergFederation(config)
     try:
