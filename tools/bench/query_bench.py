@@ -44,6 +44,7 @@ from datafusion import SessionContext
 from google.protobuf import any_pb2
 
 from lake_core import protocol
+from lake_core.config import QUERY_MAX_ENDPOINTS
 from lake_core.ids import new_operation_id
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
@@ -96,7 +97,9 @@ def _command(sql: str) -> flight.FlightDescriptor:
 def _lake(root: Path) -> Iterator[tuple[LakeProcess, LakeProcess]]:
     meta = start_meta(root / "data", root)
     try:
-        query = start_query(meta.addr, root)
+        # One endpoint per query: every figure here measures a single stream
+        # (partitioned scans have their own benchmark, partitions_bench).
+        query = start_query(meta.addr, root, env={QUERY_MAX_ENDPOINTS: "1"})
         try:
             yield meta, query
         finally:

@@ -11,7 +11,7 @@ from lake_core import protocol
 from lake_core.ids import new_operation_id
 from lake_core.names import TableRef
 from lake_metasrv.commits import CommitCoordinator
-from lake_metasrv.integrity import DigestStore, verify_table
+from lake_metasrv.integrity import LocalDigestStore, verify_table
 from lake_metasrv.maintenance import CompactionSettings, Maintenance
 
 T = TableRef("robots", "checked")
@@ -37,7 +37,7 @@ def flip(path: Path, position: int) -> None:
 async def test_appends_and_compaction_are_recorded_and_a_flip_is_reported(
     coordinator: CommitCoordinator,
 ) -> None:
-    store = DigestStore.of(coordinator.data_dir.root)
+    store = LocalDigestStore.of(coordinator.data_dir.root, coordinator.engine)
     await coordinator.create_table(T, SCHEMA)
     for i in range(4):
         await append(coordinator, i * 10)

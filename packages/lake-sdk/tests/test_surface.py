@@ -80,6 +80,7 @@ FROZEN_ALL = [
     "UploadProgress",
     "UploadProgressBar",
     "VersionReclaimed",
+    "as_of_sql",
     "data_location",
     "episode_artifact_table_v1",
     "errors",

@@ -58,6 +58,7 @@ __all__ = [
     "DEFAULT_MANIFEST_DYNAMODB_TABLE",
     "DEFAULT_STORAGE_TIMEOUT_MS",
     "DYNAMODB_TABLE",
+    "INTEGRITY_DIR",
     "MANIFEST_DYNAMODB_TABLE",
     "S3_BUCKET",
     "SIDECAR_DIR",
@@ -81,6 +82,8 @@ DEFAULT_STORAGE_TIMEOUT_MS = 10_000
 #: Sidecars of S3 tables live under ``<table prefix>/_lake-sidecars``: the dash
 #: keeps the name out of the namespace space (namespaces are identifiers).
 SIDECAR_DIR = "_lake-sidecars"
+#: Data-file digest records of S3 tables, beside the sidecars.
+INTEGRITY_DIR = "_lake-integrity"
 
 _BUCKET = re.compile(r"[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]")
 _DYNAMO_TABLE = re.compile(r"[A-Za-z0-9_.-]{3,255}")
@@ -156,8 +159,8 @@ def _table_prefix(env: Mapping[str, str]) -> str:
                 f"{TABLE_PREFIX} {raw[:100]!r} must be '/'-separated segments of letters, "
                 "digits and '_.=+-' (no empty, '.' or '..' segments)"
             )
-        if segment == SIDECAR_DIR:
-            raise ConfigError(f"{TABLE_PREFIX} must not contain the reserved {SIDECAR_DIR!r}")
+        if segment in (SIDECAR_DIR, INTEGRITY_DIR):
+            raise ConfigError(f"{TABLE_PREFIX} must not contain the reserved {segment!r}")
     return raw
 
 
@@ -284,3 +287,8 @@ class CloudSettings:
     def sidecar_prefix(self) -> str:
         """Key prefix (no bucket) of the reference-delta sidecars."""
         return self._key(SIDECAR_DIR)
+
+    @property
+    def integrity_prefix(self) -> str:
+        """Key prefix (no bucket) of the data-file digest records."""
+        return self._key(INTEGRITY_DIR)

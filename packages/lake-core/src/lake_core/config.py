@@ -57,6 +57,7 @@ __all__ = [
     "QUERY_EXECUTION_TIMEOUT_MS",
     "QUERY_MAX_CONCURRENT",
     "QUERY_MAX_CONCURRENT_PER_TENANT",
+    "QUERY_MAX_ENDPOINTS",
     "QUERY_MAX_EXPRESSION_TERMS",
     "QUERY_MAX_FUNCTION_OUTPUT_BYTES",
     "QUERY_MAX_PLAN_DEPTH",
@@ -64,6 +65,7 @@ __all__ = [
     "QUERY_MAX_SQL_BYTES",
     "QUERY_MAX_TRACKED_TENANTS",
     "QUERY_MEMORY_LIMIT_BYTES",
+    "QUERY_MIN_ENDPOINT_ROWS",
     "QUERY_QUEUE_TIMEOUT_MS",
     "QUERY_STALL_TIMEOUT_MS",
     "QUERY_TICKET_AUDIENCE",
@@ -413,6 +415,25 @@ QUERY_MAX_FUNCTION_OUTPUT_BYTES = EnvVar(
     owner=QUERY,
     default="67108864 (64 MiB)",
     range="1024..=17179869184, bytes",
+)
+
+# -- partitioned results -------------------------------------------------------
+
+QUERY_MAX_ENDPOINTS = EnvVar(
+    "LAKE_QUERY_MAX_ENDPOINTS",
+    doc="Most endpoints (fragment-range partitions) GetFlightInfo returns for a plain scan "
+    "of one table; 1 turns partitioning off. Every replica of a fleet must agree.",
+    owner=QUERY,
+    default="8",
+    range="1..=256",
+)
+QUERY_MIN_ENDPOINT_ROWS = EnvVar(
+    "LAKE_QUERY_MIN_ENDPOINT_ROWS",
+    doc="Fewest stored rows one partition of a partitioned scan covers, so small tables "
+    "keep one endpoint. Every replica of a fleet must agree.",
+    owner=QUERY,
+    default="262144",
+    range="1..=1099511627776, rows",
 )
 
 # -- Iceberg federation ---------------------------------------------------------

@@ -24,8 +24,10 @@ from typing import Literal
 
 from pydantic import Field
 
+from lake_core.cloud import DatasetStorage
 from lake_core.names import TableRef
 from lake_core.protocol import WireModel
+from lake_core.store_fs import StoreFileSystems
 
 __all__ = [
     "DATA_FILE_DIGESTS",
@@ -33,6 +35,7 @@ __all__ = [
     "DataFileDigest",
     "DataFileDigestsResult",
     "DataFileProblem",
+    "DataFileReader",
     "VerifyTableRequest",
     "VerifyTableResult",
     "digest_file",
@@ -43,6 +46,8 @@ __all__ = [
 VERIFY_TABLE = "lake.verify_table"
 DATA_FILE_DIGESTS = "lake.data_file_digests"
 _CHUNK = 1024 * 1024
+#: Remote reads are larger: each one is a request.
+_REMOTE_CHUNK = 8 * 1024 * 1024
 
 
 class DataFileDigest(WireModel):
@@ -100,6 +105,35 @@ def digest_file(path: Path) -> tuple[int, str]:
             sha.update(chunk)
             size += len(chunk)
     return size, sha.hexdigest()
+
+
+class DataFileReader:
+    """Size and SHA-256 of a dataset's data files, local or on S3 (blocking, thread-safe).
+
+    :meth:`digest` raises ``FileNotFoundError`` when the file is not stored
+    and ``OSError`` when it cannot be read (on S3: the store did not answer
+    or refused access): callers decide which of those is the table's fault.
+    """
+
+    def __init__(self, storage: DatasetStorage | None = None) -> None:
+        self._storage = storage or DatasetStorage()
+        self._stores = StoreFileSystems(self._storage)
+
+    def is_remote(self, location: str) -> bool:
+        return self._storage.is_s3(location)
+
+    def digest(self, location: str, path: str) -> tuple[int, str]:
+        """Size and SHA-256 of ``data/<path>`` under the dataset at ``location``."""
+        if not self._storage.is_s3(location):
+            return digest_file(Path(location.removeprefix("file://")) / "data" / path)
+        fs, root = self._stores.where(location)
+        sha = hashlib.sha256()
+        size = 0
+        with fs.open_input_stream(f"{root}/data/{path}") as stream:
+            while chunk := stream.read(_REMOTE_CHUNK):
+                sha.update(chunk)
+                size += len(chunk)
+        return size, sha.hexdigest()
 
 
 def fragment_file_paths(fragments: Iterable[object]) -> list[str]:

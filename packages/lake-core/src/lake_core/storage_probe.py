@@ -17,7 +17,8 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from lake_core.cloud import DatasetStorage, split_s3_uri
+from lake_core.cloud import DatasetStorage
+from lake_core.store_fs import StoreFileSystems
 
 __all__ = ["MAX_PROBED_FILES", "StorageProbe"]
 
@@ -34,33 +35,10 @@ class StorageProbe:
     """
 
     def __init__(self, storage: DatasetStorage) -> None:
-        self._storage = storage
-        self._s3: pafs.FileSystem | None = None
+        self._stores = StoreFileSystems(storage)
 
     def _where(self, location: str) -> tuple[pafs.FileSystem, str]:
-        if not self._storage.is_s3(location):
-            return pafs.LocalFileSystem(), location.rstrip("/")
-        if self._s3 is None:
-            self._s3 = self._s3_filesystem()
-        bucket, key = split_s3_uri(location)
-        return self._s3, f"{bucket}/{key.rstrip('/')}"
-
-    def _s3_filesystem(self) -> pafs.FileSystem:
-        storage = self._storage
-        options = storage.storage_options("s3://probe/x") or {}
-        endpoint = storage.s3_endpoint or ""
-        seconds = max(0.1, storage.timeout_ms / 1000)
-        return pafs.S3FileSystem(
-            access_key=options.get("aws_access_key_id"),
-            secret_key=options.get("aws_secret_access_key"),
-            session_token=options.get("aws_session_token"),
-            region=storage.region or "us-east-1",
-            endpoint_override=endpoint.split("://", 1)[-1] or None,
-            scheme="http" if endpoint.startswith("http://") else "https",
-            connect_timeout=min(seconds, 3.0),
-            request_timeout=seconds,
-            retry_strategy=pafs.AwsStandardS3RetryStrategy(max_attempts=1),
-        )
+        return self._stores.where(location)
 
     def _exists(self, fs: pafs.FileSystem, paths: Iterable[str]) -> list[bool]:
         return [info.type != pafs.FileType.NotFound for info in fs.get_file_info(list(paths))]

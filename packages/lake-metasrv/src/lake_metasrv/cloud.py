@@ -27,17 +27,20 @@ from pydantic import BaseModel
 
 from lake_core.errors import Internal, Unavailable
 from lake_core.flight.server import FlightServer
+from lake_core.integrity import DataFileReader
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.config import MetaConfig
+from lake_metasrv.engine import LanceEngine
 from lake_metasrv.forwarding import ForwardingMetaHandler, PeerClients
 from lake_metasrv.gate import LeadershipGate
+from lake_metasrv.integrity import DigestStore
 from lake_metasrv.lease import Leadership
 from lake_metasrv.registry.dynamo import DynamoRegistry, dynamo_client_config, ensure_table
 from lake_metasrv.s3engine import MANIFEST_TABLE_SCHEMA, S3LanceEngine
 from lake_metasrv.serving import serve_and_drain, use_io_threads
 from lake_metasrv.sidecars import DropMarker, ReferenceDelta, SidecarStore
 
-__all__ = ["S3SidecarStore", "run_cloud_server"]
+__all__ = ["S3DigestStore", "S3SidecarStore", "run_cloud_server"]
 
 log = structlog.get_logger("lake_metasrv.cloud")
 
@@ -109,6 +112,61 @@ class S3SidecarStore(SidecarStore):
         return f"s3://{self.bucket}/{key}"
 
 
+class S3DigestStore(DigestStore):
+    """Digest records of S3 tables, one object each (a put is durable once acknowledged)."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str,
+        client: Callable[[], Any],
+        engine: LanceEngine,
+        files: DataFileReader,
+    ) -> None:
+        super().__init__(engine, files)
+        self.bucket = bucket
+        self.prefix = prefix.strip("/")
+        self._client = client
+
+    def _key(self, incarnation: str, name: str = "") -> str:
+        return f"{self.prefix}/{incarnation}/{name}"
+
+    def _put(self, incarnation: str, records: Sequence[tuple[str, bytes]]) -> None:
+        client = self._client()
+        for name, body in records:
+            key = self._key(incarnation, name)
+            try:
+                client.put_object(
+                    Bucket=self.bucket, Key=key, Body=body, ContentType="application/json"
+                )
+            except Exception as exc:
+                raise _s3_error(exc, f"s3://{self.bucket}/{key}") from None
+
+    def _bodies(self, incarnation: str) -> list[bytes]:
+        try:
+            return self._read_all(incarnation)
+        except Exception as exc:
+            raise _s3_error(exc, f"s3://{self.bucket}/{self._key(incarnation)}") from None
+
+    def _read_all(self, incarnation: str) -> list[bytes]:
+        client = self._client()
+        keys: list[str] = []
+        pages = client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=self._key(incarnation)
+        )
+        for page in pages:
+            keys.extend(item["Key"] for item in page.get("Contents", ()))
+        keys = sorted(k for k in keys if k.endswith(".json"))
+
+        def read(key: str) -> bytes:
+            return bytes(client.get_object(Bucket=self.bucket, Key=key)["Body"].read())
+
+        if len(keys) <= 1:
+            return [read(k) for k in keys]
+        with ThreadPoolExecutor(min(8, len(keys))) as pool:
+            return list(pool.map(read, keys))
+
+
 def _s3_error(exc: BaseException, uri: str) -> Exception:
     """UNAVAILABLE for S3 being unreachable or overloaded; INTERNAL for anything else."""
     from botocore.exceptions import BotoCoreError, ClientError
@@ -170,8 +228,15 @@ async def run_cloud_server(
         # Nothing changes a table unless this node holds a valid lease: the gate
         # is checked before a change starts, the engine again before Lance
         # commits, and the registry before each write (and fences on the epoch).
+        digests = S3DigestStore(
+            cloud.bucket,
+            cloud.integrity_prefix,
+            lambda: engine.client("s3"),
+            engine,
+            DataFileReader(cloud.storage),
+        )
         coordinator = CommitCoordinator(
-            config, registry, engine, sidecars, gate=LeadershipGate(leadership)
+            config, registry, engine, sidecars, gate=LeadershipGate(leadership), digests=digests
         )
         peers = PeerClients(config.peer_token, config.peer_tls)
         await ensure_table(dynamodb, cloud.storage.manifest_table, **MANIFEST_TABLE_SCHEMA)

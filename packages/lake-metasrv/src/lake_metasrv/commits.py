@@ -64,7 +64,7 @@ from lake_metasrv.config import MetaConfig
 from lake_metasrv.datadir import DataDir
 from lake_metasrv.engine import AppendOutcome, LanceEngine, LocalLanceEngine
 from lake_metasrv.gate import OpenGate, WriteGate
-from lake_metasrv.integrity import DigestStore
+from lake_metasrv.integrity import DigestStore, LocalDigestStore
 from lake_metasrv.registry.base import AppendCommit, RegistryStore, TableRecord
 from lake_metasrv.sidecars import DropMarker, LocalSidecarStore, ReferenceDelta, SidecarStore
 from lake_objects.scope import TenantScope
@@ -103,6 +103,7 @@ class CommitCoordinator:
         *,
         gate: WriteGate | None = None,
         data_dir: DataDir | None = None,
+        digests: DigestStore | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.config = config
@@ -111,8 +112,10 @@ class CommitCoordinator:
         self.sidecars = sidecars
         self.gate: WriteGate = gate or OpenGate()
         self.data_dir = data_dir
-        #: Size and SHA-256 of every data file a commit writes (local tables only).
-        self.digests = DigestStore.of(data_dir.root) if data_dir is not None else None
+        #: Size and SHA-256 of every data file a commit writes (local or S3 records).
+        if digests is None and data_dir is not None:
+            digests = LocalDigestStore.of(data_dir.root, engine)
+        self.digests = digests
         self._clock = clock
         self._locks: dict[TableRef, asyncio.Lock] = {}
         self._queues: dict[TableRef, deque[Queued]] = {}
@@ -348,7 +351,7 @@ class CommitCoordinator:
                 self._queues.pop(table, None)
 
     def _record_digests(self, record: TableRecord, staged: Sequence[Staged]) -> None:
-        """Hash the data files each staged version adds (blocking; local tables only)."""
+        """Hash the data files each staged version adds (blocking)."""
         if self.digests is not None:
             self.digests.record(
                 record.table,

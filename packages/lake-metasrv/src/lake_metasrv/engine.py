@@ -269,6 +269,12 @@ class LanceEngine(abc.ABC):
         self._datasets[location] = (incarnation, dataset)
         return dataset
 
+    def open_version(self, location: str, version: int) -> Any:
+        """The dataset at Lance ``version``, uncached (Lance's errors propagate)."""
+        return lance.dataset(
+            self.uri(location), version=version, storage_options=self.storage_options(location)
+        )
+
     def _open_uncached(self, location: str, incarnation: str, version: int) -> Any:
         try:
             dataset = lance.dataset(

@@ -1,44 +1,54 @@
 """Size and SHA-256 of every data file a commit writes, and rechecking them.
 
-At commit time, beside each version's reference-delta sidecar, Metasrv writes
-the digests of the data files that version added (written and fsync'd before
-the registry moves, like the sidecar):
+At commit time, beside each version's reference-delta sidecar, Metasrv
+writes the digests of the data files that version added (durable before the
+registry moves, like the sidecar). Local tables keep them in the data
+directory, S3 tables beside their sidecars in the bucket:
 
     <data-dir>/integrity/<incarnation>/<version>.json
+    s3://<bucket>/<table prefix>/_lake-integrity/<incarnation>/<version:020d>.json
 
-Data files are immutable and Lance names each one uniquely, so the union of
-an incarnation's records names every file any of its versions reads.
-:func:`verify_table` recomputes them for the current version (or every
-retained version) and reports each file that differs or is gone.
+A compaction adds ``<version>-e<engine version>.json`` for the files it
+rewrote. Data files are immutable and Lance names each one uniquely, so the
+union of an incarnation's records names every file any of its versions
+reads. :func:`verify_table` recomputes them for the current version (or
+every retained version) and reports each file that differs or is gone.
 
-Only local datasets are covered: for ``s3://`` tables nothing is recorded
-(object storage checks its own bytes in transit; see docs/integrity.md).
+On S3 the data files are read back after Lance wrote them (one GET each,
+concurrent with the Lance commit): Lance writes them itself and exposes no
+digest of what it sent.
 """
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-import lance
 import structlog
 from pydantic import BaseModel, ConfigDict
 
 from lake_core.durable import fsync_dir, replace_synced
-from lake_core.errors import FailedPrecondition
+from lake_core.errors import DataCorrupted, Internal, Unavailable, VersionReclaimed
 from lake_core.integrity import (
     DataFileDigest,
     DataFileProblem,
+    DataFileReader,
     VerifyTableResult,
-    digest_file,
     fragment_file_paths,
 )
 from lake_core.names import TableRef
+from lake_metasrv.engine import LanceEngine
 
-__all__ = ["DigestStore", "VersionDigests", "verify_table"]
+__all__ = [
+    "DigestStore",
+    "LocalDigestStore",
+    "VersionDigests",
+    "verify_table",
+]
 
 log = structlog.get_logger("lake_metasrv.integrity")
 
@@ -55,27 +65,45 @@ class VersionDigests(BaseModel):
     files: list[DataFileDigest]
 
 
-def _is_local(location: str) -> bool:
-    return "://" not in location or location.startswith("file://")
+def _body(record: VersionDigests) -> bytes:
+    return json.dumps(record.model_dump(mode="json"), sort_keys=True).encode()
 
 
-def _data_dir(location: str) -> Path:
-    return Path(location.removeprefix("file://")) / "data"
+class DigestStore(abc.ABC):
+    """Where digest records live; hashing goes through the engine's stores.
 
+    Every method blocks (callers run them on a worker thread).
+    """
 
-class DigestStore:
-    """Digest records under ``<data-dir>/integrity``."""
+    def __init__(self, engine: LanceEngine, files: DataFileReader) -> None:
+        self.engine = engine
+        self.files = files
 
-    def __init__(self, root: Path) -> None:
-        self.root = root
+    # -- what an implementation stores -------------------------------------------------
 
-    @classmethod
-    def of(cls, data_dir: Path) -> DigestStore:
-        """The store of a Metasrv data directory."""
-        return cls(data_dir / "integrity")
+    @abc.abstractmethod
+    def _put(self, incarnation: str, records: Sequence[tuple[str, bytes]]) -> None:
+        """Durably store ``(name, body)`` records of ``incarnation`` (names end ``.json``)."""
 
-    def path(self, incarnation: str, version: int) -> Path:
-        return self.root / incarnation / f"{version}.json"
+    @abc.abstractmethod
+    def _bodies(self, incarnation: str) -> list[bytes]:
+        """Every stored record of ``incarnation``, oldest name first."""
+
+    # -- recording and reading ---------------------------------------------------------
+
+    def _digests(self, location: str, paths: Iterable[str]) -> list[DataFileDigest]:
+        files = []
+        for path in paths:
+            try:
+                size, sha = self.files.digest(location, path)
+            except FileNotFoundError:
+                raise Internal("a data file Lance just wrote is not stored") from None
+            except OSError:
+                if not self.files.is_remote(location):
+                    raise
+                raise Unavailable("table storage is unreachable; retry") from None
+            files.append(DataFileDigest(path=path, size_bytes=size, sha256=sha))
+        return files
 
     def record(
         self,
@@ -84,81 +112,104 @@ class DigestStore:
         location: str,
         versions: Sequence[tuple[int, Iterable[Any]]],
     ) -> None:
-        """Hash the fragments each ``(version, fragments)`` added; write one record each.
-
-        Blocking (runs on a worker thread). Remote datasets are skipped.
-        """
-        if not _is_local(location) or not versions:
+        """Hash the fragments each ``(version, fragments)`` added; store one record each."""
+        if not versions:
             return
-        data = _data_dir(location)
-        directory = self.root / incarnation
-        fresh = not directory.exists()
-        directory.mkdir(parents=True, exist_ok=True)
-        if fresh:
-            fsync_dir(self.root)
+        records = []
         for version, fragments in versions:
-            files = []
-            for path in fragment_file_paths(fragments):
-                size, sha = digest_file(data / path)
-                files.append(DataFileDigest(path=path, size_bytes=size, sha256=sha))
             record = VersionDigests(
-                table=table, incarnation=incarnation, version=version, files=files
+                table=table,
+                incarnation=incarnation,
+                version=version,
+                files=self._digests(location, fragment_file_paths(fragments)),
             )
-            body = json.dumps(record.model_dump(mode="json"), sort_keys=True).encode()
-            replace_synced(self.path(incarnation, version), [body], mode=0o644, sync_dir=False)
-        fsync_dir(directory)
+            records.append((self.name(version), _body(record)))
+        self._put(incarnation, records)
 
     def record_rewrite(
         self, table: TableRef, incarnation: str, location: str, version: int, engine_version: int
     ) -> None:
         """Record the data files a maintenance rewrite (compaction) added to ``engine_version``.
 
-        Blocking. Written before the registry points readers at the rewrite;
-        files already recorded are not hashed again.
+        Written before the registry points readers at the rewrite; files
+        already recorded are not hashed again.
         """
-        if not _is_local(location):
-            return
         known = self.recorded(incarnation)
-        dataset = lance.dataset(location, version=engine_version)
+        dataset = self.engine.open_version(location, engine_version)
         added = [p for p in fragment_file_paths(dataset.get_fragments()) if p not in known]
         if not added:
             return
-        data = _data_dir(location)
-        files = []
-        for path in added:
-            size, sha = digest_file(data / path)
-            files.append(DataFileDigest(path=path, size_bytes=size, sha256=sha))
-        record = VersionDigests(table=table, incarnation=incarnation, version=version, files=files)
-        body = json.dumps(record.model_dump(mode="json"), sort_keys=True).encode()
-        target = self.root / incarnation / f"{version}-e{engine_version}.json"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        replace_synced(target, [body], mode=0o644)
+        record = VersionDigests(
+            table=table,
+            incarnation=incarnation,
+            version=version,
+            files=self._digests(location, added),
+        )
+        self._put(incarnation, [(self.name(version, engine_version), _body(record))])
+
+    def name(self, version: int, engine_version: int | None = None) -> str:
+        rewrite = "" if engine_version is None else f"-e{engine_version}"
+        return f"{version:020d}{rewrite}.json"
 
     def recorded(self, incarnation: str) -> dict[str, DataFileDigest]:
         """Every recorded data file of ``incarnation``, by path."""
         found: dict[str, DataFileDigest] = {}
-        directory = self.root / incarnation
-        if not directory.is_dir():
-            return found
-        for entry in sorted(directory.glob("*.json")):
-            record = VersionDigests.model_validate_json(entry.read_bytes())
-            for digest in record.files:
+        for body in self._bodies(incarnation):
+            for digest in VersionDigests.model_validate_json(body).files:
                 found[digest.path] = digest
         return found
 
 
+class LocalDigestStore(DigestStore):
+    """Digest records under ``<data-dir>/integrity``."""
+
+    def __init__(self, root: Path, engine: LanceEngine, files: DataFileReader | None = None):
+        super().__init__(engine, files or DataFileReader())
+        self.root = root
+
+    @classmethod
+    def of(cls, data_dir: Path, engine: LanceEngine) -> LocalDigestStore:
+        """The store of a Metasrv data directory."""
+        return cls(data_dir / "integrity", engine)
+
+    def name(self, version: int, engine_version: int | None = None) -> str:
+        # Local records predate zero-padding; both sort by glob below.
+        rewrite = "" if engine_version is None else f"-e{engine_version}"
+        return f"{version}{rewrite}.json"
+
+    def path(self, incarnation: str, version: int) -> Path:
+        return self.root / incarnation / self.name(version)
+
+    def _put(self, incarnation: str, records: Sequence[tuple[str, bytes]]) -> None:
+        directory = self.root / incarnation
+        fresh = not directory.exists()
+        directory.mkdir(parents=True, exist_ok=True)
+        if fresh:
+            fsync_dir(self.root)
+        for name, body in records:
+            replace_synced(directory / name, [body], mode=0o644, sync_dir=False)
+        fsync_dir(directory)
+
+    def _bodies(self, incarnation: str) -> list[bytes]:
+        directory = self.root / incarnation
+        if not directory.is_dir():
+            return []
+        return [entry.read_bytes() for entry in sorted(directory.glob("*.json"))]
+
+
 def _check_files(
+    files: DataFileReader,
+    table: TableRef,
     location: str,
     recorded: dict[str, DataFileDigest],
     readers: dict[str, list[int]],
 ) -> tuple[list[DataFileProblem], list[str]]:
-    data = _data_dir(location)
     problems: list[DataFileProblem] = []
     unrecorded: list[str] = []
     for path, versions in sorted(readers.items()):
         expected = recorded.get(path)
         try:
-            size, sha = digest_file(data / path)
+            size, sha = files.digest(location, path)
         except FileNotFoundError:
             problems.append(
                 DataFileProblem(
@@ -171,6 +222,11 @@ def _check_files(
             )
             continue
         except OSError:
+            if files.is_remote(location):
+                # The store did not answer: not a verdict on the file.
+                raise Unavailable(
+                    f"{table}: table storage is unreachable; verify again later"
+                ) from None
             problems.append(DataFileProblem(path=path, versions=versions, problem="unreadable"))
             continue
         if expected is None:
@@ -191,16 +247,23 @@ def _check_files(
 
 
 def _readers(
-    location: str, versions: Sequence[tuple[int, int]]
+    engine: LanceEngine, table: TableRef, location: str, versions: Sequence[tuple[int, int]]
 ) -> tuple[dict[str, list[int]], list[int]]:
     """Which table versions read each data file; the versions still open-able."""
     readers: dict[str, list[int]] = {}
     checked: list[int] = []
     for version, engine_version in versions:
         try:
-            dataset = lance.dataset(location, version=engine_version)
-        except (ValueError, OSError):
-            continue  # reclaimed by retention: not a retained version
+            dataset = engine.open_version(location, engine_version)
+        except (ValueError, OSError) as exc:
+            failure = engine.read_failure(location, engine_version, exc)
+            if isinstance(failure, VersionReclaimed):
+                continue  # reclaimed by retention: not a retained version
+            if isinstance(failure, Unavailable):
+                raise failure from None
+            raise DataCorrupted(
+                f"{table} version {version}: its stored manifest cannot be read"
+            ) from None
         checked.append(version)
         for path in fragment_file_paths(dataset.get_fragments()):
             readers.setdefault(path, []).append(version)
@@ -212,10 +275,6 @@ async def verify_table(
 ) -> VerifyTableResult:
     """Recompute every data file of ``table``'s current (or every retained) version."""
     record = await coordinator.describe_table(table)
-    if not _is_local(record.location):
-        raise FailedPrecondition(
-            f"{table}: lake table verify covers tables in a local data directory only"
-        )
     if all_versions:
         history = await coordinator.registry.versions(record.incarnation)
         versions = [(v.version, v.engine_version) for v in history]
@@ -224,9 +283,9 @@ async def verify_table(
     location = record.location
 
     def run() -> VerifyTableResult:
-        readers, checked = _readers(location, versions)
+        readers, checked = _readers(store.engine, table, location, versions)
         recorded = store.recorded(record.incarnation)
-        problems, unrecorded = _check_files(location, recorded, readers)
+        problems, unrecorded = _check_files(store.files, table, location, recorded, readers)
         return VerifyTableResult(
             table=table,
             versions=checked,

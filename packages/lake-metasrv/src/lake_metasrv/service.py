@@ -137,7 +137,7 @@ class MetaHandler(FlightHandler):
         store = self.coordinator.digests
         if store is None:
             raise FailedPrecondition(
-                "data-file integrity records cover tables in a local data directory only"
+                "this Metasrv records no data-file digests (an in-memory registry)"
             )
         if kind == integrity.VERIFY_TABLE:
             verify = protocol.decode(integrity.VerifyTableRequest, body)

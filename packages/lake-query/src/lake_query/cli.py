@@ -17,6 +17,7 @@ import structlog
 
 from lake_core.errors import LakeError
 from lake_core.flight.server import FlightServer, UncleanShutdown, serve
+from lake_core.integrity import DataFileReader
 from lake_core.logs import configure_logging
 from lake_core.metaclient import MetaClient
 from lake_core.tickets import TicketSealer
@@ -48,7 +49,9 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
         server_name=config.metadata_tls.server_name,
     )
     # Always built: a failed scan asks it whether a data file changed since its commit.
-    verifier = DataFileVerifier(MetaDigests(meta, asyncio.get_running_loop()))
+    verifier = DataFileVerifier(
+        MetaDigests(meta, asyncio.get_running_loop()), reader=DataFileReader(config.storage)
+    )
     cache = CatalogCache(meta, config.catalog_refresh_s)
     stage = QueryStage(config.stage)
     handler: QueryHandler | None = None
@@ -80,6 +83,7 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
                 verify_on_open=config.verify_on_open,
             ),
             limits=config.limits,
+            partitions=config.partitions,
             external=config.external,
         )
 

@@ -28,6 +28,8 @@ default 60 s, among them: see :mod:`lake_query.stall`); statement bounds
 (``LAKE_QUERY_MEMORY_LIMIT_BYTES``, ``LAKE_QUERY_MAX_EXPRESSION_TERMS``, ...)
 from :class:`lake_query.planning.limits.QueryLimits`;
 ``LAKE_QUERY_VERIFY_ON_OPEN`` (true/false, default false: :mod:`lake_query.verify`);
+partitioned scans (``LAKE_QUERY_MAX_ENDPOINTS``, ``LAKE_QUERY_MIN_ENDPOINT_ROWS``) from
+:class:`lake_query.planning.partitions.PartitionLimits`;
 ``LAKE_ICEBERG_*``: the Iceberg plug-in validates them (:mod:`lake_query.planning.external`).
 """
 
@@ -59,6 +61,7 @@ from lake_objects.settings import StageSettings
 from lake_query.admission import AdmissionLimits
 from lake_query.planning.external import ExternalCatalog, load_external_catalogs
 from lake_query.planning.limits import QueryLimits
+from lake_query.planning.partitions import PartitionLimits
 from lake_query.verify import verify_on_open
 
 __all__ = [
@@ -121,6 +124,8 @@ class QueryConfig:
     limits: QueryLimits = field(default_factory=QueryLimits)
     #: ``LAKE_QUERY_VERIFY_ON_OPEN``: check data files before serving rows (lake_query.verify).
     verify_on_open: bool = False
+    #: ``LAKE_QUERY_MAX_ENDPOINTS`` and ``LAKE_QUERY_MIN_ENDPOINT_ROWS`` (partitioned scans).
+    partitions: PartitionLimits = field(default_factory=PartitionLimits)
     #: Plug-in catalogs (``iceberg``: lake_query.planning.external), validated, not started.
     external: tuple[ExternalCatalog, ...] = ()
 
@@ -196,5 +201,6 @@ class QueryConfig:
                 QueryLimits.from_env(source), memory_wait_ms=admission.queue_timeout_ms
             ),
             verify_on_open=verify_on_open(source),
+            partitions=PartitionLimits.from_env(source),
             external=load_external_catalogs(source),
         )

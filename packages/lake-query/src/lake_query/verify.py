@@ -10,9 +10,9 @@ mismatch fails the query with :class:`~lake_core.errors.DataCorrupted`
 immutable, so a file that matched once is remembered (bounded LRU) and not
 read again; a file that failed is checked again on every open.
 
-Files with no recorded digest (written before Metasrv recorded them, or on
-object storage, which checks bytes in transit) are served unverified and
-logged once.
+Files on S3 are read back through the same storage settings Lance uses.
+Files with no recorded digest (written before Metasrv recorded them) are
+served unverified and logged once.
 """
 
 from __future__ import annotations
@@ -21,18 +21,17 @@ import asyncio
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any
 
 import structlog
 
 from lake_core.config import QUERY_VERIFY_ON_OPEN as VERIFY_ON_OPEN
-from lake_core.errors import ConfigError, DataCorrupted, Internal
+from lake_core.errors import ConfigError, DataCorrupted, Internal, Unavailable
 from lake_core.integrity import (
     DATA_FILE_DIGESTS,
     DataFileDigest,
     DataFileDigestsResult,
-    digest_file,
+    DataFileReader,
     fragment_file_paths,
 )
 from lake_core.models import TableDescriptor
@@ -106,8 +105,15 @@ class _Lru:
 class DataFileVerifier:
     """Checks the data files of opened datasets against their recorded digests."""
 
-    def __init__(self, digests: DigestSource, capacity: int = DEFAULT_CAPACITY) -> None:
+    def __init__(
+        self,
+        digests: DigestSource,
+        capacity: int = DEFAULT_CAPACITY,
+        *,
+        reader: DataFileReader | None = None,
+    ) -> None:
         self._digests = digests
+        self._reader = reader or DataFileReader()
         self._files = _Lru(capacity)
         self._versions = _Lru(capacity)
         self._recorded: dict[TableRef, Mapping[str, DataFileDigest]] = {}
@@ -121,29 +127,19 @@ class DataFileVerifier:
         ``recheck`` hashes again files already found whole (a query that failed
         while reading them asks whether they changed since).
         """
-        uri = str(dataset.uri)
-        version_key = (uri, descriptor.incarnation, descriptor.engine_version)
+        location = descriptor.location
+        version_key = (location, descriptor.incarnation, descriptor.engine_version)
         with self._lock:
             if version_key in self._versions and not recheck:
                 return
-        if "://" in uri and not uri.startswith("file://"):
-            with self._lock:
-                self._versions.add(version_key)
-            log.info("data files on object storage are not verified", table=table.qualified)
-            return
-        data = Path(uri.removeprefix("file://")) / "data"
         for path in fragment_file_paths(dataset.get_fragments()):
-            file_key = (uri, path)
+            file_key = (location, path)
             with self._lock:
                 if file_key in self._files and not recheck:
                     continue
             expected = self._expected(table, path)
             if expected is not None:
-                try:
-                    size, sha = digest_file(data / path)
-                except OSError:
-                    size, sha = -1, ""
-                if (size, sha) != (expected.size_bytes, expected.sha256):
+                if self._digest(table, location, path) != (expected.size_bytes, expected.sha256):
                     log.error(
                         "data file differs from its commit",
                         table=table.qualified,
@@ -159,6 +155,20 @@ class DataFileVerifier:
                 self._files.add(file_key)
         with self._lock:
             self._versions.add(version_key)
+
+    def _digest(self, table: TableRef, location: str, path: str) -> tuple[int, str]:
+        """Size and SHA-256 as stored now; ``(-1, "")`` for a file gone or unreadable."""
+        try:
+            return self._reader.digest(location, path)
+        except FileNotFoundError:
+            return -1, ""
+        except OSError:
+            if self._reader.is_remote(location):
+                # The store did not answer: no verdict, and no rows either.
+                raise Unavailable(
+                    f"{table.qualified}: table storage is unreachable right now; retry"
+                ) from None
+            return -1, ""
 
     def _expected(self, table: TableRef, path: str) -> DataFileDigest | None:
         recorded = self._recorded.get(table)

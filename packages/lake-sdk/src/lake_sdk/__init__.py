@@ -28,6 +28,11 @@ outcome), ``schema_cache`` (a :class:`SchemaCache`), ``upload_checkpoint_dir``,
 :class:`AsyncClient`. Every error class is importable from here and from
 :mod:`lake_sdk.errors`, whose docstring draws the tree.
 
+Old versions: ``client.versions("ns.table")`` lists a table's retained
+versions, and ``client.query(sql, as_of=3)`` (or an aware datetime) reads
+every ``lake.<namespace>.<table>`` the SQL names at that version, as
+:func:`as_of_sql` rewrites it (``lake.ns."t@v3"``).
+
 The 0.1 names ``LakeClient``, ``connect``, ``LakeClientBuilder`` and
 ``ClientBuilder`` still work for one release and warn (DeprecationWarning).
 """
@@ -105,6 +110,7 @@ from lake_sdk.progress import UploadProgressBar
 from lake_sdk.results import QueryResult
 from lake_sdk.schema_cache import SchemaCache
 from lake_sdk.sync import Client, SyncObjectReader, SyncObjectStore, SyncQueryResult
+from lake_sdk.time_travel import as_of_sql
 
 __all__ = [
     "EPISODE_ARTIFACT_SCHEMA_V1",
@@ -174,6 +180,7 @@ __all__ = [
     "UploadProgress",
     "UploadProgressBar",
     "VersionReclaimed",
+    "as_of_sql",
     "data_location",
     "episode_artifact_table_v1",
     "errors",

@@ -10,6 +10,7 @@ the :class:`~lake_sdk.files.FileAccess` (stage and object store) and the
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -38,7 +39,9 @@ from lake_sdk.files import FileAccess, FileOptions
 from lake_sdk.inserts import insert_rows
 from lake_sdk.pending import PendingAppendStore
 from lake_sdk.results import QueryResult
+from lake_sdk.scans import check_as_of, check_shard, shard_endpoints
 from lake_sdk.schema_cache import SchemaCache
+from lake_sdk.time_travel import AsOf, as_of_sql, versions_sql
 from lake_sdk.transport import Connection, ConnectOptions
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "AsyncClient", "LakeClient"]
@@ -169,19 +172,65 @@ class AsyncClient:
 
     # -- SQL ---------------------------------------------------------------
 
-    async def query(self, sql: str) -> QueryResult:
-        """Run read-only SQL; the result is pinned to the table versions seen at planning."""
+    async def query(self, sql: str, *, as_of: AsOf | None = None) -> QueryResult:
+        """Run read-only SQL; the result is pinned to the table versions seen at planning.
+
+        ``as_of`` (a Lake version number or an aware datetime) reads every
+        ``lake.<namespace>.<table>`` the SQL names at that version: the SQL
+        is sent as :func:`lake_sdk.as_of_sql` rewrites it.
+        """
         if not isinstance(sql, str) or not sql.strip():
             raise InvalidArgument("SQL must be a non-empty string")
+        if as_of is not None:
+            sql = as_of_sql(sql, as_of)
         command = flight_sql_pb2.CommandStatementQuery(query=sql)
         descriptor = flight.FlightDescriptor.for_command(_any(command))
         info = await self._state.connection.flight_info(descriptor)
-        reader, trailers = await self._state.connection.stream(info.endpoints[0].ticket)
-        return QueryResult(reader, info.schema, trailers)
+        return await self._read(info, info.endpoints)
 
-    async def query_table(self, sql: str) -> pa.Table:
+    async def scan(
+        self, sql: str, *, as_of: AsOf | None = None, shard: tuple[int, int] | None = None
+    ) -> QueryResult:
+        """Record batches of a pinned query, or of one shard ``(index, count)`` of it.
+
+        Shards of one pin are disjoint and together exactly the result
+        (:mod:`lake_sdk.scans` says which endpoints each reads). ``as_of``
+        (a table version or an aware datetime) pins the tables as they were
+        then, so shards planned in different processes read the same rows.
+        """
+        selected = check_shard(shard)
+        when = check_as_of(as_of)
+        if not isinstance(sql, str) or not sql.strip():
+            raise InvalidArgument("SQL must be a non-empty string")
+        if when is not None:
+            sql = as_of_sql(sql, when)
+        command = flight_sql_pb2.CommandStatementQuery(query=sql)
+        descriptor = flight.FlightDescriptor.for_command(_any(command))
+        info = await self._state.connection.flight_info(descriptor)
+        return await self._read(info, shard_endpoints(info.endpoints, selected))
+
+    async def _read(
+        self, info: flight.FlightInfo, endpoints: Sequence[flight.FlightEndpoint]
+    ) -> QueryResult:
+        """Stream ``endpoints`` of ``info`` one after another (none: an empty result)."""
+        connection = self._state.connection
+        if not endpoints:
+            return QueryResult(None, info.schema, {})
+        openers = [functools.partial(connection.stream, e.ticket) for e in endpoints[1:]]
+        reader, trailers = await connection.stream(endpoints[0].ticket)
+        return QueryResult(reader, info.schema, trailers, openers)
+
+    async def query_table(self, sql: str, *, as_of: AsOf | None = None) -> pa.Table:
         """Run SQL and collect the whole result."""
-        return await (await self.query(sql)).to_table()
+        return await (await self.query(sql, as_of=as_of)).to_table()
+
+    async def versions(self, table: TableRef | str) -> pa.Table:
+        """The table's retained versions, oldest first (``lake.ns."t$versions"``).
+
+        Columns: version, committed_at (UTC), operation (create, append,
+        maintenance), rows_added, engine_version.
+        """
+        return await self.query_table(versions_sql(_ref(table)))
 
     # -- schemas -----------------------------------------------------------
 

@@ -1,16 +1,23 @@
-"""Query results: a stream of Arrow record batches pinned to the versions seen at planning."""
+"""Query results: a stream of Arrow record batches pinned to the versions seen at planning.
+
+A result of several endpoints (a partitioned scan) is read one endpoint after
+another, in the order Query listed them.
+"""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 import pyarrow as pa
 import pyarrow.flight as flight
 
 from lake_sdk._errors import Trailers, lake_error
 
-__all__ = ["QueryResult"]
+__all__ = ["QueryResult", "StreamOpener"]
+
+#: Opens the DoGet stream of one more endpoint.
+StreamOpener = Callable[[], Awaitable[tuple[flight.FlightStreamReader, Trailers]]]
 
 
 class QueryResult:
@@ -18,10 +25,16 @@ class QueryResult:
     :meth:`to_table`. ``schema`` is known before the first batch."""
 
     def __init__(
-        self, reader: flight.FlightStreamReader, schema: pa.Schema, trailers: Trailers
+        self,
+        reader: flight.FlightStreamReader | None,
+        schema: pa.Schema,
+        trailers: Trailers,
+        rest: Sequence[StreamOpener] = (),
     ) -> None:
+        # None: no endpoint at all (an empty shard of a scan).
         self._reader = reader
         self._trailers = trailers
+        self._rest = list(rest)
         self.schema = schema
 
     def __repr__(self) -> str:
@@ -39,13 +52,19 @@ class QueryResult:
 
     async def next_batch(self) -> pa.RecordBatch | None:
         """The next batch, or None at the end of the stream."""
-        try:
-            return await asyncio.to_thread(self._next_batch)
-        except (flight.FlightError, pa.ArrowException) as exc:
-            raise lake_error(exc, self._trailers) from None
+        while True:
+            try:
+                batch = await asyncio.to_thread(self._next_batch)
+            except (flight.FlightError, pa.ArrowException) as exc:
+                raise lake_error(exc, self._trailers) from None
+            if batch is not None or not self._rest:
+                return batch
+            self._reader, self._trailers = await self._rest.pop(0)()
 
     def _next_batch(self) -> pa.RecordBatch | None:
         # StopIteration cannot cross a thread future, so end-of-stream becomes None.
+        if self._reader is None:
+            return None
         try:
             return self._reader.read_chunk().data
         except StopIteration:
@@ -56,5 +75,7 @@ class QueryResult:
         return pa.Table.from_batches(batches, schema=self.schema)
 
     def cancel(self) -> None:
-        """Stop the stream early (the server stops sending)."""
-        self._reader.cancel()
+        """Stop the stream early (the server stops sending); later endpoints are not read."""
+        self._rest.clear()
+        if self._reader is not None:
+            self._reader.cancel()

@@ -30,6 +30,7 @@ from lake_sdk.builder import ClientBuilder, connect_kwargs
 from lake_sdk.client import DEFAULT_CONNECT_TIMEOUT_S, AsyncClient
 from lake_sdk.results import QueryResult
 from lake_sdk.schema_cache import SchemaCache
+from lake_sdk.time_travel import AsOf
 
 __all__ = ["Client", "SyncObjectReader", "SyncObjectStore", "SyncQueryResult", "connect"]
 
@@ -131,11 +132,20 @@ class Client:
 
     # -- SQL and schemas ---------------------------------------------------
 
-    def query(self, sql: str) -> SyncQueryResult:
-        return SyncQueryResult(self._runner, self._runner.run(self._inner.query(sql)))
+    def query(self, sql: str, *, as_of: AsOf | None = None) -> SyncQueryResult:
+        return SyncQueryResult(self._runner, self._runner.run(self._inner.query(sql, as_of=as_of)))
 
-    def query_table(self, sql: str) -> pa.Table:
-        return self._runner.run(self._inner.query_table(sql))
+    def query_table(self, sql: str, *, as_of: AsOf | None = None) -> pa.Table:
+        return self._runner.run(self._inner.query_table(sql, as_of=as_of))
+
+    def versions(self, table: TableRef | str) -> pa.Table:
+        return self._runner.run(self._inner.versions(table))
+
+    def scan(
+        self, sql: str, *, as_of: AsOf | None = None, shard: tuple[int, int] | None = None
+    ) -> SyncQueryResult:
+        result = self._runner.run(self._inner.scan(sql, as_of=as_of, shard=shard))
+        return SyncQueryResult(self._runner, result)
 
     def table_schema(self, table: TableRef | str) -> pa.Schema:
         return self._runner.run(self._inner.table_schema(table))

@@ -7,6 +7,8 @@ opens the ticket (it is bound to the caller, the fleet's audience and an
 expiry) and runs the query from the ticket alone, on any replica sharing
 the key ring. Prepared-statement handles are sealed too
 (:mod:`~lake_query.flightsql.statements`).
+A plain scan over many fragments gets one endpoint per fragment range
+(:mod:`~lake_query.flightsql.endpoints`), each its own sealed ticket.
 
 Catalog discovery and GetSqlInfo are answered from memory
 (:mod:`~lake_query.flightsql.discovery`). Updates of any kind get the one
@@ -52,10 +54,12 @@ from lake_query.catalog_cache import CatalogCache
 from lake_query.flightsql import discovery, wire
 from lake_query.flightsql.appends import Appends, AppendSink
 from lake_query.flightsql.discovery import REFRESH_TIMEOUT_S
+from lake_query.flightsql.endpoints import PARTITION, fragments_of, query_bodies
 from lake_query.flightsql.statements import PreparedStatements
 from lake_query.flightsql.wire import MAX_SQL_BYTES, caller
 from lake_query.planning import DatasetOpener, PlannedQuery, Planner, QueryLimits, QuerySpec
 from lake_query.planning.external import ExternalCatalog
+from lake_query.planning.partitions import PartitionLimits
 from lake_query.results import prefetch
 from lake_query.stage import QueryStage
 
@@ -105,6 +109,7 @@ class QueryHandler(FlightHandler):
         stage: QueryStage | None = None,
         datasets: DatasetOpener | None = None,
         limits: QueryLimits | None = None,
+        partitions: PartitionLimits | None = None,
         external: Iterable[ExternalCatalog] = (),
     ) -> None:
         self._stage = stage or QueryStage(None)
@@ -124,7 +129,12 @@ class QueryHandler(FlightHandler):
         )
         self._loop: asyncio.AbstractEventLoop | None = None
         self.planner = Planner(
-            self._resolve, cache.table_refs, datasets=datasets, limits=limits, external=external
+            self._resolve,
+            cache.table_refs,
+            datasets=datasets,
+            limits=limits,
+            partitions=partitions,
+            external=external,
         )
 
     def __repr__(self) -> str:
@@ -174,8 +184,8 @@ class QueryHandler(FlightHandler):
 
     async def _describe(
         self, descriptor: pb.FlightDescriptor, principal: Principal
-    ) -> tuple[pa.Schema, dict[str, Any]]:
-        """The result schema of a descriptor and the ticket body that produces it."""
+    ) -> tuple[pa.Schema, list[dict[str, Any]]]:
+        """The result schema of a descriptor and the ticket bodies (one per endpoint)."""
         if descriptor.type != pb.FlightDescriptor.CMD:
             raise InvalidArgument("Lake Query answers Flight SQL commands (CMD descriptors)")
         command = wire.unpack_any(descriptor.cmd, "the descriptor")
@@ -187,12 +197,12 @@ class QueryHandler(FlightHandler):
             planned = await self._plan(spec, principal)
         elif isinstance(command, wire.METADATA_COMMANDS):
             schema = discovery.metadata_schema(command)
-            return schema, {"k": wire.METADATA, "c": base64.b64encode(descriptor.cmd).decode()}
+            return schema, [{"k": wire.METADATA, "c": base64.b64encode(descriptor.cmd).decode()}]
         elif isinstance(command, wire.READ_ONLY_COMMANDS):
             raise ReadOnlySql()
         else:
             raise Unimplemented(f"{command.DESCRIPTOR.name} is not supported by Lake Query")
-        return planned.schema, {"k": wire.QUERY, "q": planned.spec.model_dump(mode="json")}
+        return planned.schema, query_bodies(planned)
 
     # Flight RPCs.
 
@@ -200,12 +210,15 @@ class QueryHandler(FlightHandler):
         self, descriptor: pb.FlightDescriptor, context: Context
     ) -> pb.FlightInfo:
         principal = caller()
-        schema, body = await self._describe(descriptor, principal)
-        ticket = self._sealer.seal(principal, body)
+        schema, bodies = await self._describe(descriptor, principal)
+        endpoints = [
+            pb.FlightEndpoint(ticket=pb.Ticket(ticket=self._sealer.seal(principal, body)))
+            for body in bodies
+        ]
         return pb.FlightInfo(
             schema=schema_to_ipc(schema),
             flight_descriptor=descriptor,
-            endpoint=[pb.FlightEndpoint(ticket=pb.Ticket(ticket=ticket))],
+            endpoint=endpoints,
             total_records=-1,
             total_bytes=-1,
         )
@@ -235,7 +248,7 @@ class QueryHandler(FlightHandler):
         body = self._open_ticket(ticket.ticket, principal)
         kind = body.get("k")
         messages: AsyncIterator[bytes]
-        if kind == wire.QUERY:
+        if kind in (wire.QUERY, PARTITION):
             messages = self._query_messages(body, principal, context)
         elif kind == wire.METADATA:
             command = wire.unpack_any(base64.b64decode(body.get("c", "")), "the ticket")
@@ -258,11 +271,15 @@ class QueryHandler(FlightHandler):
         except ValidationError:
             # Authentic, so sealed by a replica of another Lake version.
             raise InvalidArgument("ticket from an incompatible Lake Query version") from None
+        fragments = fragments_of(body)
 
         def produce() -> Iterator[bytes]:
             # Opening the pinned tables and producing their messages run on
             # one stream thread, with no hop back to the loop in between.
-            stream = self.planner.execute(spec, principal)
+            if fragments is None:
+                stream = self.planner.execute(spec, principal)
+            else:
+                stream = self.planner.execute_partition(spec, fragments, principal)
             try:
                 yield from encode_stream(stream.schema, stream)
             finally:

@@ -5,10 +5,14 @@ Parts:
 - :mod:`~lake_query.planning.spec`: what a ticket seals (``QuerySpec``, ``PinnedTable``).
 - :mod:`~lake_query.planning.catalog`: the lazy per-request ``lake`` catalog (binders).
 - :mod:`~lake_query.planning.external`: plug-in catalogs (``iceberg``) found by entry point.
+- :mod:`~lake_query.planning.versions`: time travel (``t@v3``, ``t@<instant>``,
+  ``t$versions``) from Lance's history.
 - :mod:`~lake_query.planning.storage`: opening pinned versions; storage failures, typed.
 - :mod:`~lake_query.planning.pinned`: the replica's cache of opened datasets.
 - :mod:`~lake_query.planning.direct` and :mod:`~lake_query.planning.pushdown`: scans
   Lance answers alone.
+- :mod:`~lake_query.planning.partitions`: plain scans split into fragment ranges
+  (one endpoint each).
 - :mod:`~lake_query.planning.limits` and :mod:`~lake_query.planning.functions`: what
   one statement may make DataFusion do (depth, size, memory, function outputs).
 - :mod:`~lake_query.planning.planner`: :class:`Planner`, plan with pins, run from pins.

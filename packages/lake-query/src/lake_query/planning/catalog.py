@@ -10,6 +10,11 @@ DataFusion asks its schema providers for each table it meets while planning
    or the ticket carries (execution), and
 4. registers ``lance.FFILanceTableProvider`` over the dataset opened at that
    Lance version.
+
+A name may select a past version (``t@v3``, ``t@<instant>``) or the
+``t$versions`` listing (:mod:`~lake_query.planning.versions`): planning
+resolves it from the head's Lance history and pins the exact version, keyed
+by table and selector, so two versions of one table are two pins.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 import lance
+import pyarrow.dataset as pads
 from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext
 from datafusion.catalog import CatalogProvider, SchemaProvider, Table
 
@@ -31,6 +37,14 @@ from lake_query.planning.external import ExternalTables
 from lake_query.planning.functions import FunctionBudget, register_bounded_functions
 from lake_query.planning.spec import PinnedTable
 from lake_query.planning.storage import DatasetOpener
+from lake_query.planning.versions import (
+    VERSIONS_SELECTOR,
+    TableName,
+    history,
+    parse_table_name,
+    resolve,
+    versions_table,
+)
 
 __all__ = [
     "DEFAULT_SCHEMA",
@@ -48,6 +62,8 @@ DEFAULT_SCHEMA = "public"
 
 Resolver = Callable[[TableRef], CatalogEntry | None]
 Lister = Callable[[], Iterable[TableRef]]
+#: A table as one request references it: the table, and its selector (None: current).
+PinKey = tuple[TableRef, str | None]
 
 
 class Binder(ABC):
@@ -56,68 +72,84 @@ class Binder(ABC):
     def __init__(self, principal: Principal, opener: DatasetOpener) -> None:
         self.principal = principal
         self._opener = opener
-        self._tables: dict[TableRef, Table] = {}
-        self._datasets: dict[TableRef, tuple[TableDescriptor, Any]] = {}
+        self._tables: dict[PinKey, Table] = {}
+        self._datasets: dict[PinKey, tuple[TableDescriptor, Any]] = {}
         self._lock = threading.Lock()
 
     @abstractmethod
-    def descriptor(self, ref: TableRef) -> TableDescriptor | None:
-        """The pin for ``ref``, or None if it does not exist."""
+    def descriptor(self, ref: TableRef, wanted: TableName | None = None) -> TableDescriptor | None:
+        """The pin for ``ref`` (at what ``wanted`` selects), or None if it does not exist."""
 
     @abstractmethod
     def known_tables(self) -> Iterable[TableRef]:
         """Every table this binder could resolve (for listings; no I/O)."""
 
-    def pinned(self, ref: TableRef, descriptor: TableDescriptor) -> None:  # noqa: B027
+    def pinned(  # noqa: B027
+        self, ref: TableRef, descriptor: TableDescriptor, selector: str | None = None
+    ) -> None:
         """Called once per table opened."""
 
     def visible(self) -> list[TableRef]:
         return [t for t in self.known_tables() if self.principal.may_see(t.namespace)]
 
     def table(self, namespace: str, name: str) -> Table:
-        ref = TableRef(namespace, name)  # InvalidName before any I/O
+        wanted = parse_table_name(name)  # InvalidArgument before any I/O
+        ref = TableRef(namespace, wanted.name)  # InvalidName before any I/O
+        key = (ref, wanted.selector)
         with self._lock:
-            found = self._tables.get(ref)
+            found = self._tables.get(key)
             if found is None:
-                found = Table(lance.FFILanceTableProvider(self._open(ref)))
-                self._tables[ref] = found
+                dataset = self._open(ref, wanted)
+                if wanted.listing:
+                    head = self._datasets[key][0]
+                    found = Table(pads.dataset(versions_table(history(dataset, head))))
+                else:
+                    found = Table(lance.FFILanceTableProvider(dataset))
+                self._tables[key] = found
             return found
 
-    def _open(self, ref: TableRef) -> Any:
-        known = self._datasets.get(ref)
+    def _open(self, ref: TableRef, wanted: TableName | None = None) -> Any:
+        key = (ref, None if wanted is None else wanted.selector)
+        known = self._datasets.get(key)
         if known is not None:
             return known[1]
         if not self.principal.may_see(ref.namespace):
             raise PermissionDenied(f"permission denied: {ref.qualified}")
-        descriptor = self.descriptor(ref)
+        descriptor = self.descriptor(ref, wanted)
         if descriptor is None:
             raise TableNotFound(ref.qualified)
         dataset = self._opener.open(ref, descriptor)
-        self._datasets[ref] = (descriptor, dataset)
-        self.pinned(ref, descriptor)
+        self._datasets[key] = (descriptor, dataset)
+        self.pinned(ref, descriptor, key[1])
         return dataset
 
     def opened(self) -> list[Any]:
-        """The datasets opened so far."""
+        """The datasets opened so far whose rows the query reads (not ``$versions`` heads)."""
         with self._lock:
-            return [dataset for _, dataset in self._datasets.values()]
+            return [ds for (_, sel), (_, ds) in self._datasets.items() if sel != VERSIONS_SELECTOR]
 
     def opened_pins(self) -> list[tuple[TableRef, TableDescriptor, Any]]:
         """Every table opened so far, with its pin and dataset."""
         with self._lock:
-            return [(ref, d, ds) for ref, (d, ds) in self._datasets.items()]
+            return [(ref, d, ds) for (ref, _), (d, ds) in self._datasets.items()]
 
-    def open_all(self, refs: Iterable[TableRef]) -> list[Any]:
-        """Authorize and open ``refs`` now (before the session exists)."""
+    def open_all(self, pins: Iterable[PinnedTable]) -> list[Any]:
+        """Authorize and open ``pins`` now (before the session exists).
+
+        Returns the datasets whose rows the query reads (``$versions`` pins
+        are opened and authorized, but read no rows of the table).
+        """
         with self._lock:
-            return [self._open(ref) for ref in refs]
+            opened = [(p, self._open(p.table, parse_table_name(p.name))) for p in pins]
+        return [dataset for pin, dataset in opened if pin.selector != VERSIONS_SELECTOR]
 
     def exists(self, namespace: str, name: str) -> bool:
         try:
-            ref = TableRef(namespace, name)
+            wanted = parse_table_name(name)
+            ref = TableRef(namespace, wanted.name)
         except InvalidArgument:
             return False
-        return self.principal.may_see(namespace) and self.descriptor(ref) is not None
+        return self.principal.may_see(namespace) and self.descriptor(ref, wanted) is not None
 
 
 class PlanningBinder(Binder):
@@ -129,17 +161,25 @@ class PlanningBinder(Binder):
         super().__init__(principal, opener)
         self._resolve = resolve
         self._list = list_tables
-        self.pins: dict[TableRef, TableDescriptor] = {}
+        self.pins: dict[PinKey, TableDescriptor] = {}
 
-    def descriptor(self, ref: TableRef) -> TableDescriptor | None:
+    def descriptor(self, ref: TableRef, wanted: TableName | None = None) -> TableDescriptor | None:
         entry = self._resolve(ref)
-        return None if entry is None else entry.descriptor
+        if entry is None:
+            return None
+        head = entry.descriptor
+        if wanted is None or wanted.selector is None or wanted.listing:
+            return head
+        # The head's Lance history says which Lance version holds the one asked for.
+        return resolve(ref, head, history(self._opener.open(ref, head), head), wanted)
 
     def known_tables(self) -> Iterable[TableRef]:
         return self._list()
 
-    def pinned(self, ref: TableRef, descriptor: TableDescriptor) -> None:
-        self.pins[ref] = descriptor
+    def pinned(
+        self, ref: TableRef, descriptor: TableDescriptor, selector: str | None = None
+    ) -> None:
+        self.pins[(ref, selector)] = descriptor
 
 
 class PinnedBinder(Binder):
@@ -149,15 +189,15 @@ class PinnedBinder(Binder):
         self, principal: Principal, opener: DatasetOpener, pins: Iterable[PinnedTable]
     ) -> None:
         super().__init__(principal, opener)
-        self._pins = {p.table: p.descriptor for p in pins}
+        self._pins = {(p.table, p.selector): p.descriptor for p in pins}
 
-    def descriptor(self, ref: TableRef) -> TableDescriptor | None:
+    def descriptor(self, ref: TableRef, wanted: TableName | None = None) -> TableDescriptor | None:
         # Planning pinned every table this SQL references, so a miss cannot
         # happen for a genuine ticket; it is never resolved elsewhere.
-        return self._pins.get(ref)
+        return self._pins.get((ref, None if wanted is None else wanted.selector))
 
     def known_tables(self) -> Iterable[TableRef]:
-        return self._pins.keys()
+        return {ref for ref, _ in self._pins}
 
 
 class _LakeSchema(SchemaProvider):

@@ -85,16 +85,25 @@ def _scan_shape(df: Any) -> tuple[list[str], Any] | None:
 
 
 def scan_directly(
-    dataset: Any, plan: DirectScan, on_error: Callable[[BaseException], Exception]
+    dataset: Any,
+    plan: DirectScan,
+    on_error: Callable[[BaseException], Exception],
+    *,
+    fragments: list[Any] | None = None,
 ) -> Iterator[pa.RecordBatch] | None:
     """Run ``plan`` on ``dataset``; None if Lance refuses its filter (DataFusion can run it).
+
+    ``fragments``: only these fragments of the pinned version (a partition).
 
     Lance resolves the filter when the scan starts, before any batch is
     produced, so a refusal here always falls back before the first byte.
     """
     try:
         scanner = dataset.scanner(
-            columns=plan.columns, filter=plan.row_filter, batch_size=plan.batch_rows
+            columns=plan.columns,
+            filter=plan.row_filter,
+            batch_size=plan.batch_rows,
+            fragments=fragments,
         )
         batches = scanner.to_batches()
     except (ValueError, OSError) as exc:

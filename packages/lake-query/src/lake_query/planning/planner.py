@@ -33,6 +33,7 @@ from lake_query.planning.direct import DirectPlans, direct_plan, scan_directly
 from lake_query.planning.external import ExternalCatalog, ExternalTables, scan_filters
 from lake_query.planning.functions import FunctionBudget
 from lake_query.planning.limits import QueryLimits, SqlShape
+from lake_query.planning.partitions import PartitionLimits, fragment_ranges, scan_partition
 from lake_query.planning.pinned import PinnedDatasets
 from lake_query.planning.reservations import MemoryBudget, Reservation
 from lake_query.planning.spec import PinnedTable, PlannedQuery, QuerySpec
@@ -148,8 +149,10 @@ class Planner:
         datasets: DatasetOpener | None = None,
         limits: QueryLimits | None = None,
         external: Iterable[ExternalCatalog] = (),
+        partitions: PartitionLimits | None = None,
     ) -> None:
         self.limits = limits or QueryLimits()
+        self.partitions = partitions or PartitionLimits()
         #: Plug-in catalogs (``iceberg``) by SQL catalog name.
         self.external = {c.name: c for c in external}
         self._resolve = resolve
@@ -187,23 +190,28 @@ class Planner:
         del ctx
         schema = _result_schema(df)
         pins = tuple(
-            PinnedTable(table=ref, descriptor=binder.pins[ref])
-            for ref in sorted(binder.pins, key=lambda r: (r.namespace, r.name))
+            PinnedTable(table=ref, descriptor=binder.pins[(ref, selector)], selector=selector)
+            for ref, selector in sorted(
+                binder.pins, key=lambda k: (k[0].namespace, k[0].name, k[1] or "")
+            )
         )
         update: dict[str, Any] = {"pins": pins}
         if external is not None:
             update["external"] = external.pins()
         planned = spec.model_copy(update=update)
-        direct = direct_plan(df, binder.opened(), schema)
+        opened = binder.opened()
+        direct = direct_plan(df, opened, schema)
+        parts: tuple[tuple[int, ...], ...] = ()
         if direct is not None:
             self._direct.remember(planned, direct)
-        return PlannedQuery(spec=planned, schema=schema)
+            parts = fragment_ranges(opened[0], direct, self.partitions)
+        return PlannedQuery(spec=planned, schema=schema, partitions=parts)
 
     def execute(self, spec: QuerySpec, principal: Principal) -> ResultStream:
         """Run a planned query from its pinned set alone."""
         shape = _check(spec, self.limits)
         binder = PinnedBinder(principal, self._datasets, spec.pins)
-        datasets = binder.open_all(p.table for p in spec.pins)  # authorizes every table
+        datasets = binder.open_all(spec.pins)  # authorizes every table
         budget = FunctionBudget(self.limits.max_function_output_bytes)
         external = self._pinned_external(spec, principal, binder, budget, shape.bounded_functions)
         on_error = self._execution_errors(binder, budget)
@@ -257,6 +265,34 @@ class Planner:
         external.filters = scan_filters(df, self.external)
         del ctx, df
         return external
+
+    def execute_partition(
+        self, spec: QuerySpec, fragment_ids: list[int], principal: Principal
+    ) -> ResultStream:
+        """Run one partition of a planned scan: only ``fragment_ids`` of its pinned version."""
+        shape = _check(spec, self.limits)
+        binder = PinnedBinder(principal, self._datasets, spec.pins)
+        datasets = binder.open_all(p.table for p in spec.pins)  # authorizes every table
+        budget = FunctionBudget(self.limits.max_function_output_bytes)
+        on_error = self._execution_errors(binder, budget)
+        plan = self._direct.recall(spec) if len(datasets) == 1 else None
+        ctx: SessionContext | None = None
+        try:
+            if plan is None and len(datasets) == 1:
+                # Another replica planned it: plan again (deterministic) to find the scan.
+                ctx = session(binder, budget, functions=shape.bounded_functions)
+                df = _plan(ctx, spec, self.limits)
+                plan = direct_plan(df, datasets, _result_schema(df))
+                del df
+                if plan is not None:
+                    self._direct.remember(spec, plan)
+            dataset = datasets[0] if len(datasets) == 1 else None  # plan is None otherwise
+            batches = scan_partition(dataset, plan, fragment_ids, on_error)
+        except BaseException:
+            del ctx  # see ResultStream.close: no traceback may keep a session alive
+            raise
+        assert plan is not None  # scan_partition refused a missing plan
+        return ResultStream(plan.schema, coalesce_batches(batches, plan.schema), ctx, on_error)
 
     def _run(
         self,

@@ -32,6 +32,15 @@ class PinnedTable(BaseModel):
 
     table: TableRef
     descriptor: TableDescriptor
+    #: What the SQL selected after the table's name (``@v3``, ``@<instant>``,
+    #: ``$versions``); None for the current version. Two selectors of one
+    #: table are two pins.
+    selector: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The table name as the SQL wrote it (``t``, ``t@v3``, ``t$versions``)."""
+        return self.table.name + (self.selector or "")
 
 
 class ExternalPin(BaseModel):
@@ -101,6 +110,8 @@ class PlannedQuery:
 
     spec: QuerySpec
     schema: pa.Schema
+    #: Fragment ids of each endpoint of a partitioned scan; () for one endpoint.
+    partitions: tuple[tuple[int, ...], ...] = ()
 
 
 def statement_pins(spec: QuerySpec) -> tuple[tuple[PinnedTable, ...], tuple[ExternalPin, ...]]:

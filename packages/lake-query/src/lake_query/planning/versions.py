@@ -1,0 +1,260 @@
+"""Time travel: ``t@v3``, ``t@2026-11-30T12:00:00Z`` and ``t$versions``.
+
+A table name in SQL may carry a selector after the table's own name:
+
+    lake.ns."t@v3"                    Lake version 3
+    lake.ns."t@2026-11-30T12:00:00Z"  the version current at that instant (UTC)
+    lake.ns."t$versions"              one row per retained version
+
+Which versions exist comes from Lance's own history, read from the dataset
+opened at the pinned head (the registry's current version), never from a
+mutable pointer. Walking back from the head through each version's
+transaction gives exactly the versions the registry pointed at:
+
+    Append      a Lake version (its rows are the fragments it adds)
+    Overwrite   the table's creation (Lake version 0)
+    Restore(r)  written over unregistered orphans: its state is version r,
+                so the walk continues at r and the orphans are never seen
+    anything    maintenance (compaction, indexes): the same rows and, as
+    else        Metasrv commits it, the same Lake version on a new Lance one
+
+The walk stops at the first version retention has reclaimed, so the listing
+is the retained window, and a version older than it is VersionReclaimed.
+``committed_at`` is Lance's commit time, taken just before the registry made
+the version visible.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+import lance
+import pyarrow as pa
+
+from lake_core.errors import InvalidArgument, VersionReclaimed
+from lake_core.models import TableDescriptor
+from lake_core.names import TableRef
+
+__all__ = [
+    "VERSIONS_SCHEMA",
+    "VERSIONS_SELECTOR",
+    "RetainedVersion",
+    "TableName",
+    "history",
+    "parse_table_name",
+    "resolve",
+    "versions_table",
+]
+
+#: The selector of the metadata table listing a table's versions.
+VERSIONS_SELECTOR: Final = "$versions"
+
+Operation = Literal["create", "append", "maintenance"]
+
+VERSIONS_SCHEMA: Final = pa.schema(
+    [
+        pa.field("version", pa.int64(), nullable=False),
+        pa.field("committed_at", pa.timestamp("us", tz="UTC"), nullable=False),
+        pa.field("operation", pa.string(), nullable=False),
+        pa.field("rows_added", pa.int64(), nullable=False),
+        pa.field("engine_version", pa.int64(), nullable=False),
+    ]
+)
+
+_VERSION = re.compile(r"v(\d{1,18})")
+_INSTANT = re.compile(
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})"
+)
+
+
+#: Which operations make a new Lake version. Maintenance moves the current
+#: Lake version to a new Lance version (RegistryStore.commit_maintenance).
+_NEW_LAKE_VERSION: Final = frozenset({"append"})
+
+
+@dataclass(frozen=True)
+class TableName:
+    """A table name as SQL wrote it: the table, and what it selects of it."""
+
+    name: str
+    #: The text after the name (``@v3``, ``@<instant>``, ``$versions``), or None.
+    selector: str | None = None
+    version: int | None = None
+    instant: datetime | None = None
+
+    @property
+    def listing(self) -> bool:
+        return self.selector == VERSIONS_SELECTOR
+
+
+def parse_table_name(text: str) -> TableName:
+    """Split ``t@v3`` / ``t@<RFC 3339 UTC>`` / ``t$versions``; InvalidArgument if malformed."""
+    at, dollar = text.find("@"), text.find("$")
+    if at < 0 and dollar < 0:
+        return TableName(text)
+    cut = min(i for i in (at, dollar) if i >= 0)
+    name, selector = text[:cut], text[cut:]
+    shown = repr(text[:120])
+    if selector == VERSIONS_SELECTOR:
+        return TableName(name, selector)
+    if selector.startswith("$"):
+        raise InvalidArgument(
+            f"table name {shown}: unknown metadata table {selector!r}; "
+            f"the one metadata table is {VERSIONS_SELECTOR!r}"
+        )
+    wanted = selector[1:]
+    number = _VERSION.fullmatch(wanted)
+    if number:
+        return TableName(name, selector, version=int(number.group(1)))
+    return TableName(name, selector, instant=_parse_instant(wanted, shown))
+
+
+def _parse_instant(text: str, shown: str) -> datetime:
+    found = _INSTANT.fullmatch(text)
+    if found is None:
+        raise InvalidArgument(
+            f"table name {shown}: after '@' write a version (@v3) or a UTC instant in "
+            "RFC 3339 form (@2026-11-30T12:00:00Z)"
+        )
+    year, month, day, hour, minute, second, fraction, offset = found.groups()
+    if offset not in ("Z", "z", "+00:00", "-00:00"):
+        raise InvalidArgument(
+            f"table name {shown}: the instant must be in UTC (end it with Z), not {offset}"
+        )
+    try:
+        return datetime(
+            int(year),
+            int(month),
+            int(day),
+            int(hour),
+            int(minute),
+            int(second),
+            int((fraction or "0").ljust(6, "0")[:6]),
+            tzinfo=UTC,
+        )
+    except ValueError:
+        raise InvalidArgument(
+            f"table name {shown}: {text!r} is not a valid date and time"
+        ) from None
+
+
+@dataclass(frozen=True)
+class RetainedVersion:
+    """One version a table can still be read at."""
+
+    version: int
+    engine_version: int
+    committed_at: datetime
+    operation: Operation
+    rows_added: int
+
+
+def _committed_at(info: dict[str, Any]) -> datetime:
+    stamp: datetime = info["timestamp"]
+    # Lance gives local wall-clock time without a zone; astimezone reads it as local.
+    return stamp.astimezone(UTC)
+
+
+def history(dataset: Any, head: TableDescriptor) -> Iterator[RetainedVersion]:
+    """The retained versions at or before ``head``, newest first.
+
+    ``dataset`` is the table opened at ``head.engine_version``.
+    """
+    retained = {int(info["version"]): info for info in dataset.versions()}
+    current, version = head.engine_version, head.version
+    while current in retained and version >= 0:
+        try:
+            transaction = dataset.read_transaction(current)
+        except (OSError, ValueError):
+            return  # reclaimed while we walked
+        if transaction is None:
+            return
+        operation = transaction.operation
+        if isinstance(operation, lance.LanceOperation.Restore):
+            current = int(operation.version)
+            continue
+        kind: Operation
+        if isinstance(operation, lance.LanceOperation.Append):
+            kind, added = "append", sum(int(f.physical_rows) for f in operation.fragments)
+        elif isinstance(operation, lance.LanceOperation.Overwrite):
+            kind, added = "create", int(retained[current]["metadata"].get("total_rows", 0))
+        else:
+            kind, added = "maintenance", 0
+        yield RetainedVersion(version, current, _committed_at(retained[current]), kind, added)
+        if kind == "create":
+            return
+        if kind in _NEW_LAKE_VERSION:
+            version -= 1
+        current = int(transaction.read_version)
+
+
+def resolve(
+    table: TableRef,
+    head: TableDescriptor,
+    versions: Iterator[RetainedVersion],
+    wanted: TableName,
+    now: datetime | None = None,
+) -> TableDescriptor:
+    """The exact version ``wanted`` selects, as a pin."""
+    if wanted.version is not None:
+        if wanted.version > head.version:
+            raise InvalidArgument(
+                f"{table.qualified} has no version {wanted.version}: "
+                f"its latest version is {head.version}"
+            )
+        found = next((v for v in versions if v.version <= wanted.version), None)
+        if found is None or found.version != wanted.version:
+            raise VersionReclaimed(
+                f"{table.qualified} version {wanted.version} is no longer available: "
+                "retention reclaimed it"
+            )
+        return _pin(head, found)
+    if wanted.instant is None:
+        raise InvalidArgument(f"{table.qualified}: nothing to select in {wanted.selector!r}")
+    instant = wanted.instant
+    shown = _rfc3339(instant)
+    if instant > (now or datetime.now(UTC)):
+        raise InvalidArgument(f"{table.qualified}@{shown}: that instant is in the future")
+    oldest: RetainedVersion | None = None
+    for candidate in versions:
+        if candidate.committed_at <= instant:
+            return _pin(head, candidate)
+        oldest = candidate
+    if oldest is not None and oldest.operation == "create":
+        raise InvalidArgument(
+            f"{table.qualified} did not exist at {shown}: "
+            f"it was created at {_rfc3339(oldest.committed_at)}"
+        )
+    raise VersionReclaimed(
+        f"{table.qualified}: the version current at {shown} is no longer available: "
+        "retention reclaimed it"
+    )
+
+
+def _pin(head: TableDescriptor, found: RetainedVersion) -> TableDescriptor:
+    return head.model_copy(
+        update={"version": found.version, "engine_version": found.engine_version}
+    )
+
+
+def _rfc3339(instant: datetime) -> str:
+    return instant.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+def versions_table(versions: Iterator[RetainedVersion]) -> pa.Table:
+    """The ``$versions`` rows, oldest first."""
+    rows = sorted(versions, key=lambda v: v.engine_version)
+    return pa.table(
+        {
+            "version": [v.version for v in rows],
+            "committed_at": [v.committed_at for v in rows],
+            "operation": [v.operation for v in rows],
+            "rows_added": [v.rows_added for v in rows],
+            "engine_version": [v.engine_version for v in rows],
+        },
+        schema=VERSIONS_SCHEMA,
+    )

@@ -1,0 +1,269 @@
+"""Time travel in the planner: selectors, Lance history, pins, listing."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+
+import boto3
+import lance
+import pyarrow as pa
+import pytest
+
+from lake_core.cloud import DatasetStorage
+from lake_core.config import MANIFEST_DYNAMODB_TABLE
+from lake_core.errors import InvalidArgument, InvalidName, PermissionDenied, VersionReclaimed
+from lake_core.models import CatalogEntry, TableDescriptor, incarnation_metadata
+from lake_core.names import TableRef
+from lake_core.principal import DEV_PRINCIPAL, Principal
+from lake_core.schemas import schema_to_base64
+from lake_query.planning import DatasetOpener, PinnedDatasets, Planner, QuerySpec
+from lake_query.planning.versions import parse_table_name
+from tools.lake_testing.dynalite import Dynalite
+from tools.lake_testing.seaweed import SeaweedS3
+
+from .conftest import ROBOTS_ONLY, LocalCatalog, episodes
+
+
+def rows(planner: Planner, sql: str) -> pa.Table:
+    spec = planner.plan(sql, DEV_PRINCIPAL).spec
+    stream = planner.execute(spec, DEV_PRINCIPAL)
+    return pa.Table.from_batches(list(stream), schema=stream.schema)
+
+
+def ids(table: pa.Table) -> list[int]:
+    return sorted(table.column("episode_id").to_pylist())
+
+
+@pytest.fixture
+def history(catalog: LocalCatalog) -> LocalCatalog:
+    """Lake versions 1 (create, 2 rows), 2 (+3), 3 (+1), then a compaction of 3."""
+    catalog.create("robots.episodes", episodes(0, 2))
+    catalog.append("robots.episodes", episodes(2, 3))
+    catalog.append("robots.episodes", episodes(5, 1))
+    entry = catalog.entries[TableRef("robots", "episodes")]
+    dataset = lance.dataset(entry.descriptor.location)
+    dataset.optimize.compact_files()
+    catalog._register(
+        entry.table,
+        entry.descriptor.incarnation,
+        entry.descriptor.version,
+        int(lance.dataset(entry.descriptor.location).version),
+        episodes(0, 1).schema,
+    )
+    return catalog
+
+
+def test_selectors_parse_before_any_io() -> None:
+    assert parse_table_name("t").selector is None
+    assert parse_table_name("t@v3").version == 3
+    assert parse_table_name("t$versions").listing
+    instant = parse_table_name("t@2026-11-30T12:00:00.5Z").instant
+    assert instant == datetime(2026, 11, 30, 12, 0, 0, 500000, tzinfo=UTC)
+    assert parse_table_name("t@2026-11-30T12:00:00+00:00").instant is not None
+    for bad in ("t@3", "t@vx", "t@2026-11-30", "t@2026-11-30T12:00:00+02:00", "t$snapshots"):
+        with pytest.raises(InvalidArgument):
+            parse_table_name(bad)
+    with pytest.raises(InvalidArgument, match="valid date"):
+        parse_table_name("t@2026-02-30T12:00:00Z")
+
+
+def test_each_version_reads_its_own_rows(history: LocalCatalog) -> None:
+    planner = Planner(history.resolve, history.refs)
+    assert ids(rows(planner, 'SELECT * FROM lake.robots."episodes@v1"')) == [0, 1]
+    assert ids(rows(planner, 'SELECT * FROM lake.robots."episodes@v2"')) == list(range(5))
+    assert ids(rows(planner, 'SELECT * FROM lake.robots."episodes@v3"')) == list(range(6))
+    assert ids(rows(planner, "SELECT * FROM lake.robots.episodes")) == list(range(6))
+
+
+def test_two_versions_of_one_table_are_two_pins(history: LocalCatalog) -> None:
+    planner = Planner(history.resolve, history.refs)
+    sql = (
+        'WITH old AS (SELECT episode_id FROM lake.robots."episodes@v1") '
+        'SELECT n.episode_id FROM lake.robots."episodes@v2" n '
+        "LEFT JOIN old ON n.episode_id = old.episode_id WHERE old.episode_id IS NULL"
+    )
+    spec = planner.plan(sql, DEV_PRINCIPAL).spec
+    assert [p.name for p in spec.pins] == ["episodes@v1", "episodes@v2"]
+    # Execution reads the pins alone, even after a later append.
+    history.append("robots.episodes", episodes(6, 4))
+    stream = planner.execute(QuerySpec.model_validate(spec.model_dump()), DEV_PRINCIPAL)
+    assert ids(pa.Table.from_batches(list(stream), schema=stream.schema)) == [2, 3, 4]
+
+
+def test_versions_listing(history: LocalCatalog) -> None:
+    planner = Planner(history.resolve, history.refs)
+    listing = rows(planner, 'SELECT * FROM lake.robots."episodes$versions" ORDER BY engine_version')
+    assert listing.column_names == [
+        "version",
+        "committed_at",
+        "operation",
+        "rows_added",
+        "engine_version",
+    ]
+    assert listing.column("version").to_pylist() == [1, 2, 3, 3]
+    assert listing.column("operation").to_pylist() == ["create", "append", "append", "maintenance"]
+    assert listing.column("rows_added").to_pylist() == [2, 3, 1, 0]
+    head = history.entries[TableRef("robots", "episodes")].descriptor.engine_version
+    assert listing.column("engine_version").to_pylist() == [1, 2, 3, head]
+    assert listing.schema.field("committed_at").type == pa.timestamp("us", tz="UTC")
+    stamps = listing.column("committed_at").to_pylist()
+    assert stamps == sorted(stamps)
+    now = datetime.now(UTC)
+    assert all(now - timedelta(minutes=5) < s <= now for s in stamps)
+
+
+def test_instants_pick_the_version_current_then(history: LocalCatalog) -> None:
+    planner = Planner(history.resolve, history.refs)
+    listing = rows(planner, 'SELECT * FROM lake.robots."episodes$versions"')
+    stamps = dict(
+        zip(
+            listing.column("engine_version").to_pylist(),
+            listing.column("committed_at").to_pylist(),
+            strict=True,
+        )
+    )
+
+    def at(instant: datetime) -> list[int]:
+        text = instant.isoformat().replace("+00:00", "Z")
+        return ids(rows(planner, f'SELECT * FROM lake.robots."episodes@{text}"'))
+
+    assert at(stamps[1]) == [0, 1]
+    assert at(stamps[2] - (stamps[2] - stamps[1]) / 2) == [0, 1]
+    assert at(stamps[2]) == list(range(5))
+    assert at(max(stamps.values())) == list(range(6))
+    with pytest.raises(InvalidArgument, match="did not exist"):
+        at(stamps[1] - timedelta(seconds=1))
+    with pytest.raises(InvalidArgument, match="future"):
+        at(datetime.now(UTC) + timedelta(hours=1))
+
+
+def test_future_and_reclaimed_versions_fail_explicitly(history: LocalCatalog) -> None:
+    planner = Planner(history.resolve, history.refs)
+    with pytest.raises(InvalidArgument, match="no version 4"):
+        planner.plan('SELECT * FROM lake.robots."episodes@v4"', DEV_PRINCIPAL)
+    with pytest.raises(InvalidName):
+        planner.plan('SELECT * FROM lake.robots."Episodes@v1"', DEV_PRINCIPAL)
+    spec = planner.plan('SELECT * FROM lake.robots."episodes@v2"', DEV_PRINCIPAL).spec
+    location = history.entries[TableRef("robots", "episodes")].descriptor.location
+    lance.dataset(location).cleanup_old_versions(
+        older_than=timedelta(0), retain_versions=1, error_if_tagged_old_versions=False
+    )
+    with pytest.raises(VersionReclaimed):
+        planner.plan('SELECT * FROM lake.robots."episodes@v1"', DEV_PRINCIPAL)
+    with pytest.raises(VersionReclaimed):
+        list(planner.execute(spec, DEV_PRINCIPAL))
+    listing = rows(planner, 'SELECT * FROM lake.robots."episodes$versions"')
+    head = history.entries[TableRef("robots", "episodes")].descriptor.engine_version
+    assert listing.column("engine_version").to_pylist() == [head]
+
+
+def test_orphans_behind_a_restore_are_never_listed(catalog: LocalCatalog) -> None:
+    catalog.create("robots.episodes", episodes(0, 2))
+    entry = catalog.entries[TableRef("robots", "episodes")]
+    location = entry.descriptor.location
+    # An append Lance committed but the registry never recorded (a crash).
+    lance.write_dataset(episodes(100, 5), location, mode="append")
+    latest = lance.dataset(location)
+    restored = lance.LanceDataset.commit(
+        latest, lance.LanceOperation.Restore(1), read_version=latest.version
+    )
+    lance.write_dataset(episodes(2, 1), location, mode="append")
+    catalog._register(
+        entry.table,
+        entry.descriptor.incarnation,
+        2,
+        int(restored.version) + 1,
+        episodes(0, 1).schema,
+    )
+    planner = Planner(catalog.resolve, catalog.refs)
+    listing = rows(planner, 'SELECT * FROM lake.robots."episodes$versions"')
+    assert listing.column("engine_version").to_pylist() == [1, 4]
+    assert listing.column("version").to_pylist() == [1, 2]
+    assert ids(rows(planner, 'SELECT * FROM lake.robots."episodes@v2"')) == [0, 1, 2]
+
+
+@pytest.mark.s3
+@pytest.mark.dynamodb
+def test_time_travel_on_an_s3_table(
+    s3_server: SeaweedS3, s3_bucket: str, dynamodb_server: Dynalite, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env = {**s3_server.env(), **dynamodb_server.env()}
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)  # boto3 and Lance read credentials from the environment
+    manifests = f"manifests_{uuid.uuid4().hex[:8]}"
+    client = boto3.client(
+        "dynamodb", endpoint_url=dynamodb_server.endpoint, region_name="us-east-1"
+    )
+    client.create_table(
+        TableName=manifests,
+        BillingMode="PAY_PER_REQUEST",
+        AttributeDefinitions=[
+            {"AttributeName": "base_uri", "AttributeType": "S"},
+            {"AttributeName": "version", "AttributeType": "N"},
+        ],
+        KeySchema=[
+            {"AttributeName": "base_uri", "KeyType": "HASH"},
+            {"AttributeName": "version", "KeyType": "RANGE"},
+        ],
+    )
+    client.get_waiter("table_exists").wait(TableName=manifests, WaiterConfig={"Delay": 0.2})
+    storage = DatasetStorage.from_env({**env, MANIFEST_DYNAMODB_TABLE: manifests})
+    location = f"s3://{s3_bucket}/lake/robots/episodes.lance"
+    data = episodes(0, 3)
+    schema = data.schema.with_metadata(incarnation_metadata("inc-7"))
+    uri, options = storage.lance_uri(location), storage.storage_options(location)
+    lance.write_dataset(schema.empty_table(), uri, mode="create", storage_options=options)
+    for start in (0, 3):
+        written = lance.write_dataset(
+            episodes(start, 3).replace_schema_metadata(schema.metadata),
+            uri,
+            mode="append",
+            storage_options=options,
+        )
+    ref = TableRef("robots", "episodes")
+    entry = CatalogEntry(
+        table=ref,
+        descriptor=TableDescriptor(
+            location=location, incarnation="inc-7", version=2, engine_version=written.version
+        ),
+        schema_ipc=schema_to_base64(data.schema),
+    )
+    planner = Planner(
+        {ref: entry}.get, lambda: [ref], datasets=DatasetOpener(storage, PinnedDatasets())
+    )
+    listing = rows(planner, 'SELECT * FROM lake.robots."episodes$versions"')
+    assert listing.column("version").to_pylist() == [0, 1, 2]
+    assert listing.column("operation").to_pylist() == ["create", "append", "append"]
+    assert ids(rows(planner, 'SELECT * FROM lake.robots."episodes@v1"')) == [0, 1, 2]
+    with pytest.raises(InvalidArgument):
+        planner.plan('SELECT * FROM lake.robots."episodes@v3"', DEV_PRINCIPAL)
+
+
+def test_selectors_are_authorized_like_the_table(catalog: LocalCatalog) -> None:
+    catalog.create("secret.episodes", episodes(0, 2))
+    catalog.create("robots.episodes", episodes(0, 2))
+    planner = Planner(catalog.resolve, catalog.refs)
+    for name in ("episodes@v1", "episodes$versions", "episodes@2026-01-01T00:00:00Z"):
+        with pytest.raises(PermissionDenied):
+            planner.plan(f'SELECT * FROM lake.secret."{name}"', ROBOTS_ONLY)
+        # Hidden and absent look the same.
+        with pytest.raises(PermissionDenied):
+            planner.plan(f'SELECT * FROM lake.secret."missing{name[8:]}"', ROBOTS_ONLY)
+    assert rows_as(planner, 'SELECT * FROM lake.robots."episodes@v1"', ROBOTS_ONLY).num_rows == 2
+
+
+def rows_as(planner: Planner, sql: str, principal: Principal) -> pa.Table:
+    stream = planner.execute(planner.plan(sql, principal).spec, principal)
+    return pa.Table.from_batches(list(stream), schema=stream.schema)
+
+
+def test_the_listing_mixes_with_versions_in_one_statement(history: LocalCatalog) -> None:
+    planner = Planner(history.resolve, history.refs)
+    sql = (
+        'SELECT e.episode_id FROM lake.robots."episodes@v2" e WHERE e.episode_id < '
+        '(SELECT max(rows_added) FROM lake.robots."episodes$versions")'
+    )
+    assert ids(rows(planner, sql)) == [0, 1, 2]
+    only = rows(planner, 'SELECT * FROM lake.robots."episodes$versions" WHERE version = 3')
+    assert only.column("operation").to_pylist() == ["append", "maintenance"]
