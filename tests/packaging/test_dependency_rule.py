@@ -309,3 +309,65 @@ def test_the_cycle_check_can_fail() -> None:
     graph = {"p.a": {"p.b"}, "p.b": {"p.c"}, "p.c": {"p.a"}, "p.d": {"p.a"}}
     assert _cycles(graph) == [["p.a", "p.b", "p.c"]]
     assert _cycles({"p.a": {"p.b"}, "p.b": set()}) == []
+
+
+def test_query_finds_the_iceberg_plugin_only_by_entry_point() -> None:
+    """lake-query never names lake_iceberg (not even in a string); lake-iceberg registers itself."""
+    source = PACKAGES / "lake-query" / "src" / "lake_query"
+    mentions = [
+        str(p.relative_to(ROOT)) for p in source.rglob("*.py") if "lake_iceberg" in p.read_text()
+    ]
+    assert not mentions, f"lake_query names lake_iceberg: {mentions}"
+    query = tomllib.loads((PACKAGES / "lake-query" / "pyproject.toml").read_text())
+    assert not any("iceberg" in d for d in query["project"]["dependencies"])
+    iceberg = tomllib.loads((PACKAGES / "lake-iceberg" / "pyproject.toml").read_text())
+    plugins = iceberg["project"]["entry-points"]["lake.query.plugins"]
+    assert plugins == {"iceberg": "lake_iceberg.federation.plugin:plugin"}
+
+
+@pytest.mark.slow
+def test_lake_query_installs_and_configures_without_the_iceberg_plugin(tmp_path: Path) -> None:
+    """``pip install lake-query`` alone: native configuration loads; Iceberg variables name the install."""
+    wheelhouse = tmp_path / "wheels"
+    for pkg in ("lake-core", "lake-objects", "lake-query"):
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "build",
+                "--wheel",
+                "--no-isolation",
+                "--outdir",
+                str(wheelhouse),
+                str(PACKAGES / pkg),
+            ],
+            check=True,
+            capture_output=True,
+        )
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=shutil.which("uv") is None, clear=True)
+    python = env_dir / "bin" / "python"
+    clean_env = {k: v for k, v in os.environ.items() if k not in {"PYTHONPATH", "VIRTUAL_ENV"}}
+    subprocess.run(
+        [*_installer(python), "--find-links", str(wheelhouse), "lake-query"],
+        check=True,
+        env=clean_env,
+    )
+    probe = (
+        "import importlib.util, sys\n"
+        "from lake_core.errors import ConfigError\n"
+        "from lake_query.config import QueryConfig\n"
+        "assert importlib.util.find_spec('lake_iceberg') is None\n"
+        "assert QueryConfig.load(env={}).external == ()\n"
+        "try:\n"
+        "    QueryConfig.load(env={'LAKE_ICEBERG_REST_ENDPOINT': 'https://c.example.com',\n"
+        "        'LAKE_ICEBERG_WAREHOUSE': 'w', 'LAKE_ICEBERG_NAMESPACES': 'a'})\n"
+        "except ConfigError as exc:\n"
+        "    print(exc)\n"
+        "else:\n"
+        "    sys.exit('Iceberg variables without the plug-in must not load')\n"
+    )
+    out = subprocess.run(
+        [str(python), "-c", probe], check=True, capture_output=True, text=True, env=clean_env
+    ).stdout
+    assert "pip install lake-iceberg" in out

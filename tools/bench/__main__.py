@@ -29,6 +29,7 @@ BENCHMARKS = [
     "tools.bench.partitions_bench",
     "tools.bench.gc_bench",
     "tools.bench.frames_bench",
+    "tools.bench.iceberg_bench",
 ]
 
 

@@ -13,7 +13,14 @@ It forwards every request to the upstream catalog and can, as the tests ask:
   instead of answering);
 - answer 503 to the next ``fail_requests`` requests;
 - answer 401 to the next ``expire_tokens`` catalog requests, as when an
-  access token has just expired.
+  access token has just expired;
+- answer ``fail_status`` (503 by default) to the next ``fail_requests``;
+- never answer the next ``stall_requests`` catalog requests (until ``stop()``);
+- hold every token request while ``hold_tokens`` is set, until ``release_tokens()``.
+
+``wait_requests(kind, n)`` blocks until the proxy has seen ``n`` requests of
+``kind`` (``"token"``, ``"commit"`` or the HTTP method), so tests wait on the
+event itself rather than on a sleep.
 
 Runs its own event loop on a thread; ``stop()`` closes it.
 """
@@ -65,13 +72,30 @@ class CatalogProxy:
     requests: Counter[str] = field(default_factory=Counter)
     issued: set[str] = field(default_factory=set)
     http_port: int = field(default_factory=free_port)
+    fail_status: int = 503
+    stall_requests: int = 0
+    hold_tokens: bool = False
 
     @property
     def endpoint(self) -> str:
         scheme = "https" if self.server_cert is not None else "http"
         return f"{scheme}://127.0.0.1:{self.port}"
 
+    def wait_requests(self, kind: str, count: int, timeout_s: float = 60.0) -> None:
+        """Block until ``count`` requests of ``kind`` have arrived."""
+        with self._seen:
+            if not self._seen.wait_for(lambda: self.requests[kind] >= count, timeout_s):
+                raise TimeoutError(f"{self.requests[kind]} {kind} requests, expected {count}")
+
+    def _thread_done(self) -> bool:
+        return not self._thread.is_alive()
+
+    def release_tokens(self) -> None:
+        self.hold_tokens = False
+        self._loop.call_soon_threadsafe(self._tokens_released.set)
+
     def start(self) -> CatalogProxy:
+        self._seen = threading.Condition()
         self._loop = asyncio.new_event_loop()
         ready = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
@@ -101,6 +125,8 @@ class CatalogProxy:
         return context
 
     async def _serve(self) -> None:
+        self._tokens_released = asyncio.Event()
+        self._stalled = asyncio.Event()  # never set: stalled requests wait for stop()
         self._session = aiohttp.ClientSession(auto_decompress=False)
         app = web.Application(client_max_size=64 * 1024**2)
         app.router.add_route("*", "/{path:.*}", self._handle)
@@ -119,10 +145,18 @@ class CatalogProxy:
             if (request.method == "POST" and _COMMIT.match(path))
             else request.method
         )
-        self.requests[kind] += 1
+        with self._seen:
+            self.requests[kind] += 1
+            self._seen.notify_all()
+        if kind == "token" and self.hold_tokens:
+            await self._tokens_released.wait()
+        if kind != "token" and self.stall_requests > 0:
+            self.stall_requests -= 1
+            await self._stalled.wait()
         if self.fail_requests > 0:
             self.fail_requests -= 1
-            return _error(503, "ServiceUnavailableException", "injected 503")
+            status = self.fail_status
+            return _error(status, "ServiceUnavailableException", f"injected {status}")
         if kind == "token" and self.token_status is not None:
             return web.json_response(
                 {"error": "invalid_client", "error_description": "injected"},
@@ -167,13 +201,15 @@ class CatalogProxy:
         return not (self.require_issued_token and token not in self.issued)
 
     def stop(self) -> None:
-        if not hasattr(self, "_loop"):
-            return  # never started
+        if not hasattr(self, "_loop") or self._loop.is_closed() or self._thread_done():
+            return  # never started, or already stopped
         tls = getattr(self, "_tls", None)
         if tls is not None:
             tls.stop()
 
         async def close() -> None:
+            self._stalled.set()
+            self._tokens_released.set()
             await self._runner.cleanup()
             await self._session.close()
 

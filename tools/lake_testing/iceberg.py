@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from tools.lake_testing.seaweed import SeaweedS3
 
-__all__ = ["SeaweedIceberg"]
+__all__ = ["EPISODE_ROWS", "SeaweedIceberg", "federation_env", "write_episodes"]
 
 
 @dataclass(repr=False)
@@ -111,3 +111,55 @@ class SeaweedIceberg(SeaweedS3):
         )
         with urllib.request.urlopen(request, timeout=30) as response:
             return str(json.loads(response.read())["access_token"])
+
+    def federation_env(self, namespaces: str, *, endpoint: str | None = None) -> dict[str, str]:
+        """A Query replica's environment federating this catalog (``endpoint``: a proxy)."""
+        return federation_env(self, namespaces, endpoint=endpoint)
+
+
+def federation_env(
+    server: SeaweedIceberg, namespaces: str, *, endpoint: str | None = None
+) -> dict[str, str]:
+    """``LAKE_ICEBERG_*`` plus the workload identity (AWS variables) for ``server``."""
+    return {
+        "LAKE_ICEBERG_REST_ENDPOINT": endpoint or server.iceberg_endpoint,
+        "LAKE_ICEBERG_WAREHOUSE": server.warehouse,
+        "LAKE_ICEBERG_NAMESPACES": namespaces,
+        "LAKE_ICEBERG_REST_CREDENTIAL": server.credential,
+        "LAKE_ICEBERG_S3_ENDPOINT": server.endpoint,
+        "LAKE_ICEBERG_S3_REGION": server.region,
+        "LAKE_ICEBERG_S3_PATH_STYLE": "true",
+        # Query reads Iceberg files with its own (workload) identity: the AWS chain.
+        "AWS_ACCESS_KEY_ID": server.access_key,
+        "AWS_SECRET_ACCESS_KEY": server.secret_key,
+        "AWS_REGION": server.region,
+    }
+
+
+#: The rows :func:`write_episodes` appends, one append per robot.
+EPISODE_ROWS: list[dict[str, Any]] = [
+    {"episode_id": robot * 100 + i, "robot_id": name, "reward": float(i) / 2}
+    for robot, name in enumerate(["alpha", "beta", "gamma"])
+    for i in range(20)
+]
+
+
+def write_episodes(catalog: Any, namespace: str, table: str = "episodes") -> Any:
+    """An Iceberg table written by pyiceberg: three appends, one data file per robot."""
+    import pyarrow as pa
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import DoubleType, LongType, NestedField, StringType
+
+    schema = Schema(
+        NestedField(1, "episode_id", LongType(), required=False),
+        NestedField(2, "robot_id", StringType(), required=False),
+        NestedField(3, "reward", DoubleType(), required=False),
+    )
+    if namespace not in {ns[0] for ns in catalog.list_namespaces()}:
+        catalog.create_namespace(namespace)
+    created = catalog.create_table((namespace, table), schema=schema)
+    arrow = schema.as_arrow()
+    for name in ("alpha", "beta", "gamma"):
+        rows = [r for r in EPISODE_ROWS if r["robot_id"] == name]
+        created.append(pa.Table.from_pylist(rows, schema=arrow))
+    return catalog.load_table((namespace, table))

@@ -28,6 +28,20 @@ __all__ = [
     "COMPACTION",
     "DYNAMODB_TABLE",
     "FAULTS",
+    "ICEBERG_NAMESPACES",
+    "ICEBERG_REST_CREDENTIAL",
+    "ICEBERG_REST_ENDPOINT",
+    "ICEBERG_REST_OAUTH2_SERVER_URI",
+    "ICEBERG_REST_OAUTH_AUDIENCE",
+    "ICEBERG_REST_OAUTH_RESOURCE",
+    "ICEBERG_REST_OAUTH_SCOPE",
+    "ICEBERG_REST_TIMEOUT_MS",
+    "ICEBERG_REST_TOKEN",
+    "ICEBERG_S3_ANONYMOUS",
+    "ICEBERG_S3_ENDPOINT",
+    "ICEBERG_S3_PATH_STYLE",
+    "ICEBERG_S3_REGION",
+    "ICEBERG_WAREHOUSE",
     "LANCE_RETAIN_VERSIONS",
     "MANAGED_OBJECT_PREFIX",
     "MANAGED_OBJECT_ROOT",
@@ -420,6 +434,100 @@ QUERY_MIN_ENDPOINT_ROWS = EnvVar(
     owner=QUERY,
     default="262144",
     range="1..=1099511627776, rows",
+)
+
+# -- Iceberg federation ---------------------------------------------------------
+
+ICEBERG_REST_ENDPOINT = EnvVar(
+    "LAKE_ICEBERG_REST_ENDPOINT",
+    doc="The external Iceberg REST catalog Query federates as the read-only `iceberg` catalog "
+    "(with LAKE_ICEBERG_WAREHOUSE and LAKE_ICEBERG_NAMESPACES: all three or none). "
+    "Credential-free https://, or http:// on a numeric loopback IP only.",
+    owner=QUERY,
+    range="URL",
+)
+ICEBERG_WAREHOUSE = EnvVar(
+    "LAKE_ICEBERG_WAREHOUSE",
+    doc="The warehouse identifier sent to the Iceberg REST catalog (never logged or shown).",
+    owner=QUERY,
+)
+ICEBERG_NAMESPACES = EnvVar(
+    "LAKE_ICEBERG_NAMESPACES",
+    doc="Iceberg namespaces Query may read (the ceiling; a principal also needs the "
+    "namespace in its grants). Each is checked to exist at startup.",
+    owner=QUERY,
+    range="comma-separated namespace names",
+)
+ICEBERG_REST_TOKEN = EnvVar(
+    "LAKE_ICEBERG_REST_TOKEN",
+    doc="A static bearer token for the Iceberg catalog (never refreshed). Exclusive with "
+    "LAKE_ICEBERG_REST_CREDENTIAL.",
+    owner=QUERY,
+    range="secret",
+)
+ICEBERG_REST_CREDENTIAL = EnvVar(
+    "LAKE_ICEBERG_REST_CREDENTIAL",
+    doc="OAuth2 client credentials for the Iceberg catalog; one shared renewal when a token "
+    "is refused. Exclusive with LAKE_ICEBERG_REST_TOKEN.",
+    owner=QUERY,
+    range="client-id:client-secret (secret)",
+)
+ICEBERG_REST_OAUTH2_SERVER_URI = EnvVar(
+    "LAKE_ICEBERG_REST_OAUTH2_SERVER_URI",
+    doc="The OAuth2 token endpoint (default: the catalog's /v1/oauth/tokens). "
+    "Requires LAKE_ICEBERG_REST_CREDENTIAL; same transport rule as the catalog.",
+    owner=QUERY,
+    range="URL",
+)
+ICEBERG_REST_OAUTH_SCOPE = EnvVar(
+    "LAKE_ICEBERG_REST_OAUTH_SCOPE",
+    doc="OAuth2 scope of the token request. Requires LAKE_ICEBERG_REST_CREDENTIAL.",
+    owner=QUERY,
+    default="catalog",
+)
+ICEBERG_REST_OAUTH_AUDIENCE = EnvVar(
+    "LAKE_ICEBERG_REST_OAUTH_AUDIENCE",
+    doc="OAuth2 audience of the token request. Requires LAKE_ICEBERG_REST_CREDENTIAL.",
+    owner=QUERY,
+)
+ICEBERG_REST_OAUTH_RESOURCE = EnvVar(
+    "LAKE_ICEBERG_REST_OAUTH_RESOURCE",
+    doc="OAuth2 resource of the token request. Requires LAKE_ICEBERG_REST_CREDENTIAL.",
+    owner=QUERY,
+)
+ICEBERG_REST_TIMEOUT_MS = EnvVar(
+    "LAKE_ICEBERG_REST_TIMEOUT_MS",
+    doc="One bound on every Iceberg catalog exchange: the config handshake, namespace checks, "
+    "table loads and OAuth token requests.",
+    owner=QUERY,
+    default="10000",
+    range="100..=300000",
+)
+ICEBERG_S3_ENDPOINT = EnvVar(
+    "LAKE_ICEBERG_S3_ENDPOINT",
+    doc="S3 endpoint for Iceberg table files when the catalog does not give one; must be "
+    "paired with LAKE_ICEBERG_S3_REGION. Same transport rule as the catalog; no credentials.",
+    owner=QUERY,
+    range="URL",
+)
+ICEBERG_S3_REGION = EnvVar(
+    "LAKE_ICEBERG_S3_REGION",
+    doc="Region for LAKE_ICEBERG_S3_ENDPOINT (both or neither).",
+    owner=QUERY,
+)
+ICEBERG_S3_PATH_STYLE = EnvVar(
+    "LAKE_ICEBERG_S3_PATH_STYLE",
+    doc="Path-style S3 addressing for Iceberg table files.",
+    owner=QUERY,
+    default="unset (the catalog's setting)",
+    range="true | false",
+)
+ICEBERG_S3_ANONYMOUS = EnvVar(
+    "LAKE_ICEBERG_S3_ANONYMOUS",
+    doc="Read Iceberg table files unsigned: only for an intentionally public bucket.",
+    owner=QUERY,
+    default="false",
+    range="true | false",
 )
 
 # -- tests ---------------------------------------------------------------------

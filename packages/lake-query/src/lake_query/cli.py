@@ -56,6 +56,9 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
     stage = QueryStage(config.stage)
     handler: QueryHandler | None = None
     try:
+        # Bounded external checks (Iceberg namespaces) before the listener binds.
+        for catalog in config.external:
+            await asyncio.to_thread(catalog.start)
         await cache.start()
         log.info(
             "catalog connected",
@@ -81,6 +84,7 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             ),
             limits=config.limits,
             partitions=config.partitions,
+            external=config.external,
         )
 
         def started(server: FlightServer) -> None:
@@ -109,6 +113,8 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
         await stage.close()
         if handler is not None:
             handler.close()
+        for catalog in config.external:
+            catalog.close()
 
 
 @click.command("query")

@@ -29,7 +29,8 @@ default 60 s, among them: see :mod:`lake_query.stall`); statement bounds
 from :class:`lake_query.planning.limits.QueryLimits`;
 ``LAKE_QUERY_VERIFY_ON_OPEN`` (true/false, default false: :mod:`lake_query.verify`);
 partitioned scans (``LAKE_QUERY_MAX_ENDPOINTS``, ``LAKE_QUERY_MIN_ENDPOINT_ROWS``) from
-:class:`lake_query.planning.partitions.PartitionLimits`.
+:class:`lake_query.planning.partitions.PartitionLimits`;
+``LAKE_ICEBERG_*``: the Iceberg plug-in validates them (:mod:`lake_query.planning.external`).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from lake_core.tickets import TicketKeyRing
 from lake_core.tls import METADATA_CA_FILE, METADATA_SERVER_NAME, ClientTLS, load_client_tls
 from lake_objects.settings import StageSettings
 from lake_query.admission import AdmissionLimits
+from lake_query.planning.external import ExternalCatalog, load_external_catalogs
 from lake_query.planning.limits import QueryLimits
 from lake_query.planning.partitions import PartitionLimits
 from lake_query.verify import verify_on_open
@@ -124,6 +126,8 @@ class QueryConfig:
     verify_on_open: bool = False
     #: ``LAKE_QUERY_MAX_ENDPOINTS`` and ``LAKE_QUERY_MIN_ENDPOINT_ROWS`` (partitioned scans).
     partitions: PartitionLimits = field(default_factory=PartitionLimits)
+    #: Plug-in catalogs (``iceberg``: lake_query.planning.external), validated, not started.
+    external: tuple[ExternalCatalog, ...] = ()
 
     @property
     def loopback(self) -> bool:
@@ -198,4 +202,5 @@ class QueryConfig:
             ),
             verify_on_open=verify_on_open(source),
             partitions=PartitionLimits.from_env(source),
+            external=load_external_catalogs(source),
         )

@@ -23,7 +23,7 @@ import base64
 import contextlib
 import functools
 import os
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -58,6 +58,7 @@ from lake_query.flightsql.endpoints import PARTITION, fragments_of, query_bodies
 from lake_query.flightsql.statements import PreparedStatements
 from lake_query.flightsql.wire import MAX_SQL_BYTES, caller
 from lake_query.planning import DatasetOpener, PlannedQuery, Planner, QueryLimits, QuerySpec
+from lake_query.planning.external import ExternalCatalog
 from lake_query.planning.partitions import PartitionLimits
 from lake_query.results import prefetch
 from lake_query.stage import QueryStage
@@ -109,6 +110,7 @@ class QueryHandler(FlightHandler):
         datasets: DatasetOpener | None = None,
         limits: QueryLimits | None = None,
         partitions: PartitionLimits | None = None,
+        external: Iterable[ExternalCatalog] = (),
     ) -> None:
         self._stage = stage or QueryStage(None)
         self._admission = admission
@@ -132,6 +134,7 @@ class QueryHandler(FlightHandler):
             datasets=datasets,
             limits=limits,
             partitions=partitions,
+            external=external,
         )
 
     def __repr__(self) -> str:

@@ -4,6 +4,7 @@ Parts:
 
 - :mod:`~lake_query.planning.spec`: what a ticket seals (``QuerySpec``, ``PinnedTable``).
 - :mod:`~lake_query.planning.catalog`: the lazy per-request ``lake`` catalog (binders).
+- :mod:`~lake_query.planning.external`: plug-in catalogs (``iceberg``) found by entry point.
 - :mod:`~lake_query.planning.versions`: time travel (``t@v3``, ``t@<instant>``,
   ``t$versions``) from Lance's history.
 - :mod:`~lake_query.planning.storage`: opening pinned versions; storage failures, typed.
@@ -21,13 +22,21 @@ from lake_query.planning.catalog import DEFAULT_SCHEMA
 from lake_query.planning.limits import QueryLimits
 from lake_query.planning.pinned import PinnedDatasets
 from lake_query.planning.planner import Planner, ResultStream, read_only_options
-from lake_query.planning.spec import MAX_PARAMETER_BYTES, PinnedTable, PlannedQuery, QuerySpec
+from lake_query.planning.spec import (
+    MAX_PARAMETER_BYTES,
+    ExternalPin,
+    PinnedTable,
+    PlannedQuery,
+    QuerySpec,
+    statement_pins,
+)
 from lake_query.planning.storage import DatasetOpener, StorageProbe, open_pinned
 
 __all__ = [
     "DEFAULT_SCHEMA",
     "MAX_PARAMETER_BYTES",
     "DatasetOpener",
+    "ExternalPin",
     "PinnedDatasets",
     "PinnedTable",
     "PlannedQuery",
@@ -38,4 +47,5 @@ __all__ = [
     "StorageProbe",
     "open_pinned",
     "read_only_options",
+    "statement_pins",
 ]

@@ -33,6 +33,7 @@ from lake_core.errors import InvalidArgument, PermissionDenied, TableNotFound
 from lake_core.models import CatalogEntry, TableDescriptor
 from lake_core.names import DEFAULT_CATALOG, TableRef
 from lake_core.principal import Principal
+from lake_query.planning.external import ExternalTables
 from lake_query.planning.functions import FunctionBudget, register_bounded_functions
 from lake_query.planning.spec import PinnedTable
 from lake_query.planning.storage import DatasetOpener
@@ -243,8 +244,9 @@ def session(
     join_reordering: bool = True,
     memory_bytes: int | None = None,
     functions: frozenset[str] = frozenset(),
+    external: ExternalTables | None = None,
 ) -> SessionContext:
-    """A DataFusion session whose only catalog is ``binder``'s ``lake``.
+    """A DataFusion session over ``binder``'s ``lake`` catalog (and ``external`` ones).
 
     ``memory_bytes`` gives an executing session its own memory pool (sorts,
     aggregates and joins spill to disk past it where DataFusion can);
@@ -271,4 +273,6 @@ def session(
     if functions:
         register_bounded_functions(ctx, budget, functions)
     ctx.register_catalog_provider(DEFAULT_CATALOG, _LakeCatalog(binder))
+    if external is not None:
+        external.register(ctx)
     return ctx

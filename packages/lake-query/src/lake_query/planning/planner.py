@@ -12,7 +12,7 @@ Everything here blocks: callers run it off the event loop.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import pyarrow as pa
@@ -30,6 +30,7 @@ from lake_query.planning.catalog import (
     session,
 )
 from lake_query.planning.direct import DirectPlans, direct_plan, scan_directly
+from lake_query.planning.external import ExternalCatalog, ExternalTables, scan_filters
 from lake_query.planning.functions import FunctionBudget
 from lake_query.planning.limits import QueryLimits, SqlShape
 from lake_query.planning.partitions import PartitionLimits, fragment_ranges, scan_partition
@@ -147,10 +148,13 @@ class Planner:
         *,
         datasets: DatasetOpener | None = None,
         limits: QueryLimits | None = None,
+        external: Iterable[ExternalCatalog] = (),
         partitions: PartitionLimits | None = None,
     ) -> None:
         self.limits = limits or QueryLimits()
         self.partitions = partitions or PartitionLimits()
+        #: Plug-in catalogs (``iceberg``) by SQL catalog name.
+        self.external = {c.name: c for c in external}
         self._resolve = resolve
         self._list = list_tables
         self._datasets = datasets or DatasetOpener(cache=PinnedDatasets())
@@ -179,8 +183,9 @@ class Planner:
         """
         shape = _check(spec, self.limits, prepare=prepare)
         binder = PlanningBinder(principal, self._datasets, self._resolve, self._list)
+        external = ExternalTables(principal, self.external) if self.external else None
         budget = FunctionBudget(self.limits.max_function_output_bytes)
-        ctx = session(binder, budget, functions=shape.bounded_functions)
+        ctx = session(binder, budget, functions=shape.bounded_functions, external=external)
         df = _plan(ctx, spec, self.limits)
         del ctx
         schema = _result_schema(df)
@@ -190,7 +195,10 @@ class Planner:
                 binder.pins, key=lambda k: (k[0].namespace, k[0].name, k[1] or "")
             )
         )
-        planned = spec.model_copy(update={"pins": pins})
+        update: dict[str, Any] = {"pins": pins}
+        if external is not None:
+            update["external"] = external.pins()
+        planned = spec.model_copy(update=update)
         opened = binder.opened()
         direct = direct_plan(df, opened, schema)
         parts: tuple[tuple[int, ...], ...] = ()
@@ -205,9 +213,10 @@ class Planner:
         binder = PinnedBinder(principal, self._datasets, spec.pins)
         datasets = binder.open_all(spec.pins)  # authorizes every table
         budget = FunctionBudget(self.limits.max_function_output_bytes)
+        external = self._pinned_external(spec, principal, binder, budget, shape.bounded_functions)
         on_error = self._execution_errors(binder, budget)
         known = self._direct.recall(spec)
-        if known is not None and len(datasets) == 1:
+        if known is not None and len(datasets) == 1 and external is None:
             batches = scan_directly(datasets[0], known, on_error)
             if batches is not None:
                 return ResultStream(
@@ -223,6 +232,7 @@ class Planner:
                 join_reordering=not conflicting_metadata(datasets),
                 memory_bytes=reservation.nbytes if self.limits.enforce else None,
                 functions=shape.bounded_functions,
+                external=external,
             )
         except BaseException:
             reservation.release()
@@ -233,6 +243,28 @@ class Planner:
             reservation.release()
             del ctx  # see ResultStream.close: no traceback may keep a session alive
             raise
+
+    def _pinned_external(
+        self,
+        spec: QuerySpec,
+        principal: Principal,
+        binder: Binder,
+        budget: FunctionBudget,
+        functions: frozenset[str],
+    ) -> ExternalTables | None:
+        """The ticket's external tables, loaded at their exact snapshots, with scan filters.
+
+        A first, metadata-only plan finds the filter above each external scan,
+        so the plug-in can prune data files for the plan that runs.
+        """
+        if not spec.external:
+            return None
+        external = ExternalTables(principal, self.external, spec.external)
+        ctx = session(binder, budget, functions=functions, external=external)
+        df = _plan(ctx, spec, self.limits)
+        external.filters = scan_filters(df, self.external)
+        del ctx, df
+        return external
 
     def execute_partition(
         self, spec: QuerySpec, fragment_ids: list[int], principal: Principal

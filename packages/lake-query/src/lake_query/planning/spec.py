@@ -13,7 +13,14 @@ from lake_core.errors import InvalidArgument
 from lake_core.models import TableDescriptor
 from lake_core.names import TableRef
 
-__all__ = ["MAX_PARAMETER_BYTES", "PinnedTable", "PlannedQuery", "QuerySpec"]
+__all__ = [
+    "MAX_PARAMETER_BYTES",
+    "ExternalPin",
+    "PinnedTable",
+    "PlannedQuery",
+    "QuerySpec",
+    "statement_pins",
+]
 
 MAX_PARAMETER_BYTES = 64 * 1024
 
@@ -36,6 +43,25 @@ class PinnedTable(BaseModel):
         return self.table.name + (self.selector or "")
 
 
+class ExternalPin(BaseModel):
+    """One external table of a query (``iceberg.<namespace>.<table>``) at an exact snapshot.
+
+    Only identities: no location, endpoint, warehouse or credential. ``snapshot_id``
+    is None for a table that had no snapshot yet when planned.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    catalog: Literal["iceberg"]
+    namespace: str
+    table: str
+    snapshot_id: int | None
+
+    @property
+    def qualified(self) -> str:
+        return f"{self.catalog}.{self.namespace}.{self.table}"
+
+
 class QuerySpec(BaseModel):
     """A query as a ticket carries it: SQL, pinned tables, bound parameters."""
 
@@ -45,6 +71,8 @@ class QuerySpec(BaseModel):
     sql: str
     pins: tuple[PinnedTable, ...] = ()
     params_ipc: str | None = None
+    #: External (Iceberg) tables at their pinned snapshots.
+    external: tuple[ExternalPin, ...] = ()
 
     @staticmethod
     def encode_parameters(batch: pa.RecordBatch | None) -> str | None:
@@ -84,3 +112,12 @@ class PlannedQuery:
     schema: pa.Schema
     #: Fragment ids of each endpoint of a partitioned scan; () for one endpoint.
     partitions: tuple[tuple[int, ...], ...] = ()
+
+
+def statement_pins(spec: QuerySpec) -> tuple[tuple[PinnedTable, ...], tuple[ExternalPin, ...]]:
+    """Everything a planned statement is pinned to: native versions and external snapshots.
+
+    What a durable job must carry to run the statement later exactly as planned
+    (``Planner.execute`` takes the same ``QuerySpec``).
+    """
+    return spec.pins, spec.external

@@ -1,0 +1,268 @@
+"""A bounded, read-only Iceberg REST catalog client.
+
+Only the exchanges federation needs, each under the one configured timeout:
+the ``/v1/config`` handshake, namespace point checks (HEAD), exact table loads
+(GET) and OAuth2 client-credential token requests (POST to the token
+endpoint). No listing, no commit: the client has no method that could
+enumerate or mutate the external catalog.
+
+OAuth: when the catalog refuses a token (401/419), one renewal runs for every
+reader that saw the refusal of that token (single flight), and each retries
+once. A failed renewal is shared the same way; a leader interrupted mid-renewal
+hands its followers the same failure instead of stranding them. Static tokens
+are never renewed.
+
+Failures are typed (:class:`~lake_core.errors.Unavailable` for an unreachable,
+stalled or failing catalog) and name neither the warehouse, the URL's
+credentials nor a token.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import requests
+
+from lake_core.errors import Unavailable
+from lake_iceberg.federation.config import FederationConfig
+from lake_iceberg.federation.counters import FederationCounters, NullCounters
+
+__all__ = ["CatalogRefused", "LoadedTable", "RestClient"]
+
+_REFUSED_TOKEN = frozenset({401, 419})
+
+
+class CatalogRefused(Unavailable):
+    """The external catalog answered with an error status (the status is kept)."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class LoadedTable:
+    """One exact table load: the metadata document and the catalog's file-I/O config."""
+
+    metadata_location: str
+    metadata: Mapping[str, Any]
+    config: Mapping[str, str]
+
+
+class _Token:
+    """The current OAuth token and the one renewal in flight, if any."""
+
+    def __init__(self) -> None:
+        self.value: str | None = None
+        self.generation = 0
+        self.pending: Future[None] | None = None
+        self.lock = threading.Lock()
+
+
+class RestClient:
+    """Read-only REST calls against one configured catalog (thread-safe)."""
+
+    def __init__(
+        self,
+        config: FederationConfig,
+        *,
+        counters: FederationCounters | None = None,
+        session: requests.Session | None = None,
+    ) -> None:
+        self._config = config
+        self._counters = counters or NullCounters()
+        self._session = session or requests.Session()
+        self._session.trust_env = False  # no proxy or netrc credentials from the environment
+        self._prefix: str | None = None
+        self._token = _Token()
+        self._timeout = (config.timeout_s, config.timeout_s)
+
+    def __repr__(self) -> str:
+        return f"RestClient(endpoint={self._config.endpoint!r})"
+
+    def close(self) -> None:
+        self._session.close()
+
+    # -- public calls ---------------------------------------------------------
+
+    def handshake(self) -> None:
+        """``GET /v1/config``: learn the catalog's path prefix for the warehouse."""
+        body = self._json("GET", "/v1/config", params={"warehouse": self._warehouse()})
+        overrides = body.get("overrides") or {}
+        defaults = body.get("defaults") or {}
+        prefix = overrides.get("prefix", defaults.get("prefix"))
+        self._prefix = str(prefix).strip("/") if prefix else ""
+
+    def namespace_exists(self, namespace: str) -> bool:
+        status, _ = self._call("HEAD", self._path("namespaces", namespace), allow={404})
+        return status != 404
+
+    def load_table(self, namespace: str, table: str) -> LoadedTable | None:
+        """The table's current metadata, or None when it does not exist."""
+        status, response = self._call(
+            "GET", self._path("namespaces", namespace, "tables", table), allow={404}
+        )
+        if status == 404 or response is None:
+            return None
+        try:
+            body = response.json()
+            location = str(body["metadata-location"])
+            metadata = body["metadata"]
+            config = {str(k): str(v) for k, v in (body.get("config") or {}).items()}
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise Unavailable("the Iceberg catalog sent a malformed table load") from None
+        if not isinstance(metadata, dict):
+            raise Unavailable("the Iceberg catalog sent a malformed table load")
+        return LoadedTable(location, metadata, config)
+
+    # -- plumbing -------------------------------------------------------------
+
+    def _warehouse(self) -> str:
+        return self._config.warehouse.reveal()
+
+    def _path(self, *parts: str) -> str:
+        if self._prefix is None:
+            self.handshake()
+        segments = [self._prefix] if self._prefix else []
+        segments += [quote(p, safe="") for p in parts]
+        return "/v1/" + "/".join(segments)
+
+    def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+        _, response = self._call(method, path, **kwargs)
+        try:
+            body = response.json() if response is not None else {}
+        except ValueError:
+            raise Unavailable("the Iceberg catalog sent malformed JSON") from None
+        return body if isinstance(body, dict) else {}
+
+    def _call(
+        self,
+        method: str,
+        path: str,
+        *,
+        allow: frozenset[int] | set[int] = frozenset(),
+        **kwargs: Any,
+    ) -> tuple[int, requests.Response | None]:
+        generation, token = self._bearer()
+        response = self._send(method, path, token, **kwargs)
+        if response.status_code in _REFUSED_TOKEN and self._config.oauth is not None:
+            self._renew(generation)
+            _, token = self._bearer()
+            response = self._send(method, path, token, **kwargs)
+        status = response.status_code
+        if status in allow:
+            return status, None
+        if 200 <= status < 300:
+            return status, response
+        raise CatalogRefused(f"the Iceberg catalog answered {method} with HTTP {status}", status)
+
+    def _send(self, method: str, path: str, token: str | None, **kwargs: Any) -> requests.Response:
+        headers = {"Accept": "application/json"}
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token}"
+        try:
+            return self._session.request(
+                method,
+                self._config.endpoint + path,
+                headers=headers,
+                timeout=self._timeout,
+                allow_redirects=False,
+                **kwargs,
+            )
+        except requests.Timeout:
+            raise Unavailable(
+                f"the Iceberg catalog did not answer within {self._config.timeout_ms} ms"
+            ) from None
+        except requests.RequestException as exc:
+            raise Unavailable(
+                f"the Iceberg catalog is unreachable ({type(exc).__name__})"
+            ) from None
+
+    def _bearer(self) -> tuple[int, str | None]:
+        if self._config.token is not None:
+            return 0, self._config.token.reveal()
+        if self._config.oauth is None:
+            return 0, None
+        state = self._token
+        with state.lock:
+            if state.value is not None:
+                return state.generation, state.value
+            generation = state.generation
+        self._renew(generation, first=True)
+        with state.lock:
+            return state.generation, state.value
+
+    def _renew(self, seen: int, *, first: bool = False) -> None:
+        """Replace the token refused at generation ``seen``: one exchange for all its readers."""
+        state = self._token
+        with state.lock:
+            if state.generation > seen and state.value is not None:
+                return  # someone already renewed it
+            pending = state.pending
+            leader = pending is None
+            if leader:
+                pending = state.pending = Future()
+        assert pending is not None
+        if not leader:
+            pending.result()  # the leader's outcome, success or failure
+            return
+        try:
+            if not first:
+                self._counters.oauth_renewal()
+            token = self._exchange()
+        except BaseException as exc:
+            failure = (
+                exc
+                if isinstance(exc, Unavailable)
+                else Unavailable("the Iceberg catalog token renewal was abandoned")
+            )
+            with state.lock:
+                state.pending = None
+            pending.set_exception(failure)
+            raise
+        with state.lock:
+            state.value = token
+            state.generation += 1
+            state.pending = None
+        pending.set_result(None)
+
+    def _exchange(self) -> str:
+        oauth = self._config.oauth
+        assert oauth is not None
+        form = {
+            "grant_type": "client_credentials",
+            "client_id": oauth.client_id,
+            "client_secret": oauth.client_secret.reveal(),
+            "scope": oauth.scope,
+        }
+        if oauth.audience:
+            form["audience"] = oauth.audience
+        if oauth.resource:
+            form["resource"] = oauth.resource
+        url = oauth.server_uri or self._config.endpoint + "/v1/oauth/tokens"
+        try:
+            response = self._session.post(
+                url, data=form, timeout=self._timeout, allow_redirects=False
+            )
+        except requests.Timeout:
+            raise Unavailable(
+                f"the Iceberg token endpoint did not answer within {self._config.timeout_ms} ms"
+            ) from None
+        except requests.RequestException as exc:
+            raise Unavailable(
+                f"the Iceberg token endpoint is unreachable ({type(exc).__name__})"
+            ) from None
+        if response.status_code != 200:
+            raise CatalogRefused(
+                f"the Iceberg token endpoint answered HTTP {response.status_code}",
+                response.status_code,
+            )
+        try:
+            return str(response.json()["access_token"])
+        except (ValueError, KeyError, TypeError):
+            raise Unavailable("the Iceberg token endpoint sent a malformed answer") from None

@@ -1,0 +1,217 @@
+"""A scan of one exact Iceberg snapshot, as a DataFusion table provider.
+
+iceberg-rust's provider (``pyiceberg_core.datafusion.IcebergDataFusionTable``)
+reads the *current* snapshot of the metadata file it is given, pushes
+projection and LIMIT down and reads data files by field id, but prunes
+nothing by filters. So Lake gives it a local copy of the table metadata
+whose current snapshot (and ``main`` ref) is the pinned one; and for a
+filtered scan, a copy whose snapshot points at a local manifest list and
+manifest holding only the data files whose statistics may match the filter,
+as pyiceberg's own planner selects them (manifest partition summaries, then
+per-file column bounds). DataFusion applies the whole filter to the rows
+read, so pruning can only skip files that hold no matching row.
+
+Data files and original manifests are read directly from object storage
+with Query's own storage identity; the local copies are small metadata
+files in a bounded directory of this replica (:class:`PinFiles`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import tempfile
+import threading
+from collections import OrderedDict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pyiceberg.expressions import AlwaysTrue, BooleanExpression
+from pyiceberg.io import load_file_io
+from pyiceberg.io.pyarrow import PyArrowFileIO
+from pyiceberg.manifest import (
+    DataFile,
+    ManifestEntry,
+    ManifestEntryStatus,
+    write_manifest,
+    write_manifest_list,
+)
+from pyiceberg.table import DataScan
+from pyiceberg.table.metadata import TableMetadata
+
+__all__ = ["PinFiles", "PinnedSnapshot"]
+
+#: Pinned copies kept per replica (each a few small files).
+PIN_DIRECTORIES = 512
+
+
+class PinFiles:
+    """A bounded directory of pinned metadata copies, reused by content key."""
+
+    def __init__(self, root: Path | None = None, capacity: int = PIN_DIRECTORIES) -> None:
+        self.root = root or Path(tempfile.mkdtemp(prefix="lake-iceberg-pins-"))
+        self.capacity = capacity
+        self._dirs: OrderedDict[str, Path] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Path | None:
+        with self._lock:
+            found = self._dirs.get(key)
+            if found is not None:
+                self._dirs.move_to_end(key)
+            return found
+
+    def put(self, key: str, staged: Path) -> Path:
+        """Adopt the fully written directory ``staged`` under ``key``."""
+        with self._lock:
+            known = self._dirs.get(key)
+            if known is not None:
+                shutil.rmtree(staged, ignore_errors=True)
+                return known
+            self._dirs[key] = staged
+            evicted = []
+            while len(self._dirs) > self.capacity:
+                evicted.append(self._dirs.popitem(last=False)[1])
+        for old in evicted:
+            shutil.rmtree(old, ignore_errors=True)
+        return staged
+
+    def stage(self) -> Path:
+        return Path(tempfile.mkdtemp(dir=self.root))
+
+    def close(self) -> None:
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+class PinnedSnapshot:
+    """One table at one snapshot id, loaded fresh from the catalog."""
+
+    def __init__(
+        self,
+        namespace: str,
+        table: str,
+        snapshot_id: int | None,
+        metadata: TableMetadata,
+        metadata_location: str,
+        file_io: Mapping[str, str],
+        files: PinFiles,
+    ) -> None:
+        self.namespace = namespace
+        self.table = table
+        self.snapshot_id = snapshot_id
+        self.metadata = metadata
+        self._location = metadata_location
+        self._file_io = dict(file_io)
+        self._files = files
+        # None: a table without any snapshot yet (it reads as empty).
+        self._snapshot = None if snapshot_id is None else metadata.snapshot_by_id(snapshot_id)
+        assert snapshot_id is None or self._snapshot is not None, "the caller checked it exists"
+
+    def __repr__(self) -> str:
+        return f"PinnedSnapshot(iceberg.{self.namespace}.{self.table}@{self.snapshot_id})"
+
+    @property
+    def schema(self) -> Any:
+        """The snapshot's own Iceberg schema."""
+        schema_id = None if self._snapshot is None else self._snapshot.schema_id
+        for schema in self.metadata.schemas:
+            if schema.schema_id == schema_id:
+                return schema
+        return self.metadata.schema()
+
+    def provider(self, row_filter: BooleanExpression | None = None) -> Any:
+        """iceberg-rust's DataFusion provider over this snapshot, pruned by ``row_filter``."""
+        from pyiceberg_core.datafusion import IcebergDataFusionTable
+
+        pruning = (
+            self._snapshot is not None
+            and row_filter is not None
+            and not isinstance(row_filter, AlwaysTrue)
+        )
+        key = self._key(row_filter if pruning else None)
+        directory = self._files.get(key)
+        if directory is None:
+            staged = self._files.stage()
+            manifest_list = self._pruned_manifest_list(staged, row_filter) if pruning else None
+            self._write_metadata(staged, manifest_list)
+            directory = self._files.put(key, staged)
+        return IcebergDataFusionTable(
+            [self.namespace, self.table],
+            (directory / "pinned.metadata.json").as_uri(),
+            self._file_io,
+        )
+
+    def _key(self, row_filter: BooleanExpression | None) -> str:
+        digest = hashlib.sha256()
+        digest.update(f"{self.metadata.table_uuid}\0{self.snapshot_id}\0{self._location}".encode())
+        digest.update(b"\0" + repr(row_filter).encode())
+        return digest.hexdigest()
+
+    def _write_metadata(self, directory: Path, manifest_list: str | None) -> None:
+        doc = json.loads(self.metadata.model_dump_json(by_alias=True, exclude_none=True))
+        if manifest_list is not None:
+            for snapshot in doc.get("snapshots", []):
+                if snapshot.get("snapshot-id") == self.snapshot_id:
+                    snapshot["manifest-list"] = manifest_list
+        if self._snapshot is None:
+            doc["current-snapshot-id"] = -1
+            doc["refs"] = {}
+        else:
+            doc["current-snapshot-id"] = self.snapshot_id
+            doc["refs"] = {"main": {"snapshot-id": self.snapshot_id, "type": "branch"}}
+            if self._snapshot.schema_id is not None:
+                doc["current-schema-id"] = self._snapshot.schema_id
+        (directory / "pinned.metadata.json").write_text(json.dumps(doc))
+
+    def _pruned_manifest_list(
+        self, directory: Path, row_filter: BooleanExpression | None
+    ) -> str | None:
+        """A local manifest list of the data files that may match; None to scan unpruned."""
+        io = load_file_io(self._file_io, self._location)
+        scan = DataScan(
+            self.metadata,
+            io,
+            row_filter=row_filter if row_filter is not None else AlwaysTrue(),
+            snapshot_id=self.snapshot_id,
+        )
+        assert self.snapshot_id is not None
+        tasks = list(scan.plan_files())
+        if any(task.delete_files for task in tasks):
+            return None  # deletes need their sequence numbers: keep the original manifests
+        by_spec: dict[int, list[DataFile]] = {}
+        for task in tasks:
+            by_spec.setdefault(task.file.spec_id, []).append(task.file)
+        local = PyArrowFileIO()
+        version = self.metadata.format_version
+        manifests = []
+        for index, (spec_id, files) in enumerate(sorted(by_spec.items())):
+            spec = self.metadata.specs()[spec_id]
+            path = (directory / f"manifest-{index}.avro").as_uri()
+            with write_manifest(
+                version, spec, self.schema, local.new_output(path), self.snapshot_id, "deflate"
+            ) as writer:
+                for data_file in files:
+                    writer.add_entry(
+                        ManifestEntry.from_args(
+                            status=ManifestEntryStatus.ADDED,
+                            snapshot_id=self.snapshot_id,
+                            data_file=data_file,
+                        )
+                    )
+            manifests.append(writer.to_manifest_file())
+        path = (directory / "manifest-list.avro").as_uri()
+        snapshot = self._snapshot
+        assert snapshot is not None
+        assert self.snapshot_id is not None
+        with write_manifest_list(
+            version,
+            local.new_output(path),
+            self.snapshot_id,
+            snapshot.parent_snapshot_id,
+            snapshot.sequence_number,
+            "deflate",
+        ) as manifest_list:
+            manifest_list.add_manifests(manifests)
+        return path

@@ -1,0 +1,133 @@
+"""``iceberg_scan``: federated Iceberg scans through Lake against pyiceberg in-process.
+
+One table written by pyiceberg on SeaweedFS (S3 plus its Iceberg REST
+catalog, started here on loopback): 4 million rows (200,000 with
+``--quick``) in 40 appends, ``episode_id`` ascending, so each data file
+covers one id range. Two figures, Lake and reference alternating run by run:
+
+- full scan: ``SELECT *`` through a real ``lake query`` process over ADBC
+  (plan, fresh pinned load at DoGet, iceberg-rust scan, Flight transfer)
+  against pyiceberg's ``load_table(...).scan().to_arrow()`` in this process.
+  Rows per second; goal: Lake >= 0.8x.
+- 1%-selective filter: ``WHERE episode_id < N`` (1% of the rows) through
+  Lake against pyiceberg's ``scan(row_filter=...)``, which prunes by manifest
+  statistics; Lake prunes the same way before iceberg-rust reads
+  (lake_iceberg.federation.scan). Seconds per query; goal: Lake <= 1.5x.
+
+Both sides load the table from the catalog on every run, as Lake's DoGet does.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import adbc_driver_flightsql.dbapi as flightsql
+import pyarrow as pa
+from pyiceberg.expressions import LessThan
+from pyiceberg.schema import Schema
+from pyiceberg.types import DoubleType, LongType, NestedField, StringType
+
+from tools.bench.harness import Figure, at_least, at_most, measure, pairs_for, warmup_for
+from tools.lake_testing.iceberg import SeaweedIceberg, federation_env
+from tools.lake_testing.servers import start_meta, start_query
+
+NAMESPACE = "bench"
+TABLE = "episodes"
+APPENDS = 40
+SCHEMA = Schema(
+    NestedField(1, "episode_id", LongType(), required=False),
+    NestedField(2, "robot_id", StringType(), required=False),
+    NestedField(3, "reward", DoubleType(), required=False),
+    NestedField(4, "steps", LongType(), required=False),
+)
+
+
+def _write(catalog: Any, rows: int) -> None:
+    catalog.create_namespace(NAMESPACE)
+    table = catalog.create_table((NAMESPACE, TABLE), schema=SCHEMA)
+    arrow = SCHEMA.as_arrow()
+    per = rows // APPENDS
+    robots = pa.array([f"robot-{i % 16}" for i in range(per)])
+    for part in range(APPENDS):
+        start = part * per
+        ids = pa.array(range(start, start + per), pa.int64())
+        table.append(
+            pa.Table.from_arrays(
+                [ids, robots, pa.array([float(i % 97) / 7 for i in range(per)]), ids],
+                schema=arrow,
+            )
+        )
+
+
+def run(quick: bool) -> list[Figure]:
+    rows = 200_000 if quick else 4_000_000
+    selective = rows // 100
+    with tempfile.TemporaryDirectory(prefix="lake-bench-iceberg-") as tmp:
+        root = Path(tmp)
+        server = SeaweedIceberg(root / "seaweed").start()
+        try:
+            catalog = server.catalog("bench")
+            _write(catalog, rows)
+            meta = start_meta(root / "data", root)
+            try:
+                query = start_query(meta.addr, root, env=federation_env(server, NAMESPACE))
+                try:
+                    return _measure(server, catalog, query.url, quick, rows, selective)
+                finally:
+                    query.stop()
+            finally:
+                meta.stop()
+        finally:
+            server.stop()
+
+
+def _measure(
+    server: SeaweedIceberg, catalog: Any, url: str, quick: bool, rows: int, selective: int
+) -> list[Figure]:
+    full_sql = f"SELECT * FROM iceberg.{NAMESPACE}.{TABLE}"
+    filtered_sql = f"{full_sql} WHERE episode_id < {selective}"
+    conn = flightsql.connect(url)
+    try:
+
+        def lake_rows(sql: str, expected: int) -> float:
+            start = time.perf_counter()
+            with conn.cursor() as cur:
+                cur.execute(sql)
+                got = cur.fetch_arrow_table()
+            elapsed = time.perf_counter() - start
+            assert got.num_rows == expected, got.num_rows
+            return elapsed
+
+        def reference(row_filter: Any, expected: int) -> float:
+            start = time.perf_counter()
+            table = catalog.load_table((NAMESPACE, TABLE))
+            scan = table.scan() if row_filter is None else table.scan(row_filter=row_filter)
+            got = scan.to_arrow()
+            elapsed = time.perf_counter() - start
+            assert got.num_rows == expected, got.num_rows
+            return elapsed
+
+        full = measure(
+            "iceberg_scan",
+            lambda: rows / lake_rows(full_sql, rows),
+            lambda: rows / reference(None, rows),
+            unit="rows/s",
+            goal=at_least(0.8, ">= 0.8x pyiceberg to_arrow in-process (full scan)"),
+            pairs=pairs_for(quick),
+            warmup=warmup_for(quick),
+        )
+        filtered = measure(
+            "iceberg_scan_filtered",
+            lambda: lake_rows(filtered_sql, selective),
+            lambda: reference(LessThan("episode_id", selective), selective),
+            unit="s",
+            goal=at_most(1.5, "<= 1.5x pyiceberg scan(row_filter) in-process (1% selective)"),
+            pairs=pairs_for(quick),
+            warmup=warmup_for(quick),
+        )
+        return [full, filtered]
+    finally:
+        conn.close()
