@@ -181,9 +181,9 @@ def configure_logging(level: int = logging.INFO, env: Mapping[str, str] = os.env
     if fmt == "json":
         # Prints, warnings and tracebacks become records too; JSON lines pass through.
         if not isinstance(sys.stdout, _JsonLines):
-            sys.stdout = _JsonLines(sys.__stdout__ or sys.stdout, "stdout")  # type: ignore[assignment]
+            sys.stdout = _JsonLines(sys.__stdout__ or sys.stdout, "stdout")
         if not isinstance(sys.stderr, _JsonLines):
-            sys.stderr = _JsonLines(stderr, "stderr")  # type: ignore[assignment]
+            sys.stderr = _JsonLines(stderr, "stderr")
         logging.captureWarnings(True)
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter)

@@ -28,6 +28,7 @@ from lake_core.logs import banner, configure_logging
 from lake_core.names import TableRef
 from lake_core.principal import DEV_PRINCIPAL, Principal
 from lake_core.schemas import parse_column_spec, validate_table_schema
+from lake_core.telemetry import series
 from lake_core.telemetry.process import ProcessTelemetry
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.config import DEFAULT_ADDR, DEFAULT_DATA_DIR, MetaConfig
@@ -78,6 +79,7 @@ async def run_server(
     data_dir = DataDir(config.data_dir)
     data_dir.lock()
     coordinator = CommitCoordinator.local(config)
+    series.LEADER.set(1)  # a local Metasrv is the only writer of its data directory
     try:
         await coordinator.open()
 

@@ -38,6 +38,7 @@ from lake_core.integrity import (
 from lake_core.models import TableDescriptor
 from lake_core.names import TableRef
 from lake_core.protocol import TableRequest
+from lake_core.telemetry import series
 
 __all__ = [
     "VERIFY_ON_OPEN",
@@ -144,6 +145,7 @@ class DataFileVerifier:
                 except OSError:
                     size, sha = -1, ""
                 if (size, sha) != (expected.size_bytes, expected.sha256):
+                    series.VERIFY_RUNS.inc(outcome="mismatch")
                     log.error(
                         "data file differs from its commit",
                         table=table.qualified,
@@ -159,6 +161,7 @@ class DataFileVerifier:
                 self._files.add(file_key)
         with self._lock:
             self._versions.add(version_key)
+        series.VERIFY_RUNS.inc(outcome="ok")
 
     def _expected(self, table: TableRef, path: str) -> DataFileDigest | None:
         recorded = self._recorded.get(table)

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import time
 import uuid
+from collections.abc import Mapping
 from contextvars import Token
 from typing import Any
 
@@ -62,7 +63,7 @@ class RpcObservation:
         metadata = context.invocation_metadata() or ()
         self._span = server_span(method, metadata)
         # A request id on every log line of this call (the RPC runs in its own task).
-        self._token: dict[str, Token[Any]] = structlog.contextvars.bind_contextvars(
+        self._token: Mapping[str, Token[Any]] = structlog.contextvars.bind_contextvars(
             request_id=uuid.uuid4().hex[:16]
         )
 

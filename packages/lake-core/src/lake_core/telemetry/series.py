@@ -24,7 +24,8 @@ __all__ = [
     "LEADER_CHANGES",
     "LEASE_EPOCH",
     "MAINTENANCE_RUNS",
-    "REGISTRAR_SHIPS",
+    "REGISTRAR_PASSES",
+    "REGISTRAR_SEGMENTS",
     "RPC_IN_FLIGHT",
     "RPC_METHODS",
     "RPC_SECONDS",
@@ -144,8 +145,13 @@ MAINTENANCE_RUNS = counter(
 
 # -- the Iceberg registrar (lake_iceberg) ------------------------------------------------
 
-REGISTRAR_SHIPS = counter(
-    "lake_registrar_ships_total",
-    "Registrar ship passes by outcome.",
-    {"outcome": ("shipped", "skipped", "failed")},
+REGISTRAR_SEGMENTS = counter(
+    "lake_registrar_segments_total",
+    "Shipped segments the registrar looked at, by outcome.",
+    {"outcome": ("registered", "skipped")},
+)
+REGISTRAR_PASSES = counter(
+    "lake_registrar_passes_total",
+    "Registrar passes over the pending segments, by outcome.",
+    {"outcome": ("ok", "failed")},
 )

@@ -29,7 +29,7 @@ import pyarrow as pa
 import structlog
 from pydantic import ValidationError
 
-from lake_core import protocol
+from lake_core import protocol, status
 from lake_core.errors import (
     InvalidArgument,
     ReadOnlySql,
@@ -47,7 +47,7 @@ from lake_core.proto import flight_sql_pb2 as sql_pb
 from lake_core.schemas import schema_to_ipc
 from lake_core.tickets import TicketSealer
 from lake_objects import descriptor as stage_wire
-from lake_query.admission import Admission
+from lake_query.admission import Admission, replica_status
 from lake_query.catalog_cache import CatalogCache
 from lake_query.flightsql import discovery, wire
 from lake_query.flightsql.appends import Appends, AppendSink
@@ -55,7 +55,7 @@ from lake_query.flightsql.discovery import REFRESH_TIMEOUT_S
 from lake_query.flightsql.statements import PreparedStatements
 from lake_query.flightsql.wire import MAX_SQL_BYTES, caller
 from lake_query.planning import DatasetOpener, PlannedQuery, Planner, QueryLimits, QuerySpec
-from lake_query.results import prefetch
+from lake_query.results import counted_rows, prefetch
 from lake_query.stage import QueryStage
 
 __all__ = ["MAX_STREAMS", "QueryHandler"]
@@ -78,6 +78,7 @@ _ACTIONS = {
     protocol.TABLE_SCHEMA: "Lake: a table's current schema and version from the catalog cache",
     stage_wire.MANAGED_STAGE: "Lake: the caller's credential-free managed stage descriptor",
     stage_wire.READ_CAPABILITY: "Lake: a bounded read capability for one DataLocation (S3 only)",
+    status.STATUS: "Lake admin: this replica's admission figures and version -> QueryStatus",
 }
 
 T = TypeVar("T")
@@ -260,7 +261,7 @@ class QueryHandler(FlightHandler):
             # one stream thread, with no hop back to the loop in between.
             stream = self.planner.execute(spec, principal)
             try:
-                yield from encode_stream(stream.schema, stream)
+                yield from encode_stream(stream.schema, counted_rows(stream))
             finally:
                 stream.close()  # a client gone mid-stream frees its memory reservation now
 
@@ -327,6 +328,10 @@ class QueryHandler(FlightHandler):
             yield pb.Result(body=await discovery.table_schema(self._cache, action.body, principal))
         elif kind in (stage_wire.MANAGED_STAGE, stage_wire.READ_CAPABILITY):
             yield pb.Result(body=await self._stage_action(kind, bytes(action.body), principal))
+        elif kind == status.STATUS:
+            yield pb.Result(
+                body=protocol.encode(replica_status(self._admission, self._cache, principal))
+            )
         else:
             raise Unimplemented(f"action {kind[:100]!r} is not supported by Lake Query")
 
