@@ -111,7 +111,8 @@ def test_scrape_after_a_workload_moves_every_series_and_leaks_no_marker(observed
     assert value(m, "lake_rpc_duration_seconds_count", method="DoAction", code="OK") >= 1
 
     for text in (q, m):
-        assert marker not in text and sql_marker not in text
+        assert marker not in text
+        assert sql_marker not in text
 
     logs = {p.name: p.log() for p in (meta, query)}
     secrets = (ticket.decode("latin-1"), base64.b64encode(ticket).decode())
@@ -183,7 +184,9 @@ def test_redaction_masks_tokens_presigned_urls_and_sql() -> None:
         },
     )
     text = str(event)
-    assert "lk_" not in text and "X-Amz-Signature" not in text and "AKIA" not in text
+    assert "lk_" not in text
+    assert "X-Amz-Signature" not in text
+    assert "AKIA" not in text
     assert "SELECT" not in text
     assert redact(None, "debug", {"event": "plan", "level": "debug", "sql": "SELECT 1"})["sql"]
     assert pa is not None
