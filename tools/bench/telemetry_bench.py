@@ -39,7 +39,7 @@ TABLE = TableRef("robots", "telemetry_bench")
 
 
 def run(quick: bool) -> list[Figure]:
-    rows = 20_000 if quick else 1_000_000
+    rows = 20_000 if quick else 200_000
     receiver = OtlpReceiver().start()
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -64,8 +64,8 @@ def run(quick: bool) -> list[Figure]:
 
             asyncio.run(create())
             with lake_sdk.Client(f"http://{on.addr}") as client:
-                for start in range(0, rows, 100_000):
-                    client.append_batches(TABLE, [episodes(start, min(100_000, rows - start))])
+                for start in range(0, rows, 10_000):
+                    client.append_batches(TABLE, [episodes(start, min(10_000, rows - start))])
             clients = {
                 "on": lake_sdk.Client(f"http://{on.addr}"),
                 "off": lake_sdk.Client(f"http://{off.addr}"),
