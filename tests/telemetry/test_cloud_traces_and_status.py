@@ -19,6 +19,7 @@ import pytest
 from lake_core.telemetry.tracing import configure_tracing
 from tests.cloud.balancer import Balancer
 from tests.cloud.conftest import CloudLake
+from tests.telemetry.scrape import json_lines
 from tools.lake_testing.data import EPISODES, EPISODES_SCHEMA, episodes
 from tools.lake_testing.otlp import OtlpReceiver, ReceivedSpan
 
@@ -86,7 +87,7 @@ def test_one_append_is_one_trace_and_status_follows_the_leader(
     receiver = OtlpReceiver().start()
     try:
         otel = {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.endpoint}
-        lake = make_cloud_lake(meta_env=otel, query_env=otel)
+        lake = make_cloud_lake(meta_env={**otel, "LAKE_LOG_FORMAT": "json"}, query_env=otel)
         principals = Path(lake.query_env["LAKE_AUTH_PRINCIPALS_FILE"])
         bindings = json.loads(principals.read_text())["bindings"]
         admin = {"token": lake.tokens["admin"], "principal_id": "ops", "tenant_id": "lake"}
@@ -112,6 +113,16 @@ def test_one_append_is_one_trace_and_status_follows_the_leader(
         for span in chain[1:]:
             assert span.attributes["rpc.system"] == "grpc"
             assert span.attributes["rpc.method"] == "DoPut"
+        # The follower's log line about this append carries the trace and its span.
+        forwarded = [
+            r for r in json_lines(follower.log()) if r.get("event") == "forwarding to the leader"
+        ]
+        assert any(
+            r.get("trace_id") == chain[0].trace_id
+            and r.get("span_id") == chain[3].span_id
+            and r.get("request_id")
+            for r in forwarded
+        ), forwarded
         marker_values = {lake.tokens[n] for n in lake.tokens} | {EPISODES.name}
         for span in spans:
             assert not marker_values & {str(v) for v in span.attributes.values()}

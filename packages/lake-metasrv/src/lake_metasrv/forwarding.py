@@ -180,5 +180,6 @@ class ForwardingMetaHandler(MetaHandler):
             async for message in messages:
                 yield message
 
+        log.info("forwarding to the leader", action="append", leader=leader.addr)
         result = await leader.append_messages(stream(), on_behalf_of=principal)
         yield pb.PutResult(app_metadata=protocol.encode(result))
