@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from opentelemetry import trace
 
 from lake_core.telemetry.tracing import configure_tracing
 from tests.cloud.balancer import Balancer
@@ -51,7 +52,9 @@ def _status(lake: CloudLake, addr: str, *extra: str) -> dict:
 
 def _chain(spans: list[ReceivedSpan]) -> list[ReceivedSpan] | None:
     """SDK client -> Query server -> Query client -> follower server -> its client -> leader."""
-    roots = [s for s in spans if s.service == "lake-sdk-test" and s.name == DO_PUT]
+    roots = [
+        s for s in spans if s.service == "lake-sdk-test" and s.name == DO_PUT and s.kind == CLIENT
+    ]
     for root in roots:
         chain, current = [root], root
         for service, kind in [
@@ -103,13 +106,17 @@ def test_one_append_is_one_trace_and_status_follows_the_leader(
 
         tracing = configure_tracing("lake-sdk-test", otel)
         assert tracing is not None
-        with lake.sdk(query) as client:
+        # The application's own span: the SDK's span of the append is its child.
+        app = tracing.provider.get_tracer("robot-app").start_span("upload episode")
+        with lake.sdk(query) as client, trace.use_span(app, end_on_exit=True):
             client.append_batches(EPISODES, [episodes(0, 3)])
         tracing.provider.force_flush()
         spans = receiver.wait_for(lambda got: _chain(got) is not None, timeout_s=60)
         chain = _chain(spans)
         assert chain is not None
         assert len({s.trace_id for s in chain}) == 1
+        assert chain[0].trace_id == format(app.get_span_context().trace_id, "032x")
+        assert chain[0].parent_id == format(app.get_span_context().span_id, "016x")
         for span in chain[1:]:
             assert span.attributes["rpc.system"] == "grpc"
             assert span.attributes["rpc.method"] == "DoPut"

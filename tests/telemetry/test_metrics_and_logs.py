@@ -190,3 +190,36 @@ def test_redaction_masks_tokens_presigned_urls_and_sql() -> None:
     assert "SELECT" not in text
     assert redact(None, "debug", {"event": "plan", "level": "debug", "sql": "SELECT 1"})["sql"]
     assert pa is not None
+
+
+@pytest.mark.parametrize(
+    ("raw", "host", "port"), [("127.0.0.1:9090", "127.0.0.1", 9090), ("[::1]:9464", "::1", 9464)]
+)
+def test_loopback_metrics_addresses_parse(raw: str, host: str, port: int) -> None:
+    from lake_core.telemetry.endpoint import metrics_address
+
+    address = metrics_address({"LAKE_METRICS_ADDR": raw})
+    assert address is not None
+    assert (address.host, address.port) == (host, port)
+    assert metrics_address({}) is None
+
+
+@pytest.mark.parametrize(
+    "raw", ["0.0.0.0:9090", "[::]:9090", "192.168.1.1:9090", "localhost:9090", "127.0.0.1:0",
+            "127.0.0.1:99999", "127.0.0.1", "127.0.0.1:x"],
+)  # fmt: skip
+def test_other_metrics_addresses_are_config_errors(raw: str) -> None:
+    from lake_core.errors import ConfigError
+    from lake_core.telemetry.endpoint import metrics_address
+
+    with pytest.raises(ConfigError, match="LAKE_METRICS_ADDR"):
+        metrics_address({"LAKE_METRICS_ADDR": raw})
+
+
+@pytest.mark.parametrize("env", [{"LAKE_LOG_FORMAT": "xml"}, {"LAKE_LOG_LEVEL": "loud"}])
+def test_bad_log_settings_are_config_errors(env: dict[str, str]) -> None:
+    from lake_core.errors import ConfigError
+    from lake_core.logs import log_settings
+
+    with pytest.raises(ConfigError):
+        log_settings(env)
