@@ -22,6 +22,7 @@ import os
 import re
 import sys
 from collections.abc import Mapping, MutableMapping
+from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
 
 import structlog
@@ -127,7 +128,10 @@ class _JsonLines(io.TextIOBase):
         if line.startswith("{") and line.endswith("}"):
             self._target.write(line + "\n")
             return
-        record = {"event": _scrub(line), "level": "info", "logger": self._stream}
+        # Stray stderr output is usually a problem report: keep it visible above info.
+        level = "warning" if self._stream == "stderr" else "info"
+        record = {"event": _scrub(line), "level": level, "logger": self._stream}
+        record["timestamp"] = datetime.now(UTC).isoformat().replace("+00:00", "Z")
         self._target.write(json.dumps(record) + "\n")
 
     def flush(self) -> None:
