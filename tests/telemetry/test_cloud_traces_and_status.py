@@ -117,6 +117,8 @@ def test_one_append_is_one_trace_and_status_follows_the_leader(
         assert len({s.trace_id for s in chain}) == 1
         assert chain[0].trace_id == format(app.get_span_context().trace_id, "032x")
         assert chain[0].parent_id == format(app.get_span_context().span_id, "016x")
+        assert chain[0].attributes["db.system.name"] == "lake"
+        assert chain[0].attributes["db.operation.name"] == "append"
         for span in chain[1:]:
             assert span.attributes["rpc.system"] == "grpc"
             assert span.attributes["rpc.method"] == "DoPut"

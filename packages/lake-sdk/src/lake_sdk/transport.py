@@ -105,6 +105,8 @@ class _TraceFactory(flight.ClientMiddlewareFactory):  # type: ignore[misc]
 
 
 _FLIGHT = "/arrow.flight.protocol.FlightService/"
+#: OpenTelemetry database conventions: the system and a closed operation name, never SQL.
+_DB = {"db.system.name": "lake"}
 
 
 @dataclass(frozen=True, repr=False)
@@ -199,12 +201,15 @@ class Connection:
         return data
 
     async def flight_info(self, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
-        with client_span(_FLIGHT + "GetFlightInfo"):
+        with client_span(_FLIGHT + "GetFlightInfo", {**_DB, "db.operation.name": "plan"}):
             return await self.call(self._client.get_flight_info, descriptor)
 
     async def stream(self, ticket: flight.Ticket) -> tuple[flight.FlightStreamReader, Trailers]:
         """A DoGet stream and the trailer sink its later failures fill."""
-        with calling() as trailers, client_span(_FLIGHT + "DoGet"):
+        with (
+            calling() as trailers,
+            client_span(_FLIGHT + "DoGet", {**_DB, "db.operation.name": "fetch"}),
+        ):
             try:
                 reader = await asyncio.to_thread(self._client.do_get, ticket)
             except (flight.FlightError, pa.ArrowException) as exc:
@@ -218,7 +223,10 @@ class Connection:
         batches: Sequence[pa.RecordBatch],
     ) -> protocol.AppendResult:
         """One DoPut; a failure is a Lake error whose outcome a codeless failure leaves unknown."""
-        with calling() as trailers, client_span(_FLIGHT + "DoPut"):
+        with (
+            calling() as trailers,
+            client_span(_FLIGHT + "DoPut", {**_DB, "db.operation.name": "append"}),
+        ):
             try:
                 return await asyncio.to_thread(self._put, descriptor, schema, batches)
             except (flight.FlightError, pa.ArrowException) as exc:

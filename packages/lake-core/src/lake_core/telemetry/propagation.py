@@ -8,7 +8,7 @@ an installed tracer provider every span is a no-op and, with no incoming
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
 from opentelemetry import context as otel_context
@@ -65,14 +65,19 @@ def rpc_attributes(full_method: str) -> dict[str, str]:
 
 
 @contextmanager
-def client_span(full_method: str) -> Iterator[tuple[tuple[str, str], ...]]:
-    """A CLIENT span for one outgoing RPC; yields the trace headers to send with it."""
+def client_span(
+    full_method: str, attributes: Mapping[str, str] | None = None
+) -> Iterator[tuple[tuple[str, str], ...]]:
+    """A CLIENT span for one outgoing RPC; yields the trace headers to send with it.
+
+    ``attributes`` adds fixed, non-workload attributes (database conventions).
+    """
     if not _tracing_on():
         yield trace_headers()
         return
     name = full_method.lstrip("/")
     with tracer().start_as_current_span(
-        name, kind=SpanKind.CLIENT, attributes=rpc_attributes(full_method)
+        name, kind=SpanKind.CLIENT, attributes={**rpc_attributes(full_method), **(attributes or {})}
     ) as span:
         yield trace_headers()
         _ok(span)
