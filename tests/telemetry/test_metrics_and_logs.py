@@ -21,6 +21,7 @@ import pytest
 from google.protobuf import any_pb2
 
 import lake_sdk
+from lake_core.integrity import VERIFY_TABLE, VerifyTableRequest, VerifyTableResult
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2 as sql_pb
@@ -87,6 +88,15 @@ def test_scrape_after_a_workload_moves_every_series_and_leaks_no_marker(observed
         client.append_batches(table, [episodes(0, 5)])
         client.append_batches(table, [episodes(5, 5)])
         assert client.query_table(sql).num_rows == 10
+        assert client.object_store().descriptor is not None
+
+    async def maintain() -> None:
+        async with MetaClient(meta.http_url) as admin:
+            await admin.optimize_table(table)
+            request = VerifyTableRequest(table=table, all_versions=False)
+            assert (await admin.action(VERIFY_TABLE, request, VerifyTableResult)).ok
+
+    asyncio.run(maintain())
     ticket = _ticket(query, sql)
 
     q = scrape(query_port)
@@ -99,6 +109,7 @@ def test_scrape_after_a_workload_moves_every_series_and_leaks_no_marker(observed
     assert value(q, "lake_query_catalog_cache_lookups_total", result="hit") >= 1
     assert value(q, "lake_query_admission_running") == 0
     assert value(q, "lake_query_admission_refused_total") == 0
+    assert value(q, "lake_query_stage_mints_total", kind="discovery", outcome="ok") >= 1
     assert value(q, "process_resident_memory_bytes") > 0
     assert value(q, "process_open_fds") > 0
     assert value(q, "process_cpu_seconds_total") > 0
@@ -108,6 +119,8 @@ def test_scrape_after_a_workload_moves_every_series_and_leaks_no_marker(observed
     assert value(m, "lake_metasrv_commit_duration_seconds_count", outcome="committed") == 2
     assert value(m, "lake_metasrv_commit_group_size_count") >= 1
     assert value(m, "lake_metasrv_leader") == 1
+    assert value(m, "lake_metasrv_maintenance_runs_total", kind="compact", outcome="ok") == 1
+    assert value(m, "lake_verify_runs_total", outcome="ok") == 1
     assert value(m, "lake_rpc_duration_seconds_count", method="DoAction", code="OK") >= 1
 
     for text in (q, m):
