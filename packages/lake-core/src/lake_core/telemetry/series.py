@@ -6,6 +6,8 @@ a component imports the ones it records. Labels are closed sets only.
 
 from __future__ import annotations
 
+import functools
+
 from lake_core.telemetry.metrics import STATUS_CODES, counter, gauge, histogram
 
 __all__ = [
@@ -69,6 +71,7 @@ _SERVICES = {
 _METHODS = frozenset(RPC_METHODS)
 
 
+@functools.lru_cache(maxsize=256)  # grpc routes only registered methods: a bounded set
 def rpc_labels(full_method: str) -> tuple[str, str]:
     """``(service, method)`` labels of ``/package.Service/Method``, unknowns as ``other``."""
     _, _, rest = full_method.partition("/")
