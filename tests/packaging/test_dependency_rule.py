@@ -78,6 +78,9 @@ def test_declared_dependencies_follow_the_rule(package: str) -> None:
 SERVER_ONLY_DISTRIBUTIONS = (
     "cryptography",  # sealed tickets, server TLS keys (lake-core[server])
     "grpcio-health-checking",  # gRPC Health on listeners (lake-core[server])
+    "prometheus-client",  # /metrics (lake-core[server])
+    "opentelemetry-sdk",  # OTLP traces (lake-core[server]); the SDK has the API only
+    "opentelemetry-exporter-otlp-proto-grpc",
     "pylance",  # table engine (lake-metasrv, lake-query)
     "datafusion",  # SQL engine (lake-query)
     "lake-metasrv",
@@ -89,6 +92,8 @@ SERVER_ONLY_DISTRIBUTIONS = (
 SERVER_ONLY_MODULES = (
     "cryptography",
     "grpc_health.v1",
+    "prometheus_client",
+    "opentelemetry.sdk",
     "lance",
     "datafusion",
     "lake_metasrv",

@@ -30,6 +30,7 @@ BENCHMARKS = [
     "tools.bench.gc_bench",
     "tools.bench.frames_bench",
     "tools.bench.iceberg_bench",
+    "tools.bench.telemetry_bench",
 ]
 
 

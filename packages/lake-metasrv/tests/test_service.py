@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.flight as fl
 import pytest
 
-from lake_core import integrity, protocol
+from lake_core import integrity, protocol, status
 from lake_core.errors import AlreadyExists, NotFound, PermissionDenied
 from lake_core.ids import new_operation_id
 from lake_core.metaclient import MetaClient
@@ -194,6 +194,7 @@ async def test_list_actions(served: Any) -> None:
         protocol.CREATE_INDEX,
         integrity.VERIFY_TABLE,
         integrity.DATA_FILE_DIGESTS,
+        status.STATUS,
     }
 
 
@@ -274,3 +275,22 @@ async def test_unauthenticated_server_serves_nobody(
     async with kit.serve_handler(coordinator, authenticate=None) as served:
         with pytest.raises(fl.FlightUnauthenticatedError):
             await blocking(lambda: action(served.url, protocol.CATALOG_SNAPSHOT, {}))
+
+
+@pytest.mark.asyncio
+async def test_status_names_a_local_metasrv_the_leader_for_admins_only(
+    served: Any, coordinator: CommitCoordinator, kit: Any
+) -> None:
+    async with MetaClient(f"http://{served.addr}") as admin:
+        answer = await admin.action(status.STATUS, status.StatusRequest(), status.MetasrvStatus)
+    assert answer.role == "leader"
+    assert answer.mode == "local"
+    assert answer.version
+
+    user = Principal(principal_id="u", tenant_id="t", role="user")
+    async with (
+        kit.serve_handler(coordinator, authenticate=lambda *_: user) as as_user,
+        MetaClient(f"http://{as_user.addr}") as client,
+    ):
+        with pytest.raises(PermissionDenied):
+            await client.action(status.STATUS, status.StatusRequest(), status.MetasrvStatus)

@@ -31,6 +31,7 @@ from lake_core.names import TableRef
 from lake_core.protocol import IndexKind
 from lake_core.schemas import parse_column_spec, schema_from_base64, validate_table_schema
 from lake_core.security import optional_token
+from lake_core.status import STATUS, MetasrvStatus, QueryStatus, StatusRequest
 from lake_core.tls import METADATA_CA_FILE, METADATA_SERVER_NAME, load_client_tls
 
 T = TypeVar("T")
@@ -166,4 +167,62 @@ def verify_table(addr: str, table: str, all_versions: bool, as_json: bool) -> No
     )
     click.echo(render_report(result, as_json=as_json))
     if not result.ok:
+        sys.exit(1)
+
+
+def _url(addr: str) -> str:
+    return addr if "://" in addr else f"http://{addr}"
+
+
+async def _ask(addr: str, result: type[Any]) -> dict[str, Any]:
+    try:
+        async with _client(addr, timeout_s=10.0) as c:
+            answer = await c.action(STATUS, StatusRequest(), result)
+    except LakeError as exc:
+        # The class, not the text, tells an operator what happened; the text helps.
+        return {"addr": addr, "error": type(exc).__name__, "message": str(exc)[:200]}
+    return {"addr": addr, **answer.model_dump(exclude={"schema_version"})}
+
+
+@client.command("status")
+@click.option("--node", "nodes", multiple=True, help="Another Metasrv node to ask (repeatable).")
+@click.option("--query", "queries", multiple=True, help="A Query replica to ask (repeatable).")
+@click.option("--json", "as_json", is_flag=True, help="The status as JSON.")
+@click.pass_obj
+def status(addr: str, nodes: tuple[str, ...], queries: tuple[str, ...], as_json: bool) -> None:
+    """Each Metasrv node's role, epoch and lease; each Query replica's admission figures."""
+
+    async def gather() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        metas = await asyncio.gather(*(_ask(a, MetasrvStatus) for a in [addr, *map(_url, nodes)]))
+        replicas = await asyncio.gather(*(_ask(_url(q), QueryStatus) for q in queries))
+        return list(metas), list(replicas)
+
+    metas, replicas = asyncio.run(gather())
+    leaders = {m["advertised_url"] or m["addr"] for m in metas if m.get("role") == "leader"}
+    leaders |= {m["leader_url"] for m in metas if m.get("role") == "follower" and m["leader_url"]}
+    report = {"leader": sorted(leaders)[0] if len(leaders) == 1 else None}
+    report |= {"metasrv": metas, "query": replicas}
+    if as_json:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        click.echo(f"leader: {report['leader'] or 'unknown'}")
+        for m in metas:
+            if "error" in m:
+                click.echo(f"metasrv {m['addr']}: {m['error']}: {m['message']}")
+                continue
+            click.echo(
+                f"metasrv {m['addr']}: {m['role']} epoch {m['epoch']} lease "
+                f"{m['lease_expires_in_ms']} ms, advertised {m['advertised_url'] or '-'}, "
+                f"version {m['version']}"
+            )
+        for q in replicas:
+            if "error" in q:
+                click.echo(f"query {q['addr']}: {q['error']}: {q['message']}")
+                continue
+            a = q["admission"]
+            click.echo(
+                f"query {q['addr']}: running {a['running']}/{a['max_concurrent']}, queued "
+                f"{a['queued']}, refused {a['refused_total']}, version {q['version']}"
+            )
+    if any("error" in m for m in [*metas, *replicas]):
         sys.exit(1)

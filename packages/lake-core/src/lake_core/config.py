@@ -43,12 +43,15 @@ __all__ = [
     "ICEBERG_S3_REGION",
     "ICEBERG_WAREHOUSE",
     "LANCE_RETAIN_VERSIONS",
+    "LOG_FORMAT",
+    "LOG_LEVEL",
     "MANAGED_OBJECT_PREFIX",
     "MANAGED_OBJECT_ROOT",
     "MANIFEST_DYNAMODB_TABLE",
     "METADATA_AUTH_TOKEN_FILE",
     "METADATA_CA_FILE",
     "METADATA_SERVER_NAME",
+    "METRICS_ADDR",
     "PEER_ADVERTISE_URL",
     "PEER_AUTH_TOKEN_FILE",
     "PEER_CA_FILE",
@@ -528,6 +531,30 @@ ICEBERG_S3_ANONYMOUS = EnvVar(
     owner=QUERY,
     default="false",
     range="true | false",
+)
+
+# -- telemetry -------------------------------------------------------------------
+
+METRICS_ADDR = EnvVar(
+    "LAKE_METRICS_ADDR",
+    doc="Adds a Prometheus /metrics endpoint on this loopback IP socket (collect it with a "
+    "localhost sidecar or node agent); any other address is a startup error.",
+    owner="lake query, lake meta, lake iceberg registrar",
+    range="loopback IP:port, e.g. 127.0.0.1:9090",
+)
+LOG_FORMAT = EnvVar(
+    "LAKE_LOG_FORMAT",
+    doc="json: every stdout/stderr line is one JSON object (the readiness banner too); "
+    "console: human-readable lines. Unset: JSON log records plus the plain readiness banner.",
+    owner="lake query, lake meta, lake iceberg registrar",
+    range="json, console",
+)
+LOG_LEVEL = EnvVar(
+    "LAKE_LOG_LEVEL",
+    doc="Minimum log level; SQL text is only ever logged at debug. Overrides --log-level.",
+    owner="lake query, lake meta, lake iceberg registrar",
+    default="info",
+    range="debug, info, warning, error",
 )
 
 # -- tests ---------------------------------------------------------------------

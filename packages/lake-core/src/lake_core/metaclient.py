@@ -23,10 +23,13 @@ from lake_core.principal import Principal
 from lake_core.proto import flight_grpc, flight_pb2
 from lake_core.protocol import MAX_MESSAGE_BYTES
 from lake_core.schemas import schema_to_base64
+from lake_core.telemetry.propagation import client_span
 
 __all__ = ["MetaClient"]
 
 M = TypeVar("M", bound=BaseModel)
+DO_ACTION = "/arrow.flight.protocol.FlightService/DoAction"
+DO_PUT = "/arrow.flight.protocol.FlightService/DoPut"
 
 
 def _target(addr: str) -> tuple[str, bool]:
@@ -97,14 +100,18 @@ class MetaClient:
     ) -> M:
         request = flight_pb2.Action(type=action_type, body=protocol.encode(body))
         metadata = self._call_metadata(on_behalf_of)
-        try:
-            call = self._stub.DoAction(request, metadata=metadata, timeout=self._timeout)
-            payload = b""
-            async for item in call:
-                payload = item.body
-                break
-        except grpc.aio.AioRpcError as exc:
-            raise lake_error(exc) from None
+        # The caller's trace continues on Metasrv (W3C traceparent in the metadata).
+        with client_span(DO_ACTION) as trace:
+            try:
+                call = self._stub.DoAction(
+                    request, metadata=(*metadata, *trace), timeout=self._timeout
+                )
+                payload = b""
+                async for item in call:
+                    payload = item.body
+                    break
+            except grpc.aio.AioRpcError as exc:
+                raise lake_error(exc) from None
         return protocol.decode(result, payload)
 
     async def create_table(
@@ -152,13 +159,16 @@ class MetaClient:
     ) -> protocol.AppendResult:
         """Forward an already-encoded DoPut stream (its first message carries the command)."""
         metadata = self._call_metadata(on_behalf_of)
-        try:
-            call = self._stub.DoPut(messages, metadata=metadata, timeout=self._timeout)
-            payload = b""
-            async for item in call:
-                payload = item.app_metadata
-        except grpc.aio.AioRpcError as exc:
-            raise lake_error(exc, commit=True) from None
+        with client_span(DO_PUT) as trace:
+            try:
+                call = self._stub.DoPut(
+                    messages, metadata=(*metadata, *trace), timeout=self._timeout
+                )
+                payload = b""
+                async for item in call:
+                    payload = item.app_metadata
+            except grpc.aio.AioRpcError as exc:
+                raise lake_error(exc, commit=True) from None
         return protocol.decode(protocol.AppendResult, payload)
 
     async def append(

@@ -60,15 +60,22 @@ def iceberg() -> None:
 @click.option("--poll", default="5s", show_default=True, help="how often to look for new segments")
 def registrar(config_file: Path, once: bool, poll: str) -> None:
     """Register shipped Parquet segments in Iceberg tables, exactly once."""
+    from lake_core.errors import LakeError
     from lake_core.logs import configure_logging
+    from lake_core.telemetry.process import ProcessTelemetry
     from lake_iceberg.errors import RegistrarError
     from lake_iceberg.registrar.config import load_config, parse_duration
     from lake_iceberg.registrar.service import Registrar, log
 
-    configure_logging(logging.INFO)
+    try:
+        configure_logging(logging.INFO)
+        telemetry = ProcessTelemetry.load("lake-registrar")
+    except LakeError as exc:
+        raise click.ClickException(str(exc)) from None
     try:
         config = load_config(config_file)
         service = Registrar(config)
+        telemetry.start()
         if once:
             progress = service.run_once()
             click.echo(
@@ -80,3 +87,5 @@ def registrar(config_file: Path, once: bool, poll: str) -> None:
     except RegistrarError as error:
         log.error("registrar.fatal", code=error.code, error=str(error))
         raise
+    finally:
+        telemetry.close()

@@ -7,7 +7,8 @@ runs them on arrival and again under the table lock.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+import time
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,8 +16,10 @@ import pyarrow as pa
 import structlog
 
 from lake_core.errors import (
+    Aborted,
     CommitStateUnknown,
     InvalidAppend,
+    NotLeader,
     StaleReadVersion,
     TableNotFound,
     Unavailable,
@@ -24,6 +27,7 @@ from lake_core.errors import (
 from lake_core.names import TableRef
 from lake_core.protocol import MAX_APPEND_ROWS, AppendCommand, AppendResult
 from lake_core.schemas import check_exact_schema
+from lake_core.telemetry import series
 from lake_core.values import check_batches
 from lake_metasrv.engine import PreparedAppend
 from lake_metasrv.registry.base import OperationRecord, TableRecord
@@ -39,6 +43,7 @@ __all__ = [
     "check_shape",
     "conform",
     "fail",
+    "observed_append",
     "registry_failure",
     "retrieve",
 ]
@@ -154,3 +159,22 @@ def replay(prior: OperationRecord, table: TableRef) -> AppendResult:
         raise InvalidAppend(f"operation id {prior.operation_id} was already used for another table")
     log.info("append replayed", table=str(table), version=prior.version)
     return prior.result(replayed=True)
+
+
+async def observed_append(append: Awaitable[AppendResult]) -> AppendResult:
+    """``await append``, counting its outcome and latency (lake_metasrv_commits_total)."""
+    start = time.perf_counter()
+    outcome = "failed"
+    try:
+        result = await append
+        outcome = "replayed" if result.replayed else "committed"
+        return result
+    except NotLeader:
+        outcome = "fenced"
+        raise
+    except Aborted:
+        outcome = "conflicted"  # a stale read version (StaleReadVersion) or a lost race
+        raise
+    finally:
+        series.COMMITS.inc(outcome=outcome)
+        series.COMMIT_SECONDS.observe(time.perf_counter() - start, outcome=outcome)

@@ -24,10 +24,12 @@ from lake_core.errors import LakeError
 from lake_core.filetype import is_file_field
 from lake_core.flight.server import FlightServer
 from lake_core.integrity import VerifyTableResult, render_report
-from lake_core.logs import configure_logging
+from lake_core.logs import banner, configure_logging
 from lake_core.names import TableRef
 from lake_core.principal import DEV_PRINCIPAL, Principal
 from lake_core.schemas import parse_column_spec, validate_table_schema
+from lake_core.telemetry import series
+from lake_core.telemetry.process import ProcessTelemetry
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.config import DEFAULT_ADDR, DEFAULT_DATA_DIR, MetaConfig
 from lake_metasrv.datadir import DataDir
@@ -77,6 +79,7 @@ async def run_server(
     data_dir = DataDir(config.data_dir)
     data_dir.lock()
     coordinator = CommitCoordinator.local(config)
+    series.LEADER.set(1)  # a local Metasrv is the only writer of its data directory
     try:
         await coordinator.open()
 
@@ -90,7 +93,7 @@ async def run_server(
                 data_dir=str(config.data_dir),
                 retain_versions=config.retain_versions,
             )
-            print(f"lake meta listening on {bound}", file=sys.stderr, flush=True)
+            banner(f"lake meta listening on {bound}")
             if on_started is not None:
                 on_started(server)
 
@@ -114,16 +117,25 @@ async def run_server(
 )
 def meta(addr: str, data_dir: str) -> None:
     """Run Metasrv: the registry and the commit authority for native tables."""
-    configure_logging()
+    try:
+        configure_logging()
+        telemetry = ProcessTelemetry.load("lake-meta")
+    except LakeError as exc:
+        raise LakeCommandError(str(exc)) from None
     config = _load_config(data_dir=data_dir, addr=addr)
     try:
         CompactionSettings.from_env(os.environ)
     except LakeError as exc:
         raise LakeCommandError(str(exc)) from None
     try:
+        telemetry.start()  # before the Flight listener binds
         code = asyncio.run(run_server(config))
     except LakeError as exc:
         raise LakeCommandError(str(exc)) from None
+    except OSError as exc:
+        raise LakeCommandError(str(exc)) from None
+    finally:
+        telemetry.close()
     sys.exit(code)
 
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -28,6 +27,7 @@ from pydantic import BaseModel
 from lake_core.errors import Internal, Unavailable
 from lake_core.flight.server import FlightServer
 from lake_core.integrity import DataFileReader
+from lake_core.logs import banner
 from lake_core.references import (
     DROPPED_NAME,
     MAINTENANCE_KEY_PREFIX,
@@ -284,7 +284,7 @@ async def run_cloud_server(
                     manifest_table=cloud.storage.manifest_table,
                     lease_ttl_s=config.lease_ttl_s,
                 )
-                print(f"lake meta listening on {bound}", file=sys.stderr, flush=True)
+                banner(f"lake meta listening on {bound}")
                 leadership.start()
                 if on_started is not None:
                     on_started(server)

@@ -44,6 +44,7 @@ from lake_core.errors import Internal, InvalidSchema, Unavailable, VersionReclai
 from lake_core.models import Engine, incarnation_metadata, incarnation_of
 from lake_core.names import TableRef
 from lake_core.storage_probe import StorageProbe
+from lake_core.telemetry import series
 
 __all__ = [
     "AppendOutcome",
@@ -210,6 +211,8 @@ class LanceEngine(abc.ABC):
         Stops at the first failure: the versions committed before it are
         returned (durable) with the error, so the caller can register them.
         """
+        # The coordinator hands each commit group here whole (lake_metasrv.commits).
+        series.COMMIT_GROUP_SIZE.observe(len(prepared))
         return await asyncio.to_thread(
             self._append_many, location, incarnation, registered_version, prepared
         )

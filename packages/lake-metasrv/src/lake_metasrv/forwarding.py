@@ -27,12 +27,13 @@ from typing import Any
 import grpc
 import structlog
 
-from lake_core import protocol
+from lake_core import protocol, status
 from lake_core.auth import ON_BEHALF_OF_HEADER, Secret
 from lake_core.errors import WANTS_CODES, InvalidAppend, Unavailable
-from lake_core.metaclient import MetaClient, lake_error
+from lake_core.metaclient import DO_ACTION, MetaClient, lake_error
 from lake_core.principal import Principal
 from lake_core.proto import flight_pb2 as pb
+from lake_core.telemetry.propagation import client_span
 from lake_core.tls import ClientTLS
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.lease import Leadership
@@ -62,15 +63,16 @@ class PeerClient(MetaClient):
         self, action: pb.Action, metadata: tuple[tuple[str, str], ...]
     ) -> list[pb.Result]:
         """Send ``action`` with the caller's own credentials (``metadata``)."""
-        try:
-            call = self._stub.DoAction(
-                action,
-                metadata=(*metadata, (FORWARDED_HEADER, "1"), WANTS_CODES),
-                timeout=self._timeout,
-            )
-            return [item async for item in call]
-        except grpc.aio.AioRpcError as exc:
-            raise lake_error(exc) from None
+        with client_span(DO_ACTION) as trace:
+            try:
+                call = self._stub.DoAction(
+                    action,
+                    metadata=(*metadata, (FORWARDED_HEADER, "1"), WANTS_CODES, *trace),
+                    timeout=self._timeout,
+                )
+                return [item async for item in call]
+            except grpc.aio.AioRpcError as exc:
+                raise lake_error(exc) from None
 
 
 class PeerClients:
@@ -123,6 +125,19 @@ class ForwardingMetaHandler(MetaHandler):
         self.leadership = leadership
         self.peers = peers
 
+    def status(self) -> status.MetasrvStatus:
+        view = self.leadership.view()
+        return status.MetasrvStatus(
+            node=self.leadership.node,
+            role=view["role"],
+            mode="cloud",
+            epoch=view["epoch"],
+            lease_expires_in_ms=view["lease_expires_in_ms"],
+            advertised_url=view["advertised_url"],
+            leader_url=view["leader_url"],
+            version=status.lake_version(),
+        )
+
     def _leader(self, context: Context) -> PeerClient | None:
         """The leader to forward to, or None to handle the call here."""
         if self.leadership.is_leader or _forwarded(context):
@@ -165,5 +180,6 @@ class ForwardingMetaHandler(MetaHandler):
             async for message in messages:
                 yield message
 
+        log.info("forwarding to the leader", action="append", leader=leader.addr)
         result = await leader.append_messages(stream(), on_behalf_of=principal)
         yield pb.PutResult(app_metadata=protocol.encode(result))

@@ -41,6 +41,7 @@ from lake_core.integrity import (
     fragment_file_paths,
 )
 from lake_core.names import TableRef
+from lake_core.telemetry import series
 from lake_metasrv.engine import LanceEngine
 
 __all__ = [
@@ -294,7 +295,12 @@ async def verify_table(
             problems=problems,
         )
 
-    result = await asyncio.to_thread(run)
+    try:
+        result = await asyncio.to_thread(run)
+    except BaseException:
+        series.VERIFY_RUNS.inc(outcome="failed")
+        raise
+    series.VERIFY_RUNS.inc(outcome="mismatch" if result.problems else "ok")
     if result.problems:
         log.error(
             "data files differ from their commit", table=str(table), count=len(result.problems)

@@ -36,6 +36,7 @@ from typing import Any
 
 import structlog
 
+from lake_core.telemetry import series
 from lake_metasrv.registry.dynamo import NotLeader
 from lake_metasrv.registry.dynamo_layout import (
     META,
@@ -117,6 +118,9 @@ class Leadership:
         self._takeover: asyncio.Task[None] | None = None
         self._stopping = False
         self.changed = asyncio.Event()
+        # Read at scrape time (lake_metasrv_leader, lake_metasrv_lease_epoch).
+        series.LEADER.set_function(lambda: float(self.is_leader))
+        series.LEASE_EPOCH.set_function(lambda: float(self.view()["epoch"]))
 
     def __repr__(self) -> str:
         state = f"leader epoch {self._epoch}" if self.is_leader else "follower"
@@ -137,6 +141,25 @@ class Leadership:
         if self._clock() >= self._valid_until:
             raise NotLeader("this Metasrv's lease ran out; retry (writes go to the new leader)")
         return self._epoch
+
+    def view(self) -> dict[str, Any]:
+        """This node's role, the epoch it knows and how long the lease it knows lasts."""
+        now = self._clock()
+        seen = self._seen
+        if self._leading:
+            remaining = self._valid_until - now
+        elif seen is not None and not seen.released:
+            # A follower's bound: the holder must renew within a TTL of when it was seen.
+            remaining = self._seen_since + self.ttl_s - now
+        else:
+            remaining = 0.0
+        return {
+            "role": "leader" if self.is_leader else "follower",
+            "epoch": max(self._epoch, seen.epoch if seen is not None else 0),
+            "lease_expires_in_ms": max(0, round(remaining * 1000)),
+            "advertised_url": self.url,
+            "leader_url": self.url if self._leading else (self.leader_url or ""),
+        }
 
     @property
     def leader_url(self) -> str | None:
@@ -194,6 +217,7 @@ class Leadership:
             log.warning("could not release the lease; a standby waits out the TTL", error=repr(exc))
             return False
         log.info("leadership resigned", epoch=epoch, node=self.node)
+        series.LEADER_CHANGES.inc(event="resigned")
         return True
 
     # -- the loop -------------------------------------------------------------------
@@ -310,6 +334,7 @@ class Leadership:
         self._valid_until = sent + self.ttl_s - self.margin_s
         self._seen = LeaseRecord(self.node, epoch, rvn, self.url, False)
         log.info("leadership acquired", epoch=epoch, node=self.node, url=self.url)
+        series.LEADER_CHANGES.inc(event="acquired")
         self._takeover = asyncio.create_task(self._take_over(epoch), name="lake-metasrv-takeover")
 
     async def _authority_epoch(self) -> int:
@@ -334,10 +359,12 @@ class Leadership:
             self.changed.set()
             self.changed = asyncio.Event()
             log.info("leader ready", epoch=epoch, node=self.node)
+            series.LEADER_CHANGES.inc(event="ready")
 
     def _step_down(self, reason: str) -> None:
         if self._leading:
             log.warning("leadership lost", reason=reason, epoch=self._epoch, node=self.node)
+            series.LEADER_CHANGES.inc(event="lost")
         self._leading = False
         self._ready = False
         self._valid_until = float("-inf")

@@ -35,10 +35,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import lance
 import pyarrow as pa
@@ -61,6 +61,7 @@ from lake_core.filetype import is_file_field
 from lake_core.models import incarnation_of
 from lake_core.names import TableRef
 from lake_core.protocol import IndexKind, MaintenanceResult
+from lake_core.telemetry import series
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.registry.base import MaintenanceCommit, TableRecord
 from lake_metasrv.sidecars import ReferenceDelta
@@ -74,6 +75,7 @@ __all__ = [
 ]
 
 log = structlog.get_logger("lake_metasrv.maintenance")
+T = TypeVar("T")
 
 
 #: Fragments are merged up to this many rows.
@@ -339,7 +341,7 @@ class Maintenance:
             )
             return await self._commit(record, outcome, "compaction")
 
-        return await self.coordinator.run_exclusive(table, work())
+        return await counted_run("compact", self.coordinator.run_exclusive(table, work()))
 
     async def create_index(
         self, table: TableRef, column: str, kind: IndexKind | str = "BTREE"
@@ -356,7 +358,7 @@ class Maintenance:
             outcome = await asyncio.to_thread(_create_index, target, record, column, kind)
             return await self._commit(record, outcome, f"{kind} index on {column}")
 
-        return await self.coordinator.run_exclusive(table, work())
+        return await counted_run("index", self.coordinator.run_exclusive(table, work()))
 
     async def small_fragments(self, record: TableRecord) -> int:
         """How many of the registered version's fragments are below the compaction size."""
@@ -532,3 +534,14 @@ class AutoCompactor:
             if result.changed:
                 compacted.append(record.table)
         return compacted
+
+
+async def counted_run(kind: str, run: Awaitable[T]) -> T:
+    """``await run``, counted in lake_metasrv_maintenance_runs_total by kind and outcome."""
+    try:
+        result = await run
+    except BaseException:
+        series.MAINTENANCE_RUNS.inc(kind=kind, outcome="failed")
+        raise
+    series.MAINTENANCE_RUNS.inc(kind=kind, outcome="ok")
+    return result

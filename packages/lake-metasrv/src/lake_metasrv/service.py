@@ -21,7 +21,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from lake_core import integrity, protocol
+from lake_core import integrity, protocol, status
 from lake_core.errors import (
     FailedPrecondition,
     InvalidAppend,
@@ -36,6 +36,7 @@ from lake_core.names import TableRef
 from lake_core.principal import Principal
 from lake_core.proto import flight_pb2 as pb
 from lake_core.schemas import schema_from_base64
+from lake_metasrv.appends import observed_append
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.integrity import verify_table
 from lake_metasrv.maintenance import Maintenance
@@ -64,6 +65,7 @@ ACTIONS: dict[str, str] = {
     integrity.DATA_FILE_DIGESTS: (
         "Recorded data-file digests of the current incarnation: {table} -> DataFileDigestsResult"
     ),
+    status.STATUS: "Admin: this node's role, lease epoch and expiry, URLs, version -> MetasrvStatus",
 }
 
 
@@ -129,9 +131,26 @@ class MetaHandler(FlightHandler):
             result = await self.maintenance.create_index(index.table, index.column, index.kind)
         elif action.type in (integrity.VERIFY_TABLE, integrity.DATA_FILE_DIGESTS):
             result = await self._integrity(principal, action.type, body)
+        elif action.type == status.STATUS:
+            if principal.role != "admin":
+                raise PermissionDenied("lake.status needs an admin principal")
+            result = self.status()
         else:
             raise Unimplemented(f"unknown action {action.type[:100]!r}")
         yield pb.Result(body=protocol.encode(result))
+
+    def status(self) -> status.MetasrvStatus:
+        """This node's role and lease (a local Metasrv always leads its data directory)."""
+        return status.MetasrvStatus(
+            node="local",
+            role="leader",
+            mode="local",
+            epoch=0,
+            lease_expires_in_ms=0,
+            advertised_url="",
+            leader_url="",
+            version=status.lake_version(),
+        )
 
     async def _integrity(self, principal: Principal, kind: str, body: bytes) -> protocol.WireModel:
         store = self.coordinator.digests
@@ -195,8 +214,9 @@ class MetaHandler(FlightHandler):
             batches.extend(produced)
         if command is None or decoder.schema is None:
             raise InvalidAppend("an append stream needs a descriptor and an Arrow schema")
-        result = await self.coordinator.append(
-            command, decoder.schema, batches, tenant_id=principal.tenant_id
+        # Counted by outcome here, so fenced arrivals count too (lake_metasrv_commits_total).
+        result = await observed_append(
+            self.coordinator.append(command, decoder.schema, batches, tenant_id=principal.tenant_id)
         )
         yield pb.PutResult(app_metadata=protocol.encode(result))
 

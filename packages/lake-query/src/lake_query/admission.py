@@ -32,12 +32,14 @@ from typing import Any
 import grpc
 import structlog
 
+from lake_core import status
 from lake_core.config import QUERY_EXECUTION_TIMEOUT_MS, QUERY_QUEUE_TIMEOUT_MS, env_int
 from lake_core.config import QUERY_MAX_CONCURRENT as MAX_CONCURRENT
 from lake_core.config import QUERY_MAX_CONCURRENT_PER_TENANT as MAX_CONCURRENT_PER_TENANT
 from lake_core.config import QUERY_MAX_SQL_BYTES as MAX_SQL_BYTES
 from lake_core.config import QUERY_MAX_TRACKED_TENANTS as MAX_TRACKED_TENANTS
-from lake_core.errors import ResourceExhausted
+from lake_core.errors import PermissionDenied, ResourceExhausted
+from lake_core.telemetry import series
 from lake_query.stall import DEFAULT_STALL_TIMEOUT_MS, STALL_TIMEOUT_MS, StallClock, watch_stalls
 
 __all__ = [
@@ -50,6 +52,7 @@ __all__ = [
     "Admission",
     "AdmissionLimits",
     "Permit",
+    "replica_status",
 ]
 
 log = structlog.get_logger("lake_query.admission")
@@ -167,6 +170,10 @@ class Admission:
         self.limits = limits
         self._global = _FifoGate(limits.max_concurrent)
         self._tenants: dict[str, _FifoGate] = {}
+        self.refused = 0
+        # Read at scrape time; the replica's one Admission (the latest built) reports.
+        series.ADMISSION_RUNNING.set_function(lambda: self._global.held)
+        series.ADMISSION_QUEUED.set_function(lambda: self._global.waiting)
 
     def __repr__(self) -> str:
         return f"Admission({self.limits})"
@@ -228,6 +235,7 @@ class Admission:
             raise ResourceExhausted(
                 f"this Query replica is running {self.limits.max_concurrent} queries; retry later"
             )
+        series.ADMITTED.inc()
         log.info(
             "query admitted",
             running=self._global.held,
@@ -239,6 +247,8 @@ class Admission:
     def _refused(self, gate: str, start: float) -> None:
         # No tenant id: logs may leave the deployment's trust boundary.
         waited = (asyncio.get_running_loop().time() - start) * 1000
+        series.ADMISSION_REFUSED.inc(gate=gate)
+        self.refused += 1
         log.info("query refused", gate=gate, waited_ms=round(waited, 1))
 
     def _release(self, tenant: str) -> None:
@@ -274,12 +284,14 @@ class Admission:
         async def expire() -> None:
             await asyncio.sleep(timeout_s)
             log.warning("query execution timed out", timeout_ms=self.limits.execution_timeout_ms)
+            series.ADMISSION_TIMED_OUT.inc()
             await end(
                 f"query exceeded the execution timeout of {self.limits.execution_timeout_ms} ms"
             )
 
         async def stalled() -> None:
             log.warning("query client stalled", stall_timeout_ms=self.limits.stall_timeout_ms)
+            series.ADMISSION_STALLED.inc()
             await end(
                 f"the client took no result message for {self.limits.stall_timeout_ms} ms "
                 f"({STALL_TIMEOUT_MS})"
@@ -297,9 +309,29 @@ class Admission:
                     # grpc.aio resumes this generator once the message is written,
                     # which flow control holds up while the client is not reading.
                     clock.offered()
+                    series.STREAMED_BYTES.inc(len(message))
                     yield message
                     clock.taken()
         finally:
             for watchdog in watchdogs:
                 watchdog.cancel()
             permit.release()
+
+
+def replica_status(admission: Admission | None, cache: Any, principal: Any) -> status.QueryStatus:
+    """``lake.status`` of this replica (admins only): admission figures and version."""
+    if getattr(principal, "role", None) != "admin":
+        raise PermissionDenied("lake.status needs an admin principal")
+    limits = admission.limits if admission is not None else AdmissionLimits()
+    return status.QueryStatus(
+        admission=status.AdmissionStatus(
+            running=admission.running if admission is not None else 0,
+            queued=admission._global.waiting if admission is not None else 0,
+            tracked_tenants=admission.tracked_tenants if admission is not None else 0,
+            max_concurrent=limits.max_concurrent,
+            per_tenant=limits.per_tenant,
+            refused_total=admission.refused if admission is not None else 0,
+        ),
+        catalog_generation=getattr(cache, "generation", None),
+        version=status.lake_version(),
+    )

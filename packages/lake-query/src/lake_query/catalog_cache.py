@@ -24,6 +24,7 @@ from lake_core.errors import FailedPrecondition, LakeError
 from lake_core.models import CatalogEntry
 from lake_core.names import TableRef
 from lake_core.schemas import schema_from_base64, schema_to_ipc
+from lake_core.telemetry import series
 
 __all__ = ["CachedTable", "CatalogCache", "CatalogSource"]
 
@@ -102,7 +103,9 @@ class CatalogCache:
         return self._snapshot.generation is not None
 
     def lookup(self, table: TableRef) -> CachedTable | None:
-        return self._snapshot.tables.get(table)
+        found = self._snapshot.tables.get(table)
+        series.CATALOG_LOOKUPS.inc(result="miss" if found is None else "hit")
+        return found
 
     def entry(self, table: TableRef) -> CatalogEntry | None:
         found = self._snapshot.tables.get(table)
@@ -138,9 +141,15 @@ class CatalogCache:
 
     async def _fetch(self) -> bool:
         current = self._snapshot
-        result = await self._source.catalog_snapshot(current.generation)
+        try:
+            result = await self._source.catalog_snapshot(current.generation)
+        except BaseException:
+            series.CATALOG_REFRESHES.inc(outcome="failed")
+            raise
         if result.not_modified:
+            series.CATALOG_REFRESHES.inc(outcome="not_modified")
             return False
+        series.CATALOG_REFRESHES.inc(outcome="changed")
         decoded = [_decode(e) for e in result.tables]
         decoded.sort(key=lambda t: (t.table.namespace, t.table.name))
         self._snapshot = _Snapshot(result.generation, {t.table: t for t in decoded}, tuple(decoded))

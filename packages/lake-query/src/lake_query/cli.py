@@ -18,8 +18,9 @@ import structlog
 from lake_core.errors import LakeError
 from lake_core.flight.server import FlightServer, UncleanShutdown, serve
 from lake_core.integrity import DataFileReader
-from lake_core.logs import configure_logging
+from lake_core.logs import banner, configure_logging
 from lake_core.metaclient import MetaClient
+from lake_core.telemetry.process import ProcessTelemetry
 from lake_core.tickets import TicketSealer
 from lake_query.admission import Admission
 from lake_query.catalog_cache import CatalogCache
@@ -96,7 +97,7 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
                 authenticator=repr(config.security.authenticator),
                 admission=repr(config.admission),
             )
-            print(f"lake query listening on {config.addr}", file=sys.stderr, flush=True)
+            banner(f"lake query listening on {config.addr}")
 
         await serve(
             handler,
@@ -133,10 +134,13 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
 )
 def query(addr: str, metadata_addr: str, log_level: str, data_dir: str | None) -> None:
     """Run a Lake Query replica (Flight SQL over DataFusion)."""
-    configure_logging(getattr(logging, log_level.upper(), logging.INFO))
-    tune_allocator()
+    telemetry: ProcessTelemetry | None = None
     try:
+        configure_logging(getattr(logging, log_level.upper(), logging.INFO))
+        tune_allocator()
+        telemetry = ProcessTelemetry.load("lake-query")
         config = QueryConfig.load(addr, metadata_addr, data_dir=data_dir)
+        telemetry.start()  # before the Flight listener binds
         asyncio.run(run(config))
     except UncleanShutdown as exc:
         log.error("unclean shutdown", error=str(exc))
@@ -149,6 +153,9 @@ def query(addr: str, metadata_addr: str, log_level: str, data_dir: str | None) -
         log.error("lake query failed", error=str(exc))
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
+    finally:
+        if telemetry is not None:
+            telemetry.close()
 
 
 def main() -> None:

@@ -17,12 +17,15 @@ from typing import Generic, TypeVar
 
 import pyarrow as pa
 
+from lake_core.telemetry import series
+
 __all__ = [
     "MAX_BATCH_BYTES",
     "PREFETCH_DEPTH",
     "TARGET_BATCH_BYTES",
     "coalesce_batches",
     "conform_batch",
+    "counted_rows",
     "prefetch",
 ]
 
@@ -32,6 +35,13 @@ TARGET_BATCH_BYTES = 2 * 1024 * 1024
 MAX_BATCH_BYTES = 4 * 1024 * 1024
 #: Messages produced ahead of the network: bounds a stream's buffer to ~16 MB.
 PREFETCH_DEPTH = 4
+
+
+def counted_rows(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``batches`` unchanged, counting their rows as streamed query results."""
+    for batch in batches:
+        series.STREAMED_ROWS.inc(batch.num_rows)
+        yield batch
 
 
 def _size(batch: pa.RecordBatch) -> int:

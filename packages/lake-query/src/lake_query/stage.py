@@ -26,6 +26,7 @@ import structlog
 
 from lake_core.filetype import is_file_field
 from lake_core.principal import Principal
+from lake_core.telemetry import series
 from lake_objects.descriptor import ReadCapabilityRequest, ReadCapabilityResult, StageDescriptor
 from lake_objects.errors import (
     NO_ISSUER_MESSAGE,
@@ -63,13 +64,26 @@ class QueryStage:
 
     def descriptor(self, principal: Principal) -> StageDescriptor:
         if self.settings is None:
+            series.STAGE_MINTS.inc(kind="discovery", outcome="failed")
             raise StageUnavailable(
                 f"{NO_STAGE_MESSAGE}: set LAKE_S3_BUCKET, "
                 "LAKE_MANAGED_OBJECT_ROOT or lake query --data-dir"
             )
+        series.STAGE_MINTS.inc(kind="discovery", outcome="ok")
         return self.settings.descriptor(principal.tenant_id)
 
     async def read_capability(
+        self, principal: Principal, request: ReadCapabilityRequest
+    ) -> ReadCapabilityResult:
+        try:
+            result = await self._read_capability(principal, request)
+        except BaseException:
+            series.STAGE_MINTS.inc(kind="read_capability", outcome="failed")
+            raise
+        series.STAGE_MINTS.inc(kind="read_capability", outcome="ok")
+        return result
+
+    async def _read_capability(
         self, principal: Principal, request: ReadCapabilityRequest
     ) -> ReadCapabilityResult:
         if self.settings is None or not self.issues_capabilities:

@@ -37,6 +37,7 @@ from lake_core.integrity import (
 from lake_core.models import TableDescriptor
 from lake_core.names import TableRef
 from lake_core.protocol import TableRequest
+from lake_core.telemetry import series
 
 __all__ = [
     "VERIFY_ON_OPEN",
@@ -140,6 +141,7 @@ class DataFileVerifier:
             expected = self._expected(table, path)
             if expected is not None:
                 if self._digest(table, location, path) != (expected.size_bytes, expected.sha256):
+                    series.VERIFY_RUNS.inc(outcome="mismatch")
                     log.error(
                         "data file differs from its commit",
                         table=table.qualified,
@@ -155,6 +157,7 @@ class DataFileVerifier:
                 self._files.add(file_key)
         with self._lock:
             self._versions.add(version_key)
+        series.VERIFY_RUNS.inc(outcome="ok")
 
     def _digest(self, table: TableRef, location: str, path: str) -> tuple[int, str]:
         """Size and SHA-256 as stored now; ``(-1, "")`` for a file gone or unreadable."""

@@ -24,6 +24,7 @@ from lake_core.auth import Secret
 from lake_core.endpoints import SCHEMES as ENDPOINT_SCHEMES
 from lake_core.endpoints import parse_endpoint
 from lake_core.errors import InvalidArgument, LakeError, Unavailable
+from lake_core.telemetry.propagation import client_span, trace_headers
 from lake_sdk._errors import TrailerCapture, Trailers, calling, lake_error
 
 __all__ = ["SCHEMES", "ConnectOptions", "Connection", "flight_location"]
@@ -86,6 +87,28 @@ class _BearerFactory(flight.ClientMiddlewareFactory):  # type: ignore[misc]
         return "_BearerFactory(***)"
 
 
+class _TraceMiddleware(flight.ClientMiddleware):  # type: ignore[misc]
+    def __init__(self, headers: dict[str, str]) -> None:
+        self._headers = headers
+
+    def sending_headers(self) -> dict[str, str]:
+        return self._headers
+
+
+class _TraceFactory(flight.ClientMiddlewareFactory):  # type: ignore[misc]
+    """W3C ``traceparent`` of the caller's current span (the application's tracer)."""
+
+    def start_call(self, info: Any) -> _TraceMiddleware | None:
+        # Runs on the calling thread, whose context asyncio.to_thread copied.
+        headers = trace_headers()
+        return _TraceMiddleware(dict(headers)) if headers else None
+
+
+_FLIGHT = "/arrow.flight.protocol.FlightService/"
+#: OpenTelemetry database conventions: the system and a closed operation name, never SQL.
+_DB = {"db.system.name": "lake"}
+
+
 @dataclass(frozen=True, repr=False)
 class ConnectOptions:
     """Credentials and TLS verification for one endpoint."""
@@ -124,7 +147,7 @@ class ConnectOptions:
             raise InvalidArgument(
                 f"a CA certificate or server name needs a TLS endpoint (https://), got {url!r}"
             )
-        middleware: list[flight.ClientMiddlewareFactory] = [TrailerCapture()]
+        middleware: list[flight.ClientMiddlewareFactory] = [TrailerCapture(), _TraceFactory()]
         kwargs: dict[str, Any] = {"middleware": middleware}
         if self.ca_pem is not None:
             kwargs["tls_root_certs"] = self.ca_pem
@@ -168,18 +191,25 @@ class Connection:
 
     async def action(self, name: str, body: bytes) -> bytes:
         """One Lake DoAction and its single result body."""
-        results = await self.call(lambda: list(self._client.do_action(flight.Action(name, body))))
+        with client_span(_FLIGHT + "DoAction"):
+            results = await self.call(
+                lambda: list(self._client.do_action(flight.Action(name, body)))
+            )
         if not results:
             raise LakeError(f"Query sent no result for {name}")
         data: bytes = results[0].body.to_pybytes()
         return data
 
     async def flight_info(self, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
-        return await self.call(self._client.get_flight_info, descriptor)
+        with client_span(_FLIGHT + "GetFlightInfo", {**_DB, "db.operation.name": "plan"}):
+            return await self.call(self._client.get_flight_info, descriptor)
 
     async def stream(self, ticket: flight.Ticket) -> tuple[flight.FlightStreamReader, Trailers]:
         """A DoGet stream and the trailer sink its later failures fill."""
-        with calling() as trailers:
+        with (
+            calling() as trailers,
+            client_span(_FLIGHT + "DoGet", {**_DB, "db.operation.name": "fetch"}),
+        ):
             try:
                 reader = await asyncio.to_thread(self._client.do_get, ticket)
             except (flight.FlightError, pa.ArrowException) as exc:
@@ -193,7 +223,10 @@ class Connection:
         batches: Sequence[pa.RecordBatch],
     ) -> protocol.AppendResult:
         """One DoPut; a failure is a Lake error whose outcome a codeless failure leaves unknown."""
-        with calling() as trailers:
+        with (
+            calling() as trailers,
+            client_span(_FLIGHT + "DoPut", {**_DB, "db.operation.name": "append"}),
+        ):
             try:
                 return await asyncio.to_thread(self._put, descriptor, schema, batches)
             except (flight.FlightError, pa.ArrowException) as exc:

@@ -38,6 +38,7 @@ from lake_core.flight.handler import (
     flight_generic_handler,
 )
 from lake_core.protocol import MAX_MESSAGE_BYTES
+from lake_core.telemetry.rpc import RpcObservation
 
 __all__ = [
     "FLIGHT_SERVICE",
@@ -225,8 +226,13 @@ def _wrap_handler(
     if inspect.isasyncgenfunction(behavior):
 
         async def wrapped_gen(request: Any, context: Context) -> AsyncIterator[Any]:
-            token = await guard._enter(method, context, counted)
+            observed = RpcObservation(method, context, counted=counted)
             exc: BaseException | None = None
+            try:
+                token = await guard._enter(method, context, counted)
+            except BaseException as e:
+                observed.close(e, context)
+                raise
             try:
                 async for item in behavior(request, context):
                     yield item
@@ -235,13 +241,19 @@ def _wrap_handler(
                 raise
             finally:
                 guard._leave(token, exc, counted)
+                observed.close(exc, context)
 
         wrapped: Callable[..., Any] = wrapped_gen
     else:
         # Coroutine behaviours (including streaming ones using context.write).
         async def wrapped_coro(request: Any, context: Context) -> Any:
-            token = await guard._enter(method, context, counted)
+            observed = RpcObservation(method, context, counted=counted)
             exc: BaseException | None = None
+            try:
+                token = await guard._enter(method, context, counted)
+            except BaseException as e:
+                observed.close(e, context)
+                raise
             try:
                 return await behavior(request, context)
             except BaseException as e:
@@ -249,6 +261,7 @@ def _wrap_handler(
                 raise
             finally:
                 guard._leave(token, exc, counted)
+                observed.close(exc, context)
 
         wrapped = wrapped_coro
     return factory(

@@ -24,6 +24,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
+from lake_core.telemetry import series
 from lake_iceberg.errors import IcebergSchemaMismatch, RegistrarError
 from lake_iceberg.registrar.append import append_segment, build_data_file, committed_keys
 from lake_iceberg.registrar.config import RegistrarConfig
@@ -129,6 +130,15 @@ class Registrar:
 
     def run_once(self) -> Progress:
         """Register every entry not yet in its table; returns what happened."""
+        try:
+            progress = self._run_once()
+        except BaseException:
+            series.REGISTRAR_PASSES.inc(outcome="failed")
+            raise
+        series.REGISTRAR_PASSES.inc(outcome="ok")
+        return progress
+
+    def _run_once(self) -> Progress:
         entries = self.pending_entries()
         progress = Progress(pending=len(entries))
         tables = Tables(self.config, self.catalog())
@@ -138,10 +148,13 @@ class Registrar:
                 self._reload(tables, state, None)
             if entry.object_key in state.keys:
                 progress.skipped += 1
+                series.REGISTRAR_SEGMENTS.inc(outcome="skipped")
             elif self._register(tables, state, entry):
                 progress.registered += 1
+                series.REGISTRAR_SEGMENTS.inc(outcome="registered")
             else:
                 progress.skipped += 1
+                series.REGISTRAR_SEGMENTS.inc(outcome="skipped")
             progress.pending -= 1
             log.info(
                 "registrar.progress",

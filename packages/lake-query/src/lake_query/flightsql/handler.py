@@ -31,7 +31,7 @@ import pyarrow as pa
 import structlog
 from pydantic import ValidationError
 
-from lake_core import protocol
+from lake_core import protocol, status
 from lake_core.errors import (
     InvalidArgument,
     ReadOnlySql,
@@ -49,7 +49,7 @@ from lake_core.proto import flight_sql_pb2 as sql_pb
 from lake_core.schemas import schema_to_ipc
 from lake_core.tickets import TicketSealer
 from lake_objects import descriptor as stage_wire
-from lake_query.admission import Admission
+from lake_query.admission import Admission, replica_status
 from lake_query.catalog_cache import CatalogCache
 from lake_query.flightsql import discovery, wire
 from lake_query.flightsql.appends import Appends, AppendSink
@@ -60,7 +60,7 @@ from lake_query.flightsql.wire import MAX_SQL_BYTES, caller
 from lake_query.planning import DatasetOpener, PlannedQuery, Planner, QueryLimits, QuerySpec
 from lake_query.planning.external import ExternalCatalog
 from lake_query.planning.partitions import PartitionLimits
-from lake_query.results import prefetch
+from lake_query.results import counted_rows, prefetch
 from lake_query.stage import QueryStage
 
 __all__ = ["MAX_STREAMS", "QueryHandler"]
@@ -83,6 +83,7 @@ _ACTIONS = {
     protocol.TABLE_SCHEMA: "Lake: a table's current schema and version from the catalog cache",
     stage_wire.MANAGED_STAGE: "Lake: the caller's credential-free managed stage descriptor",
     stage_wire.READ_CAPABILITY: "Lake: a bounded read capability for one DataLocation (S3 only)",
+    status.STATUS: "Lake admin: this replica's admission figures and version -> QueryStatus",
 }
 
 T = TypeVar("T")
@@ -281,7 +282,7 @@ class QueryHandler(FlightHandler):
             else:
                 stream = self.planner.execute_partition(spec, fragments, principal)
             try:
-                yield from encode_stream(stream.schema, stream)
+                yield from encode_stream(stream.schema, counted_rows(stream))
             finally:
                 stream.close()  # a client gone mid-stream frees its memory reservation now
 
@@ -348,6 +349,10 @@ class QueryHandler(FlightHandler):
             yield pb.Result(body=await discovery.table_schema(self._cache, action.body, principal))
         elif kind in (stage_wire.MANAGED_STAGE, stage_wire.READ_CAPABILITY):
             yield pb.Result(body=await self._stage_action(kind, bytes(action.body), principal))
+        elif kind == status.STATUS:
+            yield pb.Result(
+                body=protocol.encode(replica_status(self._admission, self._cache, principal))
+            )
         else:
             raise Unimplemented(f"action {kind[:100]!r} is not supported by Lake Query")
 

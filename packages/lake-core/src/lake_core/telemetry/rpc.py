@@ -1,0 +1,80 @@
+"""What the server interceptor records of every RPC: latency, status, span, request id.
+
+:class:`RpcObservation` is opened by :mod:`lake_core.flight.server` once per
+call and closed with the call's outcome, so every service is measured and
+traced in one place (method and status code labels only).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Mapping
+from contextvars import Token
+from typing import Any
+
+import grpc
+import structlog
+
+from lake_core.telemetry import series
+from lake_core.telemetry.tracing import end_server_span, server_span
+
+__all__ = ["RpcObservation", "final_code"]
+
+
+def final_code(exc: BaseException | None, context: Any) -> grpc.StatusCode:
+    """The status a call ended with: OK, the aborted code, CANCELLED or UNKNOWN."""
+    if exc is None:
+        code = _context_code(context)
+        return code if code is not None else grpc.StatusCode.OK
+    if isinstance(exc, asyncio.CancelledError):
+        return grpc.StatusCode.CANCELLED
+    code = _context_code(context)
+    if code is not None and code != grpc.StatusCode.OK:
+        return code
+    return grpc.StatusCode.UNKNOWN
+
+
+def _context_code(context: Any) -> grpc.StatusCode | None:
+    try:
+        code = context.code()
+    except Exception:
+        return None
+    if isinstance(code, grpc.StatusCode):
+        return code
+    if isinstance(code, int):
+        return next((c for c in grpc.StatusCode if c.value[0] == code), None)
+    return None
+
+
+class RpcObservation:
+    """One server call being measured (see the module docstring)."""
+
+    __slots__ = ("_counted", "_labels", "_span", "_start", "_token")
+
+    def __init__(self, method: str, context: Any, *, counted: bool) -> None:
+        self._start = time.perf_counter()
+        self._labels = series.rpc_labels(method)
+        self._counted = counted
+        if counted:
+            series.RPC_IN_FLIGHT.inc()
+        metadata = context.invocation_metadata() or ()
+        self._span = server_span(method, metadata)
+        # A request id on every log line of this call (the RPC runs in its own task).
+        self._token: Mapping[str, Token[Any]] = structlog.contextvars.bind_contextvars(
+            request_id=uuid.uuid4().hex[:16]
+        )
+
+    def close(self, exc: BaseException | None, context: Any) -> None:
+        code = final_code(exc, context)
+        service, method = self._labels
+        series.RPC_SECONDS.observe(
+            time.perf_counter() - self._start, service=service, method=method, code=code.name
+        )
+        if self._counted:
+            series.RPC_IN_FLIGHT.dec()
+        end_server_span(self._span, code)
+        with contextlib.suppress(ValueError):
+            structlog.contextvars.reset_contextvars(**self._token)

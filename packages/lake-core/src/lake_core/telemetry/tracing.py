@@ -1,0 +1,118 @@
+"""OTLP/gRPC traces behind ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (server extra).
+
+:func:`configure_tracing` installs the OpenTelemetry SDK provider with a
+bounded batch exporter when the variable is set, and nothing otherwise.
+:func:`server_span` is the SERVER span the RPC interceptor opens around
+every call, continuing the caller's W3C context.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from importlib import metadata as distributions
+from typing import Any
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind
+
+from lake_core.telemetry.propagation import extract, rpc_attributes, tracer
+
+__all__ = [
+    "OTLP_TRACES_ENDPOINT",
+    "Tracing",
+    "configure_tracing",
+    "end_server_span",
+    "server_span",
+]
+
+#: The standard OpenTelemetry variable (not a LAKE_* one): where spans go.
+OTLP_TRACES_ENDPOINT = "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+#: Bounds of the process-owned exporter: spans beyond the queue are dropped, never buffered.
+MAX_QUEUE = 2048
+MAX_BATCH = 512
+EXPORT_DELAY_MS = 1000
+EXPORT_TIMEOUT_MS = 5000
+
+
+def _version() -> str:
+    try:
+        return distributions.version("lake-core")
+    except distributions.PackageNotFoundError:
+        return "unknown"
+
+
+class Tracing:
+    """The installed provider; :meth:`close` flushes what is queued (bounded)."""
+
+    def __init__(self, provider: Any) -> None:
+        self.provider = provider
+
+    def close(self) -> None:
+        self.provider.shutdown()
+
+
+def configure_tracing(service: str, env: Mapping[str, str] = os.environ) -> Tracing | None:
+    """Install OTLP tracing for ``service`` when the endpoint is set; None when off."""
+    endpoint = env.get(OTLP_TRACES_ENDPOINT, "").strip()
+    if not endpoint:
+        return None
+    from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    resource = Resource.create({"service.name": service, "service.version": _version()})
+    provider = TracerProvider(resource=resource)
+    exporter = OTLPSpanExporter(endpoint=endpoint, insecure=endpoint.startswith("http://"))
+    provider.add_span_processor(
+        BatchSpanProcessor(
+            exporter,
+            max_queue_size=MAX_QUEUE,
+            max_export_batch_size=MAX_BATCH,
+            schedule_delay_millis=EXPORT_DELAY_MS,
+            export_timeout_millis=EXPORT_TIMEOUT_MS,
+        )
+    )
+    trace.set_tracer_provider(provider)
+    return Tracing(provider)
+
+
+def server_span(full_method: str, metadata: Any) -> tuple[Span, object] | None:
+    """Start and activate the SERVER span of one RPC; None when there is nothing to trace.
+
+    Returns the span and the context token for :func:`end_server_span`.
+    """
+    parent = extract(metadata)
+    if parent is None and not _on():
+        return None
+    span = tracer().start_span(
+        full_method.lstrip("/"),
+        context=parent,
+        kind=SpanKind.SERVER,
+        attributes=rpc_attributes(full_method),
+    )
+    token = otel_context.attach(trace.set_span_in_context(span, parent))
+    return span, token
+
+
+def end_server_span(started: tuple[Span, object] | None, code: Any) -> None:
+    """Record the final gRPC status on the span, end it and restore the context."""
+    if started is None:
+        return
+    span, token = started
+    if span.is_recording():
+        span.set_attribute("rpc.grpc.status_code", int(code.value[0]))
+        if code.name != "OK":
+            span.set_status(trace.Status(trace.StatusCode.ERROR, code.name))
+    span.end()
+    # Fails only for a generator finalized in another context; harmless.
+    with contextlib.suppress(Exception):
+        otel_context.detach(token)  # type: ignore[arg-type]
+
+
+def _on() -> bool:
+    provider = trace.get_tracer_provider()
+    return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
