@@ -38,6 +38,7 @@ FROZEN_ALL = [
     "InvalidUpload",
     "LakeError",
     "LocationOutsideStage",
+    "MissingExtra",
     "ManagedObjectStore",
     "NotFound",
     "NotLeader",

@@ -11,7 +11,7 @@ the :class:`~lake_sdk.files.FileAccess` (stage and object store) and the
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -35,6 +35,7 @@ from lake_sdk._deprecation import deprecated
 from lake_sdk.appends import DEFAULT_APPEND_RETRIES, Appender, validate_append
 from lake_sdk.builder import LakeClientBuilder, connect_kwargs
 from lake_sdk.files import FileAccess, FileOptions
+from lake_sdk.frames import as_location
 from lake_sdk.inserts import insert_rows
 from lake_sdk.pending import PendingAppendStore
 from lake_sdk.results import QueryResult
@@ -278,9 +279,12 @@ class AsyncClient:
             return False
         return await (await self.object_store()).cancel_upload(path, directory)
 
-    async def open(self, location: DataLocation) -> ObjectReader:
-        """Stream an object directly from storage; EOF proves its size and SHA-256."""
-        return await self._state.files.open(location)
+    async def open(self, location: DataLocation | Mapping[str, Any]) -> ObjectReader:
+        """Stream an object directly from storage; EOF proves its size and SHA-256.
+
+        ``location`` may also be a FILE cell of a DataFrame (``to_pandas``/``to_polars``).
+        """
+        return await self._state.files.open(as_location(location))
 
     async def open_range(self, location: DataLocation, start: int, end: int) -> ObjectReader:
         """Exactly bytes ``start..end`` (half-open) of an object, directly from storage."""
