@@ -35,6 +35,7 @@ __all__ = [
     "METADATA_AUTH_TOKEN_FILE",
     "METADATA_CA_FILE",
     "METADATA_SERVER_NAME",
+    "NO_PROGRESS",
     "PEER_ADVERTISE_URL",
     "PEER_AUTH_TOKEN_FILE",
     "PEER_CA_FILE",
@@ -399,6 +400,17 @@ QUERY_MAX_FUNCTION_OUTPUT_BYTES = EnvVar(
     owner=QUERY,
     default="67108864 (64 MiB)",
     range="1024..=17179869184, bytes",
+)
+
+# -- progress bars and the terminal ------------------------------------------
+
+NO_PROGRESS = EnvVar(
+    "LAKE_NO_PROGRESS",
+    doc="Any non-empty value turns off the progress bars the SDK and the lake commands "
+    "draw on an interactive terminal (uploads, verify, GC), as HF_HUB_DISABLE_PROGRESS_BARS "
+    "does for Hugging Face.",
+    owner="lake-sdk, lake commands",
+    range="unset or empty: bars on a terminal; anything else: no bars",
 )
 
 # -- tests ---------------------------------------------------------------------

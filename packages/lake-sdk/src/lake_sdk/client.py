@@ -87,7 +87,8 @@ class AsyncClient:
       (default 1,024 tables for 60 s);
     - ``upload_checkpoint_dir``: makes path uploads restart-resumable and appends
       durable (pending appends); ``upload_concurrency``: S3 parts in flight (1..=16, 4);
-    - ``progress``: default upload progress callback (e.g. :class:`~lake_sdk.UploadProgressBar`);
+    - ``progress``: upload progress: None (default) draws a bar on an interactive
+      terminal (not with ``LAKE_NO_PROGRESS=1``), False never, or your own callback;
     - ``query_only``: no storage access, FILE reads through Query-issued capabilities;
     - ``store``: use this object store instead of discovering the stage (embedders, tests).
     """
@@ -104,7 +105,7 @@ class AsyncClient:
         schema_cache: SchemaCache | None = None,
         upload_checkpoint_dir: str | os.PathLike[str] | None = None,
         upload_concurrency: int = DEFAULT_UPLOAD_CONCURRENCY,
-        progress: ProgressCallback | None = None,
+        progress: ProgressCallback | bool | None = None,
         query_only: bool = False,
         store: ManagedObjectStore | None = None,
     ) -> None:
@@ -230,13 +231,17 @@ class AsyncClient:
         )
 
     async def insert(
-        self, sql: str, params: Sequence[Any], *, progress: ProgressCallback | None = None
+        self, sql: str, params: Sequence[Any], *, progress: ProgressCallback | bool | None = None
     ) -> int:
         """``INSERT INTO ns.table (cols) VALUES (?, ...)`` with one row; returns the version."""
         return await self.insert_many(sql, [params], progress=progress)
 
     async def insert_many(
-        self, sql: str, rows: Sequence[Sequence[Any]], *, progress: ProgressCallback | None = None
+        self,
+        sql: str,
+        rows: Sequence[Sequence[Any]],
+        *,
+        progress: ProgressCallback | bool | None = None,
     ) -> int:
         """Insert 1..=10,000 rows as one append and one table version.
 

@@ -46,7 +46,7 @@ class FileOptions:
     upload_concurrency: int = DEFAULT_UPLOAD_CONCURRENCY
     query_only: bool = False
     store: ManagedObjectStore | None = None
-    progress: ProgressCallback | None = None
+    progress: ProgressCallback | bool | None = None
 
     @classmethod
     def create(
@@ -56,7 +56,7 @@ class FileOptions:
         upload_concurrency: int = DEFAULT_UPLOAD_CONCURRENCY,
         query_only: bool = False,
         store: ManagedObjectStore | None = None,
-        progress: ProgressCallback | None = None,
+        progress: ProgressCallback | bool | None = None,
     ) -> FileOptions:
         """Validated options: bad ones fail before connecting (and long before any storage call)."""
         if (

@@ -70,7 +70,7 @@ class Client:
         schema_cache: SchemaCache | None = None,
         upload_checkpoint_dir: str | os.PathLike[str] | None = None,
         upload_concurrency: int = DEFAULT_UPLOAD_CONCURRENCY,
-        progress: ProgressCallback | None = None,
+        progress: ProgressCallback | bool | None = None,
         query_only: bool = False,
         store: ManagedObjectStore | None = None,
     ) -> None:
@@ -160,12 +160,16 @@ class Client:
         )
 
     def insert(
-        self, sql: str, params: Sequence[Any], *, progress: ProgressCallback | None = None
+        self, sql: str, params: Sequence[Any], *, progress: ProgressCallback | bool | None = None
     ) -> int:
         return self._runner.run(self._inner.insert(sql, params, progress=progress))
 
     def insert_many(
-        self, sql: str, rows: Sequence[Sequence[Any]], *, progress: ProgressCallback | None = None
+        self,
+        sql: str,
+        rows: Sequence[Sequence[Any]],
+        *,
+        progress: ProgressCallback | bool | None = None,
     ) -> int:
         return self._runner.run(self._inner.insert_many(sql, rows, progress=progress))
 
