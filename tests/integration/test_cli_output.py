@@ -1,0 +1,154 @@
+"""Every ``lake`` command's ``--output json`` parses; ``lake sql``; wrong addresses explained."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+import lake_sdk
+from lake_core.cli import lake
+from lake_core.filetype import file_field
+from lake_core.names import TableRef
+from tools.lake_testing.data import create_table
+from tools.lake_testing.plugin import LakeCluster
+
+SHOTS = TableRef("robots", "shots")
+LAKE = [sys.executable, "-c", "from lake_core.cli import main; main()"]
+
+
+def _lake(*args: str) -> str:
+    result = CliRunner().invoke(lake, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def _json(*args: str) -> Any:
+    return json.loads(_lake(*args, "--output", "json"))
+
+
+@pytest.fixture
+def shots(lake_cluster: LakeCluster, tmp_path: Path) -> LakeCluster:
+    schema = pa.schema(
+        [pa.field("shot_id", pa.utf8()), pa.field("reward", pa.float64()), file_field("video")]
+    )
+    create_table(lake_cluster.meta.addr, SHOTS, schema)
+    clip = tmp_path / "a.mp4"
+    clip.write_bytes(b"clip" * 100)
+    with lake_sdk.Client(lake_cluster.query.url, progress=False) as client:
+        client.insert_many(
+            "INSERT INTO robots.shots (shot_id, reward, video) VALUES (?, ?, ?)",
+            [
+                ["a", 1.5, lake_sdk.FileUpload.from_path(clip, "video/mp4")],
+                ["b", float("nan"), None],
+            ],
+        )
+    return lake_cluster
+
+
+def test_every_client_command_prints_json(shots: LakeCluster) -> None:
+    meta = ["client", "--addr", shots.meta.addr]
+    created = _json(*meta, "create-table", "robots.extra", "--column", "v:file")
+    assert created["columns"] == ["v: file"]  # FILE shown as `file`, as lake table does
+    described = _json(*meta, "describe-table", "robots.shots")
+    assert described["columns"] == ["shot_id: string", "reward: double", "video: file"]
+    listed = _json(*meta, "list-tables")
+    assert [t["table"] for t in listed] == ["robots.extra", "robots.shots"]
+    assert listed[1]["version"] == 1
+    assert isinstance(_json(*meta, "optimize-table", "robots.shots"), dict)
+    assert isinstance(_json(*meta, "create-index", "robots.shots", "shot_id"), dict)
+    assert _json(*meta, "verify-table", "robots.shots")["problems"] == []
+    assert _json(*meta, "drop-table", "robots.extra") == {
+        "table": "robots.extra",
+        "dropped_version": 0,
+    }
+    text = _lake(*meta, "describe-table", "robots.shots", "--output", "text")
+    assert "  video: file" in text
+    assert text.startswith("table: robots.shots\n")
+
+
+def test_every_table_command_prints_json(tmp_path: Path) -> None:
+    data = ["--data-dir", str(tmp_path / "lake-data")]
+    created = _json(
+        "table", "create", "robots.t", "--column", "a:string", "--column", "f:file", *data
+    )
+    assert created["columns"] == ["a: string", "f: file"]
+    assert [t["table"] for t in _json("table", "list", *data)] == ["robots.t"]
+    assert _json("table", "describe", "robots.t", *data)["versions"][0]["version"] == 0
+    assert isinstance(_json("table", "optimize", "robots.t", *data), dict)
+    assert isinstance(_json("table", "index", "robots.t", "a", "--kind", "bitmap", *data), dict)
+    assert _json("table", "verify", "robots.t", *data)["problems"] == []
+    assert _json("table", "drop", "robots.t", *data)["dropped_version"] == 0
+    text = _lake("table", "list", *data, "--output", "text")
+    assert text.strip() == "(none)"
+
+
+@pytest.mark.parametrize("command", ["list", "describe robots.t", "verify robots.t"])
+def test_read_only_commands_refuse_a_missing_data_dir(tmp_path: Path, command: str) -> None:
+    missing = tmp_path / "no-such-dir"
+    result = CliRunner().invoke(lake, ["table", *command.split(), "--data-dir", str(missing)])
+    assert result.exit_code == 2
+    assert f"no Lake data directory at {missing}" in result.output
+    assert not missing.exists()
+
+
+def test_lake_sql_streams_json_csv_and_tables(shots: LakeCluster) -> None:
+    sql = "SELECT shot_id, reward, video FROM robots.shots ORDER BY shot_id"
+    done = subprocess.run(
+        [*LAKE, "sql", sql, "--addr", shots.query.addr, "-o", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert [r["shot_id"] for r in rows] == ["a", "b"]
+    assert rows[0]["reward"] == 1.5
+    assert rows[1]["reward"] == "NaN"  # still valid JSON
+    assert rows[0]["video"]["size_bytes"] == 400
+    assert rows[1]["video"] is None
+
+    url = ["--addr", shots.query.url]
+    table = list(csv.reader(io.StringIO(_lake("sql", sql, *url, "--output", "csv"))))
+    assert table[0] == ["shot_id", "reward", "video"]
+    assert json.loads(table[1][2])["media_type"] == "video/mp4"
+
+    drawn = _lake("sql", sql, *url)
+    assert "file" in drawn  # the header names each column's type
+    assert "double" in drawn
+    assert "(2 rows)" in drawn
+    assert json.loads(_lake("sql", "SELECT 1 AS one WHERE false", *url, "-o", "json")) == []
+
+
+def test_lake_sql_errors_are_typed_and_short(shots: LakeCluster) -> None:
+    done = subprocess.run(
+        [*LAKE, "sql", "DROP TABLE robots.shots", "--addr", shots.query.url],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: ")
+    assert "Traceback" not in done.stderr
+
+
+def test_the_sdk_pointed_at_metasrv_names_the_mistake(lake_cluster: LakeCluster) -> None:
+    wrong = lake_sdk.Client(f"grpc://{lake_cluster.meta.addr}")
+    with wrong as client, pytest.raises(lake_sdk.Unimplemented) as raised:
+        client.query("SELECT 1")
+    message = str(raised.value)
+    assert f"grpc://{lake_cluster.meta.addr} is Lake Metasrv" in message
+    assert "Query's address" in message
+    with lake_sdk.Client(lake_cluster.query.url) as client:
+        connection = client._inner._state.connection
+        with pytest.raises(lake_sdk.Unimplemented) as raised:
+            client._runner.run(connection.action("lake.no_such_action", b""))
+    assert "Metasrv" not in str(raised.value)  # Query itself is never mistaken for Metasrv
