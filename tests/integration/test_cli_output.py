@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +17,12 @@ from click.testing import CliRunner
 
 import lake_sdk
 from lake_core.cli import lake
+from lake_core.config import MANAGED_OBJECT_ROOT, QUERY_TICKET_KEYS_FILE
 from lake_core.filetype import file_field
 from lake_core.names import TableRef
 from tools.lake_testing.data import create_table
-from tools.lake_testing.plugin import LakeCluster
+from tools.lake_testing.plugin import LakeCluster, write_ticket_keys
+from tools.lake_testing.servers import start_meta
 
 SHOTS = TableRef("robots", "shots")
 LAKE = [sys.executable, "-c", "from lake_core.cli import main; main()"]
@@ -35,23 +38,34 @@ def _json(*args: str) -> Any:
     return json.loads(_lake(*args, "--output", "json"))
 
 
-@pytest.fixture
-def shots(lake_cluster: LakeCluster, tmp_path: Path) -> LakeCluster:
-    schema = pa.schema(
-        [pa.field("shot_id", pa.utf8()), pa.field("reward", pa.float64()), file_field("video")]
-    )
-    create_table(lake_cluster.meta.addr, SHOTS, schema)
-    clip = tmp_path / "a.mp4"
-    clip.write_bytes(b"clip" * 100)
-    with lake_sdk.Client(lake_cluster.query.url, progress=False) as client:
-        client.insert_many(
-            "INSERT INTO robots.shots (shot_id, reward, video) VALUES (?, ?, ?)",
-            [
-                ["a", 1.5, lake_sdk.FileUpload.from_path(clip, "video/mp4")],
-                ["b", float("nan"), None],
-            ],
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeCluster]:
+    """One cluster for this module (the commands only read, or clean up after themselves)."""
+    root = tmp_path_factory.mktemp("cli")
+    env = {
+        QUERY_TICKET_KEYS_FILE: str(write_ticket_keys(root / "ticket-keys.json")),
+        MANAGED_OBJECT_ROOT: str(root / "data" / "objects"),
+    }
+    cluster = LakeCluster(root=root, meta=start_meta(root / "data", root, env=env), env=env)
+    try:
+        cluster.add_query()
+        schema = pa.schema(
+            [pa.field("shot_id", pa.utf8()), pa.field("reward", pa.float64()), file_field("video")]
         )
-    return lake_cluster
+        create_table(cluster.meta.addr, SHOTS, schema)
+        clip = root / "a.mp4"
+        clip.write_bytes(b"clip" * 100)
+        with lake_sdk.Client(cluster.query.url, progress=False) as client:
+            client.insert_many(
+                "INSERT INTO robots.shots (shot_id, reward, video) VALUES (?, ?, ?)",
+                [
+                    ["a", 1.5, lake_sdk.FileUpload.from_path(clip, "video/mp4")],
+                    ["b", float("nan"), None],
+                ],
+            )
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 def test_every_client_command_prints_json(shots: LakeCluster) -> None:
@@ -140,14 +154,14 @@ def test_lake_sql_errors_are_typed_and_short(shots: LakeCluster) -> None:
     assert "Traceback" not in done.stderr
 
 
-def test_the_sdk_pointed_at_metasrv_names_the_mistake(lake_cluster: LakeCluster) -> None:
-    wrong = lake_sdk.Client(f"grpc://{lake_cluster.meta.addr}")
+def test_the_sdk_pointed_at_metasrv_names_the_mistake(shots: LakeCluster) -> None:
+    wrong = lake_sdk.Client(f"grpc://{shots.meta.addr}")
     with wrong as client, pytest.raises(lake_sdk.Unimplemented) as raised:
         client.query("SELECT 1")
     message = str(raised.value)
-    assert f"grpc://{lake_cluster.meta.addr} is Lake Metasrv" in message
+    assert f"grpc://{shots.meta.addr} is Lake Metasrv" in message
     assert "Query's address" in message
-    with lake_sdk.Client(lake_cluster.query.url) as client:
+    with lake_sdk.Client(shots.query.url) as client:
         connection = client._inner._state.connection
         with pytest.raises(lake_sdk.Unimplemented) as raised:
             client._runner.run(connection.action("lake.no_such_action", b""))
