@@ -18,6 +18,7 @@ from click.testing import CliRunner
 import lake_sdk
 from lake_core.cli import lake
 from lake_core.config import MANAGED_OBJECT_ROOT, QUERY_TICKET_KEYS_FILE
+from lake_core.errors import TableExists
 from lake_core.filetype import file_field
 from lake_core.names import TableRef
 from tools.lake_testing.data import create_table
@@ -72,6 +73,11 @@ def test_every_client_command_prints_json(shots: LakeCluster) -> None:
     meta = ["client", "--addr", shots.meta.addr]
     created = _json(*meta, "create-table", "robots.extra", "--column", "v:file")
     assert created["columns"] == ["v: file"]  # FILE shown as `file`, as lake table does
+    again = [*meta, "create-table", "robots.extra", "--column", "w:int64"]
+    refused = CliRunner().invoke(lake, again)
+    assert refused.exit_code != 0
+    assert isinstance(refused.exception, TableExists)  # the class, rebuilt from the wire code
+    assert _json(*again, "--if-not-exists") == created  # shown as it is, columns untouched
     described = _json(*meta, "describe-table", "robots.shots")
     assert described["columns"] == ["shot_id: string", "reward: double", "video: file"]
     listed = _json(*meta, "list-tables")
@@ -95,6 +101,8 @@ def test_every_table_command_prints_json(tmp_path: Path) -> None:
         "table", "create", "robots.t", "--column", "a:string", "--column", "f:file", *data
     )
     assert created["columns"] == ["a: string", "f: file"]
+    again = ("table", "create", "robots.t", "--column", "b:int64", "--if-not-exists", *data)
+    assert _json(*again) == created
     assert [t["table"] for t in _json("table", "list", *data)] == ["robots.t"]
     assert _json("table", "describe", "robots.t", *data)["versions"][0]["version"] == 0
     assert isinstance(_json("table", "optimize", "robots.t", *data), dict)

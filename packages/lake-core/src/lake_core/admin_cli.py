@@ -18,7 +18,7 @@ import click
 import pyarrow as pa
 
 from lake_core.auth import METADATA_AUTH_TOKEN_FILE
-from lake_core.errors import LakeError
+from lake_core.errors import LakeError, TableExists
 from lake_core.integrity import (
     VERIFY_TABLE,
     VerifyTableRequest,
@@ -57,6 +57,13 @@ column_option = click.option(
     ),
 )
 
+#: ``--if-not-exists`` of a create command: an existing table is described, not an error
+#: (so scripts and tutorials can run twice).
+if_not_exists_option = click.option(
+    "--if-not-exists",
+    is_flag=True,
+    help="If TABLE already exists, show it and succeed (its columns are left as they are).",
+)
 
 #: Maintenance rewrites data: allow it far longer than a metadata call.
 MAINTENANCE_TIMEOUT_S = 3600.0
@@ -104,13 +111,25 @@ def client(ctx: click.Context, addr: str) -> None:
 @client.command("create-table")
 @click.argument("table")
 @column_option
+@if_not_exists_option
 @output_option("json")
 @click.pass_obj
-def create_table(addr: str, table: str, columns: tuple[str, ...], output: Output) -> None:
+def create_table(
+    addr: str, table: str, columns: tuple[str, ...], if_not_exists: bool, output: Output
+) -> None:
     """Create TABLE (namespace.table) with the given columns."""
     ref = TableRef.parse(table)
     schema = validate_table_schema(pa.schema([parse_column_spec(c) for c in columns]))
-    result = _run(addr, lambda c: c.create_table(ref, schema))
+
+    async def create(c: MetaClient) -> Any:
+        try:
+            return await c.create_table(ref, schema)
+        except TableExists:
+            if not if_not_exists:
+                raise
+            return await c.describe_table(ref)
+
+    result = _run(addr, create)
     emit(_describe(result.entry), output)
 
 

@@ -18,8 +18,13 @@ import click
 import pyarrow as pa
 import structlog
 
-from lake_core.admin_cli import column_option, index_kind_option, json_flag_option
-from lake_core.errors import LakeError, TableNotFound
+from lake_core.admin_cli import (
+    column_option,
+    if_not_exists_option,
+    index_kind_option,
+    json_flag_option,
+)
+from lake_core.errors import LakeError, TableExists, TableNotFound
 from lake_core.flight.server import FlightServer
 from lake_core.integrity import VerifyTableResult, render_report
 from lake_core.logs import configure_logging
@@ -199,16 +204,28 @@ _data_dir_option = click.option(
 @table.command("create")
 @click.argument("name")
 @column_option
+@if_not_exists_option
 @_data_dir_option
 @output_option("json")
-def create_table(name: str, columns: tuple[str, ...], data_dir: str, output: Output) -> None:
+def create_table(
+    name: str, columns: tuple[str, ...], if_not_exists: bool, data_dir: str, output: Output
+) -> None:
     """Create NAME (namespace.table) with the given columns."""
     ref = _parse_table(name)
     try:
         schema = validate_table_schema(pa.schema([parse_column_spec(c) for c in columns]))
     except LakeError as exc:
         raise LakeCommandError(str(exc)) from None
-    record = _local(data_dir, lambda c: c.create_table(ref, schema), create=True)
+
+    async def create(c: CommitCoordinator) -> TableRecord:
+        try:
+            return await c.create_table(ref, schema)
+        except TableExists:
+            if not if_not_exists:
+                raise
+            return await c.describe_table(ref)
+
+    record = _local(data_dir, create, create=True)
     emit(_describe(record), output)
 
 
