@@ -5,6 +5,8 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import pty
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -17,7 +19,7 @@ from click.testing import CliRunner
 
 import lake_sdk
 from lake_core.cli import lake
-from lake_core.config import MANAGED_OBJECT_ROOT, QUERY_TICKET_KEYS_FILE
+from lake_core.config import MANAGED_OBJECT_ROOT, NO_PROGRESS, QUERY_TICKET_KEYS_FILE
 from lake_core.errors import TableExists
 from lake_core.filetype import file_field
 from lake_core.names import TableRef
@@ -174,3 +176,40 @@ def test_the_sdk_pointed_at_metasrv_names_the_mistake(shots: LakeCluster) -> Non
         with pytest.raises(lake_sdk.Unimplemented) as raised:
             client._runner.run(connection.action("lake.no_such_action", b""))
     assert "Metasrv" not in str(raised.value)  # Query itself is never mistaken for Metasrv
+
+
+def _on_a_terminal(args: list[str], env: dict[str, str]) -> tuple[str, str]:
+    """``lake ARGS`` with stderr on a real pseudo-terminal: its stdout, and what the terminal got."""
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run(
+            [*LAKE, *args],
+            stdout=subprocess.PIPE,
+            stderr=follower,
+            text=True,
+            timeout=120,
+            env={**{k: v for k, v in os.environ.items() if k != NO_PROGRESS}, **env},
+        )
+    finally:
+        os.close(follower)
+    chunks = []
+    try:
+        while chunk := os.read(leader, 65536):
+            chunks.append(chunk)
+    except OSError:  # EIO: nothing left to read and no writer
+        pass
+    finally:
+        os.close(leader)
+    assert done.returncode == 0, done.stdout
+    return done.stdout, b"".join(chunks).decode(errors="replace")
+
+
+def test_verify_draws_a_bar_on_a_terminal_only(tmp_path: Path) -> None:
+    data = ["--data-dir", str(tmp_path / "lake-data")]
+    _lake("table", "create", "robots.t", "--column", "a:int64", *data)
+    report, terminal = _on_a_terminal(["table", "verify", "robots.t", *data], {})
+    assert "verify robots.t" in terminal
+    assert "checked: OK" in report  # the report itself stays on stdout
+    report, terminal = _on_a_terminal(["table", "verify", "robots.t", *data], {NO_PROGRESS: "1"})
+    assert terminal == ""
+    assert "checked: OK" in report

@@ -40,6 +40,7 @@ from lake_metasrv.maintenance import CompactionSettings, Maintenance
 from lake_metasrv.registry.base import TableRecord
 from lake_metasrv.service import MetaHandler
 from lake_metasrv.serving import serve_and_drain, use_io_threads
+from lake_objects.progress import TaskBars
 
 __all__ = ["configure_logging", "meta", "run_server", "table"]
 
@@ -316,11 +317,19 @@ def verify_table_command(
     """Recheck size and SHA-256 of every data file of NAME; exit 1 on any mismatch."""
     ref = _parse_table(name)
 
-    async def work(c: CommitCoordinator) -> VerifyTableResult:
-        assert c.digests is not None  # a local data directory always records digests
-        return await verify_table(c, c.digests, ref, all_versions=all_versions)
+    # A bar on an interactive terminal (not with LAKE_NO_PROGRESS=1); the report stays on stdout.
+    with TaskBars(unit="items") as bars:
 
-    result = _local(data_dir, work, table=ref)
+        def advance(done: int, total: int) -> None:
+            bars.update(f"verify {ref}", done, total, finished=done == total)
+
+        async def work(c: CommitCoordinator) -> VerifyTableResult:
+            assert c.digests is not None  # a local data directory always records digests
+            return await verify_table(
+                c, c.digests, ref, all_versions=all_versions, progress=advance
+            )
+
+        result = _local(data_dir, work, table=ref)
     click.echo(render_report(result, as_json=as_json or output == "json"))
     if not result.ok:
         sys.exit(1)
