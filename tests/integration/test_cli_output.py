@@ -213,3 +213,10 @@ def test_verify_draws_a_bar_on_a_terminal_only(tmp_path: Path) -> None:
     report, terminal = _on_a_terminal(["table", "verify", "robots.t", *data], {NO_PROGRESS: "1"})
     assert terminal == ""
     assert "checked: OK" in report
+
+
+def test_lake_client_pointed_at_query_names_the_mistake(shots: LakeCluster) -> None:
+    result = CliRunner().invoke(lake, ["client", "--addr", shots.query.addr, "list-tables"])
+    assert isinstance(result.exception, lake_sdk.Unimplemented)
+    assert "Lake Query" in str(result.exception)
+    assert "takes Metasrv's address" in str(result.exception)

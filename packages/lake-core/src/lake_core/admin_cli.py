@@ -18,7 +18,7 @@ import click
 import pyarrow as pa
 
 from lake_core.auth import METADATA_AUTH_TOKEN_FILE
-from lake_core.errors import LakeError, TableExists
+from lake_core.errors import LakeError, TableExists, Unimplemented
 from lake_core.integrity import (
     VERIFY_TABLE,
     VerifyTableRequest,
@@ -86,7 +86,14 @@ def _run(addr: str, call: Any, timeout_s: float = 30.0) -> Any:
             result: Awaitable[Any] = call(client)
             return await result
 
-    return asyncio.run(go())
+    try:
+        return asyncio.run(go())
+    except Unimplemented as exc:
+        # Every action these commands send is Metasrv's: another service answered.
+        raise Unimplemented(
+            f"{exc}; `lake client --addr` takes Metasrv's address "
+            f"(lake meta --addr, 127.0.0.1:50052 by default), and {addr} is not it"
+        ) from None
 
 
 def _describe(entry: Any) -> dict[str, Any]:
