@@ -14,6 +14,7 @@ from lake_core.config import NO_PROGRESS
 from lake_objects import UploadProgress
 from lake_objects.progress import progress_enabled
 from lake_sdk import UploadProgressBar
+from lake_sdk.progress import upload_progress
 
 
 def test_quiet_when_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
@@ -50,6 +51,7 @@ BAR = """
 import logging, sys
 from lake_objects import UploadProgress
 from lake_sdk import UploadProgressBar
+from lake_sdk.progress import upload_progress
 assert logging.getLogger().getEffectiveLevel() == logging.WARNING  # the default level
 with UploadProgressBar() as bar:
     bar(UploadProgress("front.mp4", 50, 100))
@@ -100,3 +102,19 @@ def test_lake_no_progress_silences_the_terminal() -> None:
     state, terminal = _on_a_terminal({NO_PROGRESS: "1"})
     assert state == "disabled"
     assert terminal == ""
+
+
+def test_an_insert_picks_its_bar_call_first_then_client() -> None:
+    def mine(update: UploadProgress) -> None: ...
+
+    with upload_progress(None, None) as chosen:
+        assert chosen is None  # pytest's stderr is not a terminal
+    with upload_progress(False, mine) as chosen:
+        assert chosen is None  # progress=False on the call wins over the client's callback
+    with upload_progress(None, mine) as chosen:
+        assert chosen is mine
+    with upload_progress(mine, False) as chosen:
+        assert chosen is mine
+    with upload_progress(True, None) as chosen:
+        assert isinstance(chosen, UploadProgressBar)
+        assert chosen.enabled

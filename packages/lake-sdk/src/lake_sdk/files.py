@@ -68,6 +68,8 @@ class FileOptions:
                 f"upload_concurrency must be in 1..={MAX_UPLOAD_CONCURRENCY}, "
                 f"got {upload_concurrency!r}"
             )
+        if not (progress is None or isinstance(progress, bool) or callable(progress)):
+            raise InvalidUpload("progress must be None, True, False or a callable")
         if query_only and store is not None:
             raise InvalidUpload("a query-only client cannot have an object store")
         directory = (
