@@ -101,7 +101,13 @@ SERVER_ONLY_MODULES = (
     "lake_gc",
     "lake_iceberg",
 )
-SDK_MODULES = ("lake_sdk", "lake_sdk.demo", "lake_core.cli", "lake_core.admin_cli")
+SDK_MODULES = (
+    "lake_sdk",
+    "lake_sdk.demo",
+    "lake_sdk.sql_cli",
+    "lake_core.cli",
+    "lake_core.admin_cli",
+)
 
 
 def test_sdk_imports_no_server_only_module() -> None:

@@ -100,6 +100,37 @@ async def test_integrity_errors(tmp_path: Path) -> None:
         await store.open(missing)
 
 
+@pytest.mark.asyncio
+async def test_copy_to_a_path_renames_only_verified_bytes(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    source = tmp_path / "src.bin"
+    source.write_bytes(b"x" * 1000)
+    location = await store.upload(FileUpload.from_path(source, "video/mp4"))
+    stored = Path(location.uri.removeprefix("file://"))
+    out = tmp_path / "out"
+    out.mkdir()
+    copy = out / "copy.mp4"
+    assert await (await store.open(location)).copy_to(copy) == 1000
+    assert copy.read_bytes() == b"x" * 1000
+    assert copy.stat().st_mode & 0o777 == 0o666 & ~_umask()
+    for body, error in ((b"x" * 999 + b"y", HashMismatch), (b"x" * 600, PrematureEof)):
+        stored.write_bytes(body)  # noqa: ASYNC240
+        fresh = out / "fresh.mp4"
+        with pytest.raises(error):
+            await (await store.open(location)).copy_to(fresh)
+        assert not fresh.exists()
+        with pytest.raises(error):
+            await (await store.open(location)).copy_to(copy)
+        assert copy.read_bytes() == b"x" * 1000  # the old copy is intact
+        assert sorted(p.name for p in out.iterdir()) == ["copy.mp4"]
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def test_media_types_and_sources_are_checked(tmp_path: Path) -> None:
     for bad in ("", "video", "video/mp4; codecs=x", "x" * 300):
         with pytest.raises(InvalidUpload):

@@ -38,6 +38,7 @@ FROZEN_ALL = [
     "InvalidUpload",
     "LakeError",
     "LocationOutsideStage",
+    "MissingExtra",
     "ManagedObjectStore",
     "NotFound",
     "NotLeader",
@@ -163,6 +164,8 @@ def test_constructing_validates_options_before_any_io() -> None:
         lake_sdk.AsyncClient("grpc://127.0.0.1:1", retries=10)
     with pytest.raises(lake_sdk.InvalidUpload, match="upload_concurrency"):
         lake_sdk.Client("grpc://127.0.0.1:1", upload_concurrency=0)
+    with pytest.raises(lake_sdk.InvalidUpload, match="progress"):
+        lake_sdk.Client("grpc://127.0.0.1:1", progress="yes")  # type: ignore[arg-type]
     with pytest.raises(lake_sdk.InvalidArgument, match="must start with"):
         lake_sdk.AsyncClient("ftp://q:1")
     client = lake_sdk.AsyncClient("https://q:1", token="lk_secret-token", server_name="q")

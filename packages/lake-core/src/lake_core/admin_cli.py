@@ -9,7 +9,6 @@ Credentials and TLS come from the environment, never flags:
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import sys
 from collections.abc import Awaitable
@@ -19,7 +18,7 @@ import click
 import pyarrow as pa
 
 from lake_core.auth import METADATA_AUTH_TOKEN_FILE
-from lake_core.errors import LakeError
+from lake_core.errors import LakeError, TableExists, Unimplemented
 from lake_core.integrity import (
     VERIFY_TABLE,
     VerifyTableRequest,
@@ -28,6 +27,7 @@ from lake_core.integrity import (
 )
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
+from lake_core.output import Output, emit, output_option, render_json, schema_columns
 from lake_core.protocol import IndexKind
 from lake_core.schemas import parse_column_spec, schema_from_base64, validate_table_schema
 from lake_core.security import optional_token
@@ -36,15 +36,35 @@ from lake_core.tls import METADATA_CA_FILE, METADATA_SERVER_NAME, load_client_tl
 
 T = TypeVar("T")
 
-#: ``--kind`` of an index command: one of :data:`lake_core.protocol.IndexKind`.
+#: ``--kind`` of an index command: one of :data:`lake_core.protocol.IndexKind`
+#: (shown and defaulted in lowercase, as the choices are listed; any case is accepted).
 index_kind_option = click.option(
     "--kind",
-    type=click.Choice(list(get_args(IndexKind)), case_sensitive=False),
-    default="BTREE",
+    type=click.Choice([k.lower() for k in get_args(IndexKind)], case_sensitive=False),
+    default="btree",
     show_default=True,
     help="Scalar index kind.",
 )
 
+#: ``--column name:type`` of a create command, naming every type it accepts.
+column_option = click.option(
+    "--column",
+    "columns",
+    multiple=True,
+    required=True,
+    help=(
+        "name:type, repeatable. Types: utf8 (alias string), int32, int64, float32, "
+        "float64, bool, timestamp (microseconds, UTC), binary, file."
+    ),
+)
+
+#: ``--if-not-exists`` of a create command: an existing table is described, not an error
+#: (so scripts and tutorials can run twice).
+if_not_exists_option = click.option(
+    "--if-not-exists",
+    is_flag=True,
+    help="If TABLE already exists, show it and succeed (its columns are left as they are).",
+)
 
 #: Maintenance rewrites data: allow it far longer than a metadata call.
 MAINTENANCE_TIMEOUT_S = 3600.0
@@ -67,7 +87,14 @@ def _run(addr: str, call: Any, timeout_s: float = 30.0) -> Any:
             result: Awaitable[Any] = call(client)
             return await result
 
-    return asyncio.run(go())
+    try:
+        return asyncio.run(go())
+    except Unimplemented as exc:
+        # Every action these commands send is Metasrv's: another service answered.
+        raise Unimplemented(
+            f"{exc}; `lake client --addr` takes Metasrv's address "
+            f"(lake meta --addr, 127.0.0.1:50052 by default), and {addr} is not it"
+        ) from None
 
 
 def _describe(entry: Any) -> dict[str, Any]:
@@ -77,7 +104,7 @@ def _describe(entry: Any) -> dict[str, Any]:
         "version": entry.descriptor.version,
         "location": entry.descriptor.location,
         "incarnation": entry.descriptor.incarnation,
-        "columns": [f"{f.name}: {f.type}" for f in schema],
+        "columns": schema_columns(schema),
     }
 
 
@@ -91,73 +118,101 @@ def client(ctx: click.Context, addr: str) -> None:
 
 @client.command("create-table")
 @click.argument("table")
-@click.option("--column", "columns", multiple=True, required=True, help="name:type, repeatable.")
+@column_option
+@if_not_exists_option
+@output_option("json")
 @click.pass_obj
-def create_table(addr: str, table: str, columns: tuple[str, ...]) -> None:
+def create_table(
+    addr: str, table: str, columns: tuple[str, ...], if_not_exists: bool, output: Output
+) -> None:
     """Create TABLE (namespace.table) with the given columns."""
     ref = TableRef.parse(table)
     schema = validate_table_schema(pa.schema([parse_column_spec(c) for c in columns]))
-    result = _run(addr, lambda c: c.create_table(ref, schema))
-    click.echo(json.dumps(_describe(result.entry), indent=2))
+
+    async def create(c: MetaClient) -> Any:
+        try:
+            return await c.create_table(ref, schema)
+        except TableExists:
+            if not if_not_exists:
+                raise
+            return await c.describe_table(ref)
+
+    result = _run(addr, create)
+    emit(_describe(result.entry), output)
 
 
 @client.command("describe-table")
 @click.argument("table")
+@output_option("json")
 @click.pass_obj
-def describe_table(addr: str, table: str) -> None:
+def describe_table(addr: str, table: str, output: Output) -> None:
     """Show TABLE's current version and schema."""
     ref = TableRef.parse(table)
     result = _run(addr, lambda c: c.describe_table(ref))
-    click.echo(json.dumps(_describe(result.entry), indent=2))
+    emit(_describe(result.entry), output)
 
 
 @client.command("drop-table")
 @click.argument("table")
+@output_option("text")
 @click.pass_obj
-def drop_table(addr: str, table: str) -> None:
+def drop_table(addr: str, table: str, output: Output) -> None:
     """Drop TABLE."""
     ref = TableRef.parse(table)
     result = _run(addr, lambda c: c.drop_table(ref))
-    click.echo(f"dropped {result.table} at version {result.dropped_version}")
+    emit(
+        {"table": str(result.table), "dropped_version": result.dropped_version},
+        output,
+        text=f"dropped {result.table} at version {result.dropped_version}",
+    )
 
 
 @client.command("list-tables")
+@output_option("json")
 @click.pass_obj
-def list_tables(addr: str) -> None:
-    """List every table with its current version."""
+def list_tables(addr: str, output: Output) -> None:
+    """List every table with its current version (as ``lake table list``)."""
     result = _run(addr, lambda c: c.catalog_snapshot(None))
-    for entry in sorted(result.tables, key=lambda e: str(e.table)):
-        click.echo(f"{entry.table}\tversion {entry.descriptor.version}")
+    emit([_describe(e) for e in sorted(result.tables, key=lambda e: str(e.table))], output)
 
 
 @client.command("optimize-table")
 @click.argument("table")
+@output_option("json")
 @click.pass_obj
-def optimize_table(addr: str, table: str) -> None:
+def optimize_table(addr: str, table: str, output: Output) -> None:
     """Compact TABLE's small fragments and refresh its indexes (same rows, same version)."""
     ref = TableRef.parse(table)
     result = _run(addr, lambda c: c.optimize_table(ref), MAINTENANCE_TIMEOUT_S)
-    click.echo(json.dumps(result.summary(), indent=2))
+    emit(result.summary(), output)
 
 
 @client.command("create-index")
 @click.argument("table")
 @click.argument("column")
 @index_kind_option
+@output_option("json")
 @click.pass_obj
-def create_index(addr: str, table: str, column: str, kind: str) -> None:
+def create_index(addr: str, table: str, column: str, kind: str, output: Output) -> None:
     """Build a scalar index on TABLE's COLUMN (Query's key lookups then use it)."""
     ref = TableRef.parse(table)
     result = _run(addr, lambda c: c.create_index(ref, column, kind.upper()), MAINTENANCE_TIMEOUT_S)
-    click.echo(json.dumps(result.summary(), indent=2))
+    emit(result.summary(), output)
+
+
+#: ``--json`` of the verify commands: the 0.1 spelling of ``--output json``.
+json_flag_option = click.option(
+    "--json", "as_json", is_flag=True, help="Same as --output json (kept from 0.1)."
+)
 
 
 @client.command("verify-table")
 @click.argument("table")
 @click.option("--all-versions", is_flag=True, help="Every retained version, not just the current.")
-@click.option("--json", "as_json", is_flag=True, help="The report as JSON.")
+@json_flag_option
+@output_option("text")
 @click.pass_obj
-def verify_table(addr: str, table: str, all_versions: bool, as_json: bool) -> None:
+def verify_table(addr: str, table: str, all_versions: bool, as_json: bool, output: Output) -> None:
     """Recheck size and SHA-256 of every data file of TABLE; exit 1 on any mismatch."""
     request = VerifyTableRequest(table=TableRef.parse(table), all_versions=all_versions)
     result = _run(
@@ -165,7 +220,7 @@ def verify_table(addr: str, table: str, all_versions: bool, as_json: bool) -> No
         lambda c: c.action(VERIFY_TABLE, request, VerifyTableResult),
         MAINTENANCE_TIMEOUT_S,
     )
-    click.echo(render_report(result, as_json=as_json))
+    click.echo(render_report(result, as_json=as_json or output == "json"))
     if not result.ok:
         sys.exit(1)
 
@@ -187,9 +242,12 @@ async def _ask(addr: str, result: type[Any]) -> dict[str, Any]:
 @client.command("status")
 @click.option("--node", "nodes", multiple=True, help="Another Metasrv node to ask (repeatable).")
 @click.option("--query", "queries", multiple=True, help="A Query replica to ask (repeatable).")
-@click.option("--json", "as_json", is_flag=True, help="The status as JSON.")
+@json_flag_option
+@output_option("text")
 @click.pass_obj
-def status(addr: str, nodes: tuple[str, ...], queries: tuple[str, ...], as_json: bool) -> None:
+def status(
+    addr: str, nodes: tuple[str, ...], queries: tuple[str, ...], as_json: bool, output: Output
+) -> None:
     """Each Metasrv node's role, epoch and lease; each Query replica's admission figures."""
 
     async def gather() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -202,8 +260,8 @@ def status(addr: str, nodes: tuple[str, ...], queries: tuple[str, ...], as_json:
     leaders |= {m["leader_url"] for m in metas if m.get("role") == "follower" and m["leader_url"]}
     report = {"leader": sorted(leaders)[0] if len(leaders) == 1 else None}
     report |= {"metasrv": metas, "query": replicas}
-    if as_json:
-        click.echo(json.dumps(report, indent=2))
+    if as_json or output == "json":
+        click.echo(render_json(report))
     else:
         click.echo(f"leader: {report['leader'] or 'unknown'}")
         for m in metas:

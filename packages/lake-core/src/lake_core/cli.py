@@ -1,7 +1,7 @@
 """The ``lake`` command root.
 
 Each installed Lake package adds its subcommands through the ``lake.commands``
-entry-point group, so ``pip install lake-sdk`` gives the client commands and
+entry-point group, so installing lake-sdk gives the client commands and
 installing ``lake-query`` adds ``lake query``.
 """
 

@@ -52,6 +52,7 @@ __all__ = [
     "METADATA_CA_FILE",
     "METADATA_SERVER_NAME",
     "METRICS_ADDR",
+    "NO_PROGRESS",
     "PEER_ADVERTISE_URL",
     "PEER_AUTH_TOKEN_FILE",
     "PEER_CA_FILE",
@@ -555,6 +556,17 @@ LOG_LEVEL = EnvVar(
     owner="lake query, lake meta, lake iceberg registrar",
     default="info",
     range="debug, info, warning, error",
+)
+
+# -- progress bars and the terminal ------------------------------------------
+
+NO_PROGRESS = EnvVar(
+    "LAKE_NO_PROGRESS",
+    doc="Any non-empty value turns off the progress bars the SDK and the lake commands "
+    "draw on an interactive terminal (uploads, verify, GC), as HF_HUB_DISABLE_PROGRESS_BARS "
+    "does for Hugging Face.",
+    owner="lake-sdk, lake commands",
+    range="unset or empty: bars on a terminal; anything else: no bars",
 )
 
 # -- tests ---------------------------------------------------------------------

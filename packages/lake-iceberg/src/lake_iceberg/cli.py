@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from lake_core.output import Output, emit, output_option
+
 __all__ = ["iceberg", "segments"]
 
 
@@ -29,7 +31,8 @@ def segments() -> None:
     default=None,
     help="S3 endpoint URL (default: AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL or AWS)",
 )
-def ship(directory: Path, url: str, pipeline: str, endpoint: str | None) -> None:
+@output_option("text")
+def ship(directory: Path, url: str, pipeline: str, endpoint: str | None, output: Output) -> None:
     """Upload finalized DIRECTORY/<dataset>/<segment>.parquet files and record them."""
     from lake_core.logs import configure_logging
     from lake_iceberg.registrar.ship import Shipper, s3_client
@@ -40,7 +43,11 @@ def ship(directory: Path, url: str, pipeline: str, endpoint: str | None) -> None
         report = Shipper(directory, url, pipeline, client).ship()
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"shipped {len(report.shipped)}, already shipped {report.skipped}")
+    emit(
+        {"shipped": len(report.shipped), "already_shipped": report.skipped},
+        output,
+        text=f"shipped {len(report.shipped)}, already shipped {report.skipped}",
+    )
 
 
 @click.group()
@@ -58,7 +65,8 @@ def iceberg() -> None:
 )
 @click.option("--once", is_flag=True, help="register what is pending, then exit")
 @click.option("--poll", default="5s", show_default=True, help="how often to look for new segments")
-def registrar(config_file: Path, once: bool, poll: str) -> None:
+@output_option("text")
+def registrar(config_file: Path, once: bool, poll: str, output: Output) -> None:
     """Register shipped Parquet segments in Iceberg tables, exactly once."""
     from lake_core.errors import LakeError
     from lake_core.logs import configure_logging
@@ -78,10 +86,12 @@ def registrar(config_file: Path, once: bool, poll: str) -> None:
         telemetry.start()
         if once:
             progress = service.run_once()
-            click.echo(
-                f"registered {progress.registered}, skipped {progress.skipped}, "
-                f"pending {progress.pending}"
-            )
+            counts = {
+                "registered": progress.registered,
+                "skipped": progress.skipped,
+                "pending": progress.pending,
+            }
+            emit(counts, output, text=", ".join(f"{k} {v}" for k, v in counts.items()))
         else:
             service.run(parse_duration(poll, "--poll"))
     except RegistrarError as error:

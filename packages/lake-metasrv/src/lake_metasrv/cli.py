@@ -8,7 +8,6 @@ engine code as the server; it refuses a directory a running server holds.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import sys
@@ -19,13 +18,18 @@ import click
 import pyarrow as pa
 import structlog
 
-from lake_core.admin_cli import index_kind_option
-from lake_core.errors import LakeError
-from lake_core.filetype import is_file_field
+from lake_core.admin_cli import (
+    column_option,
+    if_not_exists_option,
+    index_kind_option,
+    json_flag_option,
+)
+from lake_core.errors import LakeError, TableExists, TableNotFound
 from lake_core.flight.server import FlightServer
 from lake_core.integrity import VerifyTableResult, render_report
 from lake_core.logs import banner, configure_logging
 from lake_core.names import TableRef
+from lake_core.output import Output, emit, output_option, schema_columns
 from lake_core.principal import DEV_PRINCIPAL, Principal
 from lake_core.schemas import parse_column_spec, validate_table_schema
 from lake_core.telemetry import series
@@ -38,6 +42,7 @@ from lake_metasrv.maintenance import CompactionSettings, Maintenance
 from lake_metasrv.registry.base import TableRecord
 from lake_metasrv.service import MetaHandler
 from lake_metasrv.serving import serve_and_drain, use_io_threads
+from lake_objects.progress import TaskBars
 
 __all__ = ["configure_logging", "meta", "run_server", "table"]
 
@@ -142,9 +147,23 @@ def meta(addr: str, data_dir: str) -> None:
 # -- lake table ----------------------------------------------------------------------
 
 
-def _local(data_dir: str, work: Callable[[CommitCoordinator], Awaitable[T]]) -> T:
+def _local(
+    data_dir: str,
+    work: Callable[[CommitCoordinator], Awaitable[T]],
+    *,
+    create: bool = False,
+    table: TableRef | None = None,
+) -> T:
+    """Run ``work`` on the local data directory; only ``create`` may start a new one."""
     configure_logging(logging.WARNING)
     config = _load_config(data_dir=data_dir)
+    if not create and config.cloud is None and not config.data_dir.is_dir():
+        # A typo in --data-dir must not leave an empty Lake behind and print "[]".
+        missing = (
+            f"no Lake data directory at {config.data_dir}: pass the --data-dir that "
+            "`lake meta` or `lake table create` used"
+        )
+        raise LakeCommandError(missing if table is None else f"{TableNotFound(table)}; {missing}")
     if config.cloud is not None:
         # Only the elected Metasrv leader commits in cloud mode.
         raise LakeCommandError(
@@ -174,10 +193,6 @@ def _parse_table(name: str) -> TableRef:
         raise LakeCommandError(str(exc)) from None
 
 
-def _column(field: pa.Field) -> str:
-    return f"{field.name}: {'file' if is_file_field(field) else field.type}"
-
-
 def _describe(record: TableRecord) -> dict[str, Any]:
     return {
         "table": str(record.table),
@@ -185,12 +200,8 @@ def _describe(record: TableRecord) -> dict[str, Any]:
         "engine_version": record.engine_version,
         "location": record.location,
         "incarnation": record.incarnation,
-        "columns": [_column(f) for f in record.schema],
+        "columns": schema_columns(record.schema),
     }
-
-
-def _echo(value: object) -> None:
-    click.echo(json.dumps(value, indent=2))
 
 
 @click.group()
@@ -205,35 +216,50 @@ _data_dir_option = click.option(
 
 @table.command("create")
 @click.argument("name")
-@click.option("--column", "columns", multiple=True, required=True, help="name:type, repeatable.")
+@column_option
+@if_not_exists_option
 @_data_dir_option
-def create_table(name: str, columns: tuple[str, ...], data_dir: str) -> None:
+@output_option("json")
+def create_table(
+    name: str, columns: tuple[str, ...], if_not_exists: bool, data_dir: str, output: Output
+) -> None:
     """Create NAME (namespace.table) with the given columns."""
     ref = _parse_table(name)
     try:
         schema = validate_table_schema(pa.schema([parse_column_spec(c) for c in columns]))
     except LakeError as exc:
         raise LakeCommandError(str(exc)) from None
-    record = _local(data_dir, lambda c: c.create_table(ref, schema))
-    _echo(_describe(record))
+
+    async def create(c: CommitCoordinator) -> TableRecord:
+        try:
+            return await c.create_table(ref, schema)
+        except TableExists:
+            if not if_not_exists:
+                raise
+            return await c.describe_table(ref)
+
+    record = _local(data_dir, create, create=True)
+    emit(_describe(record), output)
 
 
 @table.command("list")
 @_data_dir_option
-def list_tables(data_dir: str) -> None:
+@output_option("json")
+def list_tables(data_dir: str, output: Output) -> None:
     """List every table with its current version."""
 
     async def work(c: CommitCoordinator) -> list[TableRecord]:
         _, records = await c.registry.snapshot()
         return records
 
-    _echo([_describe(r) for r in _local(data_dir, work)])
+    emit([_describe(r) for r in _local(data_dir, work)], output)
 
 
 @table.command("describe")
 @click.argument("name")
 @_data_dir_option
-def describe_table(name: str, data_dir: str) -> None:
+@output_option("json")
+def describe_table(name: str, data_dir: str, output: Output) -> None:
     """Show NAME's schema, current version and version history."""
     ref = _parse_table(name)
 
@@ -247,27 +273,33 @@ def describe_table(name: str, data_dir: str) -> None:
             ],
         }
 
-    _echo(_local(data_dir, work))
+    emit(_local(data_dir, work, table=ref), output)
 
 
 @table.command("drop")
 @click.argument("name")
 @_data_dir_option
-def drop_table(name: str, data_dir: str) -> None:
+@output_option("text")
+def drop_table(name: str, data_dir: str, output: Output) -> None:
     """Drop NAME and delete its dataset."""
     ref = _parse_table(name)
-    result = _local(data_dir, lambda c: c.drop_table(ref))
-    click.echo(f"dropped {result.table} at version {result.dropped_version}")
+    result = _local(data_dir, lambda c: c.drop_table(ref), table=ref)
+    emit(
+        {"table": str(result.table), "dropped_version": result.dropped_version},
+        output,
+        text=f"dropped {result.table} at version {result.dropped_version}",
+    )
 
 
 @table.command("optimize")
 @click.argument("name")
 @_data_dir_option
-def optimize_table(name: str, data_dir: str) -> None:
+@output_option("json")
+def optimize_table(name: str, data_dir: str, output: Output) -> None:
     """Compact NAME's small fragments and refresh its indexes (same rows, same version)."""
     ref = _parse_table(name)
-    result = _local(data_dir, lambda c: Maintenance(c).compact(ref))
-    _echo(result.summary())
+    result = _local(data_dir, lambda c: Maintenance(c).compact(ref), table=ref)
+    emit(result.summary(), output)
 
 
 @table.command("index")
@@ -275,27 +307,41 @@ def optimize_table(name: str, data_dir: str) -> None:
 @click.argument("column")
 @index_kind_option
 @_data_dir_option
-def index_table(name: str, column: str, kind: str, data_dir: str) -> None:
+@output_option("json")
+def index_table(name: str, column: str, kind: str, data_dir: str, output: Output) -> None:
     """Build a scalar index on NAME's COLUMN (key lookups through Query then use it)."""
     ref = _parse_table(name)
-    result = _local(data_dir, lambda c: Maintenance(c).create_index(ref, column, kind.upper()))
-    _echo(result.summary())
+    result = _local(
+        data_dir, lambda c: Maintenance(c).create_index(ref, column, kind.upper()), table=ref
+    )
+    emit(result.summary(), output)
 
 
 @table.command("verify")
 @click.argument("name")
 @click.option("--all-versions", is_flag=True, help="Every retained version, not just the current.")
-@click.option("--json", "as_json", is_flag=True, help="The report as JSON.")
+@json_flag_option
 @_data_dir_option
-def verify_table_command(name: str, all_versions: bool, as_json: bool, data_dir: str) -> None:
+@output_option("text")
+def verify_table_command(
+    name: str, all_versions: bool, as_json: bool, data_dir: str, output: Output
+) -> None:
     """Recheck size and SHA-256 of every data file of NAME; exit 1 on any mismatch."""
     ref = _parse_table(name)
 
-    async def work(c: CommitCoordinator) -> VerifyTableResult:
-        assert c.digests is not None  # a local data directory always records digests
-        return await verify_table(c, c.digests, ref, all_versions=all_versions)
+    # A bar on an interactive terminal (not with LAKE_NO_PROGRESS=1); the report stays on stdout.
+    with TaskBars(unit="items") as bars:
 
-    result = _local(data_dir, work)
-    click.echo(render_report(result, as_json=as_json))
+        def advance(done: int, total: int) -> None:
+            bars.update(f"verify {ref}", done, total, finished=done == total)
+
+        async def work(c: CommitCoordinator) -> VerifyTableResult:
+            assert c.digests is not None  # a local data directory always records digests
+            return await verify_table(
+                c, c.digests, ref, all_versions=all_versions, progress=advance
+            )
+
+        result = _local(data_dir, work, table=ref)
+    click.echo(render_report(result, as_json=as_json or output == "json"))
     if not result.ok:
         sys.exit(1)

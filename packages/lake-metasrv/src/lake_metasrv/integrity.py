@@ -24,7 +24,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -204,10 +204,13 @@ def _check_files(
     location: str,
     recorded: dict[str, DataFileDigest],
     readers: dict[str, list[int]],
+    progress: Callable[[int, int], None] | None = None,
 ) -> tuple[list[DataFileProblem], list[str]]:
     problems: list[DataFileProblem] = []
     unrecorded: list[str] = []
-    for path, versions in sorted(readers.items()):
+    for done, (path, versions) in enumerate(sorted(readers.items())):
+        if progress is not None:
+            progress(done, len(readers))
         expected = recorded.get(path)
         try:
             size, sha = files.digest(location, path)
@@ -272,9 +275,17 @@ def _readers(
 
 
 async def verify_table(
-    coordinator: Any, store: DigestStore, table: TableRef, *, all_versions: bool
+    coordinator: Any,
+    store: DigestStore,
+    table: TableRef,
+    *,
+    all_versions: bool,
+    progress: Callable[[int, int], None] | None = None,
 ) -> VerifyTableResult:
-    """Recompute every data file of ``table``'s current (or every retained) version."""
+    """Recompute every data file of ``table``'s current (or every retained) version.
+
+    ``progress(done, total)`` is called (from a worker thread) before each file.
+    """
     record = await coordinator.describe_table(table)
     if all_versions:
         history = await coordinator.registry.versions(record.incarnation)
@@ -286,7 +297,11 @@ async def verify_table(
     def run() -> VerifyTableResult:
         readers, checked = _readers(store.engine, table, location, versions)
         recorded = store.recorded(record.incarnation)
-        problems, unrecorded = _check_files(store.files, table, location, recorded, readers)
+        problems, unrecorded = _check_files(
+            store.files, table, location, recorded, readers, progress
+        )
+        if progress is not None:
+            progress(len(readers), len(readers))
         return VerifyTableResult(
             table=table,
             versions=checked,

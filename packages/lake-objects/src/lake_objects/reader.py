@@ -11,9 +11,12 @@ beyond the declared length. Memory stays at one chunk whatever the size.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import os
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from types import TracebackType
 from typing import BinaryIO
 
@@ -180,17 +183,36 @@ class ObjectReader:
         return data
 
     async def copy_to(self, destination: str | os.PathLike[str] | BinaryIO) -> int:
-        """Drain to a path or binary file, verifying at EOF; returns the bytes written."""
+        """Drain to a path or binary file, verifying at EOF; returns the bytes written.
+
+        A path only ever holds verified bytes: they go to a temporary file
+        beside it, renamed over the path after the check passed. On a hash
+        mismatch or a short read the temporary file is removed and an existing
+        file at the path is left as it was.
+        """
         if isinstance(destination, str | os.PathLike):
-            out = await asyncio.to_thread(open, destination, "wb")
-            try:
-                return await self.copy_to(out)
-            finally:
-                await asyncio.to_thread(out.close)
+            return await self._copy_to_path(Path(destination))
         written = 0
         async for chunk in self:
             await asyncio.to_thread(destination.write, chunk)
             written += len(chunk)
+        return written
+
+    async def _copy_to_path(self, path: Path) -> int:
+        temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.partial")
+        # O_EXCL: never write through someone else's file; 0o666 & umask, as open() would.
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+        fd = await asyncio.to_thread(os.open, temporary, flags, 0o666)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                written = await self.copy_to(out)
+                await asyncio.to_thread(out.flush)
+                await asyncio.to_thread(os.fsync, out.fileno())
+            await asyncio.to_thread(os.replace, temporary, path)
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+            raise
         return written
 
     async def aclose(self) -> None:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -42,6 +42,7 @@ from lake_sdk.block_cache import (
 )
 from lake_sdk.builder import LakeClientBuilder, connect_kwargs
 from lake_sdk.files import DEFAULT_FILE_TTL_S, FileAccess, FileOptions
+from lake_sdk.frames import as_location
 from lake_sdk.inserts import insert_rows
 from lake_sdk.object_file import ObjectFile
 from lake_sdk.pending import PendingAppendStore
@@ -96,7 +97,8 @@ class AsyncClient:
       (default 1,024 tables for 60 s);
     - ``upload_checkpoint_dir``: makes path uploads restart-resumable and appends
       durable (pending appends); ``upload_concurrency``: S3 parts in flight (1..=16, 4);
-    - ``progress``: default upload progress callback (e.g. :class:`~lake_sdk.UploadProgressBar`);
+    - ``progress``: upload progress: None (default) draws a bar on an interactive
+      terminal (not with ``LAKE_NO_PROGRESS=1``), False never, or your own callback;
     - ``query_only``: no storage access, FILE reads through Query-issued capabilities;
     - ``store``: use this object store instead of discovering the stage (embedders, tests).
     """
@@ -113,7 +115,7 @@ class AsyncClient:
         schema_cache: SchemaCache | None = None,
         upload_checkpoint_dir: str | os.PathLike[str] | None = None,
         upload_concurrency: int = DEFAULT_UPLOAD_CONCURRENCY,
-        progress: ProgressCallback | None = None,
+        progress: ProgressCallback | bool | None = None,
         query_only: bool = False,
         store: ManagedObjectStore | None = None,
     ) -> None:
@@ -285,13 +287,17 @@ class AsyncClient:
         )
 
     async def insert(
-        self, sql: str, params: Sequence[Any], *, progress: ProgressCallback | None = None
+        self, sql: str, params: Sequence[Any], *, progress: ProgressCallback | bool | None = None
     ) -> int:
         """``INSERT INTO ns.table (cols) VALUES (?, ...)`` with one row; returns the version."""
         return await self.insert_many(sql, [params], progress=progress)
 
     async def insert_many(
-        self, sql: str, rows: Sequence[Sequence[Any]], *, progress: ProgressCallback | None = None
+        self,
+        sql: str,
+        rows: Sequence[Sequence[Any]],
+        *,
+        progress: ProgressCallback | bool | None = None,
     ) -> int:
         """Insert 1..=10,000 rows as one append and one table version.
 
@@ -334,9 +340,12 @@ class AsyncClient:
             return False
         return await (await self.object_store()).cancel_upload(path, directory)
 
-    async def open(self, location: DataLocation) -> ObjectReader:
-        """Stream an object directly from storage; EOF proves its size and SHA-256."""
-        return await self._state.files.open(location)
+    async def open(self, location: DataLocation | Mapping[str, Any]) -> ObjectReader:
+        """Stream an object directly from storage; EOF proves its size and SHA-256.
+
+        ``location`` may also be a FILE cell of a DataFrame (``to_pandas``/``to_polars``).
+        """
+        return await self._state.files.open(as_location(location))
 
     async def open_range(self, location: DataLocation, start: int, end: int) -> ObjectReader:
         """Exactly bytes ``start..end`` (half-open) of an object, directly from storage."""

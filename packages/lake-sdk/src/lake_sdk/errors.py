@@ -53,7 +53,9 @@ name with every error, so a ``TableNotFound`` raised in Query or Metasrv is a
             ├── HashMismatch
             └── RangeMismatch            a ranged response that is not exactly the range
 
-The SDK adds two, for durable appends (``upload_checkpoint_dir``):
+The SDK adds ``MissingExtra`` (a FailedPrecondition and an ``ImportError``:
+``to_pandas``/``to_polars`` without their extra) and two for durable appends
+(``upload_checkpoint_dir``):
 ``PendingAppendDamaged`` (a FailedPrecondition: a pending-append file that is
 truncated or altered) and ``PendingAppendUncertain`` (the pending append was
 written but its directory could not be synced: resume it, do not insert again).
@@ -130,6 +132,7 @@ __all__ = [
     "InvalidUpload",
     "LakeError",
     "LocationOutsideStage",
+    "MissingExtra",
     "NotFound",
     "NotLeader",
     "ObjectIntegrityError",
@@ -161,3 +164,10 @@ __all__ = [
     "UploadInProgress",
     "VersionReclaimed",
 ]
+
+
+class MissingExtra(FailedPrecondition, ImportError):
+    """An optional library (pandas, polars) is not installed; the message names the extra.
+
+    Also an ``ImportError``, so code that already guards an optional import catches it.
+    """

@@ -53,7 +53,7 @@ class FileOptions:
     upload_concurrency: int = DEFAULT_UPLOAD_CONCURRENCY
     query_only: bool = False
     store: ManagedObjectStore | None = None
-    progress: ProgressCallback | None = None
+    progress: ProgressCallback | bool | None = None
 
     @classmethod
     def create(
@@ -63,7 +63,7 @@ class FileOptions:
         upload_concurrency: int = DEFAULT_UPLOAD_CONCURRENCY,
         query_only: bool = False,
         store: ManagedObjectStore | None = None,
-        progress: ProgressCallback | None = None,
+        progress: ProgressCallback | bool | None = None,
     ) -> FileOptions:
         """Validated options: bad ones fail before connecting (and long before any storage call)."""
         if (
@@ -75,6 +75,8 @@ class FileOptions:
                 f"upload_concurrency must be in 1..={MAX_UPLOAD_CONCURRENCY}, "
                 f"got {upload_concurrency!r}"
             )
+        if not (progress is None or isinstance(progress, bool) or callable(progress)):
+            raise InvalidUpload("progress must be None, True, False or a callable")
         if query_only and store is not None:
             raise InvalidUpload("a query-only client cannot have an object store")
         directory = (

@@ -28,6 +28,7 @@ from lake_objects.progress import ProgressCallback
 from lake_objects.source import FileUpload
 from lake_sdk.appends import Appender
 from lake_sdk.files import FileAccess
+from lake_sdk.progress import upload_progress
 
 __all__ = [
     "MAX_INSERT_LOCATION_BYTES",
@@ -219,7 +220,7 @@ async def insert_rows(
     schema_of: Callable[[TableRef], Awaitable[pa.Schema]],
     files: FileAccess,
     appender: Appender,
-    progress: ProgressCallback | None,
+    progress: ProgressCallback | bool | None,
 ) -> int:
     """Validate every row, upload its FileUploads, then append one batch; return the version."""
     statement = parse_insert(sql)
@@ -235,12 +236,12 @@ async def insert_rows(
                 "the DataLocations of this insert would exceed "
                 f"{MAX_INSERT_LOCATION_BYTES // (1024 * 1024)} MiB; split it"
             )
-        callback = progress or files.options.progress
         checkpoint_dir = files.options.upload_checkpoint_dir
-        # One upload after another, each with bounded memory.
-        for column, row, upload in plan.uploads:
-            uploaded[(column, row)] = await store.upload(
-                upload, checkpoint_dir=checkpoint_dir, progress=callback
-            )
+        # One upload after another, each with bounded memory; a bar by default on a terminal.
+        with upload_progress(progress, files.options.progress) as callback:
+            for column, row, upload in plan.uploads:
+                uploaded[(column, row)] = await store.upload(
+                    upload, checkpoint_dir=checkpoint_dir, progress=callback
+                )
     batch = plan.build(uploaded)
     return await appender.append(statement.table, schema, [batch], new_operation_id())

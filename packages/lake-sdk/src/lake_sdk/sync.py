@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import threading
-from collections.abc import Coroutine, Iterable, Iterator, Sequence
+from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -74,7 +74,7 @@ class Client:
         schema_cache: SchemaCache | None = None,
         upload_checkpoint_dir: str | os.PathLike[str] | None = None,
         upload_concurrency: int = DEFAULT_UPLOAD_CONCURRENCY,
-        progress: ProgressCallback | None = None,
+        progress: ProgressCallback | bool | None = None,
         query_only: bool = False,
         store: ManagedObjectStore | None = None,
     ) -> None:
@@ -173,12 +173,16 @@ class Client:
         )
 
     def insert(
-        self, sql: str, params: Sequence[Any], *, progress: ProgressCallback | None = None
+        self, sql: str, params: Sequence[Any], *, progress: ProgressCallback | bool | None = None
     ) -> int:
         return self._runner.run(self._inner.insert(sql, params, progress=progress))
 
     def insert_many(
-        self, sql: str, rows: Sequence[Sequence[Any]], *, progress: ProgressCallback | None = None
+        self,
+        sql: str,
+        rows: Sequence[Sequence[Any]],
+        *,
+        progress: ProgressCallback | bool | None = None,
     ) -> int:
         return self._runner.run(self._inner.insert_many(sql, rows, progress=progress))
 
@@ -196,7 +200,7 @@ class Client:
     def cancel_upload(self, path: str | os.PathLike[str]) -> bool:
         return self._runner.run(self._inner.cancel_upload(path))
 
-    def open(self, location: DataLocation) -> SyncObjectReader:
+    def open(self, location: DataLocation | Mapping[str, Any]) -> SyncObjectReader:
         return SyncObjectReader(self._runner, self._runner.run(self._inner.open(location)))
 
     def open_range(self, location: DataLocation, start: int, end: int) -> SyncObjectReader:
@@ -259,6 +263,14 @@ class SyncQueryResult:
 
     def to_table(self) -> pa.Table:
         return self._runner.run(self._result.to_table())
+
+    def to_pandas(self) -> Any:
+        """The whole result as a ``pandas.DataFrame`` (needs ``lake-sdk[pandas]``)."""
+        return self._runner.run(self._result.to_pandas())
+
+    def to_polars(self) -> Any:
+        """The whole result as a ``polars.DataFrame`` (needs ``lake-sdk[polars]``)."""
+        return self._runner.run(self._result.to_polars())
 
     def cancel(self) -> None:
         self._result.cancel()

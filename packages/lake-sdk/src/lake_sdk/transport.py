@@ -23,7 +23,7 @@ from lake_core import protocol
 from lake_core.auth import Secret
 from lake_core.endpoints import SCHEMES as ENDPOINT_SCHEMES
 from lake_core.endpoints import parse_endpoint
-from lake_core.errors import InvalidArgument, LakeError, Unavailable
+from lake_core.errors import InvalidArgument, LakeError, Unavailable, Unimplemented
 from lake_core.telemetry.propagation import client_span, trace_headers
 from lake_sdk._errors import TrailerCapture, Trailers, calling, lake_error
 
@@ -180,7 +180,29 @@ class Connection:
             try:
                 return await asyncio.to_thread(fn, *args)
             except (flight.FlightError, pa.ArrowException) as exc:
-                raise lake_error(exc, trailers) from None
+                error = lake_error(exc, trailers)
+        if isinstance(error, Unimplemented):
+            error = await self._wrong_service(error)
+        raise error from None
+
+    async def _wrong_service(self, error: Unimplemented) -> LakeError:
+        """``error``, or one naming the service reached when this is not Query.
+
+        A Flight server that does not implement a Query call is most often
+        Metasrv at the address Query was meant to have; its action list says so.
+        """
+        try:
+            actions = await asyncio.to_thread(lambda: list(self._client.list_actions()))
+        except (flight.FlightError, pa.ArrowException):
+            return error
+        names = {action.type for action in actions}
+        if protocol.CATALOG_SNAPSHOT in names and protocol.TABLE_SCHEMA not in names:
+            return Unimplemented(
+                f"{self.url} is Lake Metasrv (the commit authority), not Lake Query: "
+                "point the SDK at Query's address (`lake query --addr`, "
+                "127.0.0.1:50051 by default)"
+            )
+        return error
 
     async def wait_ready(self, timeout_s: float) -> None:
         """Wait until Query answers; Unavailable names the endpoint if it never does."""
