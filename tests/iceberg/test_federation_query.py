@@ -24,11 +24,12 @@ from pyiceberg.types import DoubleType
 import lake_sdk
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2
+from tests.telemetry.scrape import scrape, value
 from tools.lake_testing.catalog_proxy import CatalogProxy
 from tools.lake_testing.data import create_table
 from tools.lake_testing.iceberg import EPISODE_ROWS, SeaweedIceberg, federation_env, write_episodes
 from tools.lake_testing.plugin import write_ticket_keys
-from tools.lake_testing.servers import LakeProcess, start_meta, start_query
+from tools.lake_testing.servers import LakeProcess, free_port, start_meta, start_query
 
 pytestmark = [pytest.mark.iceberg, pytest.mark.s3, pytest.mark.slow]
 
@@ -44,6 +45,7 @@ class Federated:
     proxy: CatalogProxy
     meta: LakeProcess
     query: LakeProcess
+    metrics_port: int
 
     def adbc(self, token: str = ADMIN) -> Any:
         return flightsql.connect(
@@ -89,7 +91,9 @@ def fed(
     write_episodes(catalog, "models")  # allowlisted, not in the analyst's grants
     write_episodes(catalog, "hidden")  # exists upstream, outside the allowlist
     proxy = CatalogProxy(iceberg_server.iceberg_endpoint).start()
+    metrics_port = free_port()
     env = {
+        "LAKE_METRICS_ADDR": f"127.0.0.1:{metrics_port}",
         **federation_env(iceberg_server, "analytics,models", endpoint=proxy.endpoint),
         "LAKE_AUTH_PRINCIPALS_FILE": str(_principals(root / "principals.json")),
         "LAKE_QUERY_TICKET_KEYS_FILE": str(write_ticket_keys(root / "ticket-keys.json")),
@@ -104,7 +108,7 @@ def fed(
                     SITES,
                     [pa.record_batch([["alpha", "beta"], ["lab", "field"]], schema=SITES_SCHEMA)],
                 )
-            yield Federated(iceberg_server, proxy, meta, query)
+            yield Federated(iceberg_server, proxy, meta, query, metrics_port)
         finally:
             query.stop()
     finally:
@@ -297,3 +301,16 @@ def test_upstream_saw_only_reads(fed: Federated) -> None:
     fed.sql(SELECT)
     assert fed.proxy.requests["GET"] > 0
     assert set(fed.proxy.requests) <= {"GET", "HEAD", "token"}, fed.proxy.requests
+
+
+def test_federation_counts_into_metrics_without_names(fed: Federated) -> None:
+    """Cache and load counters move on Query's /metrics; no namespace or table is a label."""
+    series = "lake_query_iceberg_federation_events_total"
+    before = value(scrape(fed.metrics_port), series, event="cache_miss")
+    fed.sql("SELECT count(*) FROM iceberg.models.episodes")  # a key not loaded before
+    fed.sql("SELECT count(*) FROM iceberg.models.episodes")  # fresh for 5 s: a hit
+    text = scrape(fed.metrics_port)
+    assert value(text, series, event="cache_miss") > before
+    assert value(text, series, event="cache_hit") >= 1
+    leaked = [n for n in ("analytics", "models", "episodes", "hidden") if n in text]
+    assert leaked == [], leaked

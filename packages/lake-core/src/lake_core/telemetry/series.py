@@ -22,6 +22,7 @@ __all__ = [
     "COMMITS",
     "COMMIT_GROUP_SIZE",
     "COMMIT_SECONDS",
+    "ICEBERG_FEDERATION",
     "LEADER",
     "LEADER_CHANGES",
     "LEASE_EPOCH",
@@ -98,6 +99,12 @@ ADMISSION_TIMED_OUT = counter(
 STREAMED_ROWS = counter("lake_query_rows_streamed_total", "Result rows sent by DoGet.")
 STREAMED_BYTES = counter("lake_query_bytes_streamed_total", "Encoded result bytes sent by DoGet.")
 
+ICEBERG_FEDERATION = counter(
+    "lake_query_iceberg_federation_events_total",
+    "Iceberg federation: snapshot cache hits and misses, failed catalog loads, OAuth "
+    "token renewals (no namespace, table, endpoint or principal label).",
+    {"event": ("cache_hit", "cache_miss", "load_failure", "oauth_renewal")},
+)
 CATALOG_LOOKUPS = counter(
     "lake_query_catalog_cache_lookups_total",
     "Catalog cache lookups of a table by result.",

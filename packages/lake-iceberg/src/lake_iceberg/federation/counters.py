@@ -3,11 +3,11 @@
 Federation counts four things and nothing else: cache hits, cache misses,
 failed external loads and OAuth token renewals. The methods take no
 arguments on purpose: no namespace, table, endpoint, principal or credential
-can become a label. :class:`NullCounters` is the default. To export them,
-hand any object with these four methods (a Prometheus-backed one once
-lake_core's metrics exist) to ``IcebergFederation.use_counters``: the
-federation's REST client and cache count through a :class:`CounterSwitch`
-that forwards to it.
+can become a label. :class:`MetricsCounters` is the default: it counts into
+``lake_query_iceberg_federation_events_total`` (label ``event`` only), which
+Query's ``/metrics`` exports. Tests hand another object with these four
+methods to ``IcebergFederation.use_counters``: the federation's REST client
+and cache count through a :class:`CounterSwitch` that forwards to it.
 """
 
 from __future__ import annotations
@@ -15,7 +15,15 @@ from __future__ import annotations
 import threading
 from typing import Protocol
 
-__all__ = ["CounterSwitch", "CountingCounters", "FederationCounters", "NullCounters"]
+from lake_core.telemetry.series import ICEBERG_FEDERATION
+
+__all__ = [
+    "CounterSwitch",
+    "CountingCounters",
+    "FederationCounters",
+    "MetricsCounters",
+    "NullCounters",
+]
 
 
 class FederationCounters(Protocol):
@@ -39,6 +47,22 @@ class NullCounters:
 
     def oauth_renewal(self) -> None:
         pass
+
+
+class MetricsCounters:
+    """Counts into the process's Prometheus registry (Query's ``/metrics``)."""
+
+    def cache_hit(self) -> None:
+        ICEBERG_FEDERATION.inc(event="cache_hit")
+
+    def cache_miss(self) -> None:
+        ICEBERG_FEDERATION.inc(event="cache_miss")
+
+    def load_failure(self) -> None:
+        ICEBERG_FEDERATION.inc(event="load_failure")
+
+    def oauth_renewal(self) -> None:
+        ICEBERG_FEDERATION.inc(event="oauth_renewal")
 
 
 class CountingCounters:
@@ -69,7 +93,7 @@ class CounterSwitch:
     """Forwards every count to ``target``, which can be replaced once metrics exist."""
 
     def __init__(self, target: FederationCounters | None = None) -> None:
-        self.target: FederationCounters = NullCounters() if target is None else target
+        self.target: FederationCounters = MetricsCounters() if target is None else target
 
     def cache_hit(self) -> None:
         self.target.cache_hit()
