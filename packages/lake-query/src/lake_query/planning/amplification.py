@@ -1,0 +1,621 @@
+"""An upper bound on the memory one statement's values can take, from its plan.
+
+DataFusion's memory pool sees operator state (sorts, joins, aggregates),
+not the arrays expressions produce. The bounded built-ins
+(:mod:`~lake_query.planning.functions`) keep one call's output within
+``LAKE_QUERY_MAX_FUNCTION_OUTPUT_BYTES`` per batch, but concatenation
+multiplies such values: ``s || s`` over a CTE doubles it at every level
+(measured: three levels of a 50 MB ``repeat`` reach 915 MB RSS, and a
+linear chain of eight 50 MB operands 2.4 GB, because DataFusion's constant
+folding keeps every intermediate).
+
+So the logical plan is walked once, bottom-up and without recursion, and
+every value gets a bound counted in *units* of one batch of
+``LAKE_QUERY_MAX_FUNCTION_OUTPUT_BYTES``:
+
+- a bounded function's output is one fresh unit, and so is a variable-size
+  aggregate (``string_agg``, ``array_agg``) or a query parameter;
+- a stored column inherits its scan: one scan's batch is taken as one unit
+  for all its columns together, so a value holding ``k`` copies of stored
+  columns counts ``k`` units (concatenating many *different* columns is one);
+- a literal counts its bytes times the rows of a batch;
+- ``||`` and the combining functions (``concat``, ``concat_ws``,
+  ``array_concat``, ...) add their operands' bounds; ``replace``,
+  ``regexp_replace``, ``translate``, case mapping and casts multiply theirs
+  by how much one input byte can grow; functions with fixed-size results
+  (``length``, comparisons, arithmetic, ``count``) count nothing;
+- a column reference inherits its input's bound; joins and unions add
+  what meets; a recursive CTE whose recursive term copies a work-table
+  value more than once grows without bound.
+
+A node's cost is what its batch holds at once: the sum of its columns'
+bounds plus the largest transient (the operands an expression evaluates
+before its result, and every intermediate of constant subexpressions,
+which constant folding keeps). A statement whose costliest node exceeds the
+per-query memory share (``LAKE_QUERY_MEMORY_LIMIT_BYTES`` / 4) is refused
+with :class:`~lake_core.errors.QueryTooLarge` before it runs. Unknown
+expressions and plan nodes are bounded conservatively (the sum of what they
+read). Rows duplicated by joins and ``unnest`` are outside this bound.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+from lake_core.config import QUERY_MAX_FUNCTION_OUTPUT_BYTES as MAX_FUNCTION_OUTPUT_BYTES
+from lake_core.config import QUERY_MEMORY_LIMIT_BYTES as MEMORY_LIMIT_BYTES
+from lake_core.errors import QueryTooLarge
+from lake_query.planning.functions import BOUNDED_FUNCTIONS, ROWS_PER_BATCH, SIZED_FUNCTIONS
+
+__all__ = ["AMPLIFYING", "STORED_UNITS", "Bound", "check_amplification", "plan_units", "units"]
+
+#: Leaf -> copies. Keys: ("scan", scan, column), ("fresh", n), ("const",).
+Bound = dict[tuple[Any, ...], float]
+
+_CONST = ("const",)
+#: What one batch of a scan's stored columns counts, together: an eighth of a
+#: unit (8 MiB by default, 1 KiB a row). Stored values are not produced by the
+#: statement, so they are bounded by what was written; the bound here is on
+#: how many times a statement copies them.
+STORED_UNITS = 0.125
+#: Expressions whose value is not known at planning (not constant-folded).
+_VARYING = frozenset(
+    {"Column", "Placeholder", "ScalarSubquery", "AggregateFunction", "WindowFunction"}
+)
+_NOTHING: Bound = {}
+
+#: Built-ins whose result has a fixed size whatever their arguments.
+_FIXED = frozenset(
+    {
+        "length",
+        "char_length",
+        "character_length",
+        "octet_length",
+        "bit_length",
+        "cardinality",
+        "array_length",
+        "strpos",
+        "instr",
+        "position",
+        "ascii",
+        "md5",
+        "sha224",
+        "sha256",
+        "sha384",
+        "sha512",
+        "digest",
+        "starts_with",
+        "ends_with",
+        "array_has",
+        "array_has_all",
+        "array_has_any",
+        "array_position",
+        "regexp_like",
+        "regexp_count",
+        "levenshtein",
+        "date_part",
+        "extract",
+        "date_trunc",
+        "to_timestamp",
+        "now",
+        "random",
+        "abs",
+        "round",
+        "floor",
+        "ceil",
+        "isnan",
+        "iszero",
+    }
+)
+#: Aggregates (and window functions) with fixed-size results.
+_FIXED_AGGREGATES = frozenset(
+    {
+        "count",
+        "sum",
+        "avg",
+        "mean",
+        "stddev",
+        "stddev_pop",
+        "stddev_samp",
+        "var",
+        "var_pop",
+        "var_samp",
+        "bool_and",
+        "bool_or",
+        "approx_distinct",
+        "approx_median",
+        "approx_percentile_cont",
+        "median",
+        "row_number",
+        "rank",
+        "dense_rank",
+        "percent_rank",
+        "cume_dist",
+        "ntile",
+        "corr",
+        "covar_pop",
+        "covar_samp",
+        "bit_and",
+        "bit_or",
+        "bit_xor",
+        "grouping",
+    }
+)
+#: Aggregates and window functions whose result is one of their input values.
+_PICKING = frozenset(
+    {"min", "max", "first_value", "last_value", "nth_value", "lag", "lead", "any_value"}
+)
+#: How many bytes one input byte can become (UTF-8 case mapping grows a
+#: character to at most three; a cast to text writes a number's digits).
+_GROWTH = {
+    "upper": 3.0,
+    "lower": 3.0,
+    "initcap": 3.0,
+    "translate": 4.0,
+    "encode": 2.0,
+    "to_hex": 3.0,
+    "string_to_array": 5.0,
+    "string_to_list": 5.0,
+    "regexp_match": 5.0,
+    "split_part": 1.0,
+}
+_CAST_GROWTH = 3.0
+_FIXED_TYPES = (
+    "Int",
+    "UInt",
+    "Float",
+    "Decimal",
+    "Boolean",
+    "Date",
+    "Time",
+    "Interval",
+    "Duration",
+)
+#: Functions that may write some arguments (their positions) once per input
+#: byte: a replacement (whose ``$1`` references copy a match), a separator.
+_WRITTEN: dict[str, tuple[int, ...]] = {
+    "replace": (2,),
+    "regexp_replace": (2,),
+    "array_to_string": (1, 2),
+    "array_join": (1, 2),
+    "list_to_string": (1, 2),
+}
+
+
+def _add(*bounds: Bound) -> Bound:
+    out: Bound = {}
+    for bound in bounds:
+        for key, count in bound.items():
+            out[key] = out.get(key, 0.0) + count
+    return out
+
+
+def _scale(bound: Bound, factor: float) -> Bound:
+    return {key: count * factor for key, count in bound.items()}
+
+
+def _max(a: Bound, b: Bound) -> Bound:
+    out = dict(a)
+    for key, count in b.items():
+        if count > out.get(key, 0.0):
+            out[key] = count
+    return out
+
+
+def units(bound: Bound) -> float:
+    """How many units of ``LAKE_QUERY_MAX_FUNCTION_OUTPUT_BYTES`` ``bound`` may take."""
+    total = 0.0
+    scans: dict[Any, float] = {}
+    for key, count in bound.items():
+        if key[0] == "scan":
+            scans[key[1]] = max(scans.get(key[1], 0.0), count)
+        else:
+            total += count
+    return total + sum(scans.values())
+
+
+def _literal_bytes(expr: Any) -> int | None:
+    """The size of a string or binary literal (None for anything else)."""
+    if expr.variant_name() != "Literal":
+        return None
+    value = expr.python_value()
+    value = value.as_py() if hasattr(value, "as_py") else value
+    if isinstance(value, str):
+        return len(value.encode())
+    return len(value) if isinstance(value, bytes) else None
+
+
+def _literal_int(expr: Any) -> int | None:
+    if expr.variant_name() != "Literal":
+        return None
+    value = expr.python_value()
+    value = value.as_py() if hasattr(value, "as_py") else value
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _literal_output(name: str, args: list[Any]) -> int | None:
+    """The output bytes of a bounded call on literal arguments (None: not known)."""
+    ints = [_literal_int(a) for a in args]
+    if name in ("range", "generate_series") and len(args) in (2, 3) and None not in ints:
+        start, stop, step = ints[0] or 0, ints[1] or 0, (ints[2] if len(args) == 3 else 1) or 1
+        return 8 * (max(0, (stop - start) // step) + 1)
+    if len(args) < 2 or ints[1] is None:
+        return None
+    count = max(0, ints[1])
+    if name == "repeat":
+        size = _literal_bytes(args[0])
+        return None if size is None else size * count
+    if name in SIZED_FUNCTIONS:
+        return SIZED_FUNCTIONS[name] * count
+    element = _literal_bytes(args[0])
+    return 8 * count if name == "array_repeat" and element is None else None
+
+
+def _casts_to_fixed(expr: Any) -> bool:
+    # The target type is only shown in the expression's canonical name.
+    name = expr.canonical_name()
+    target = name[name.rfind(" AS ") + 4 :]
+    return target.startswith(_FIXED_TYPES)
+
+
+class _Exceeded(Exception):
+    """The walk passed its limit: the rest of the plan cannot lower the peak."""
+
+    def __init__(self, units: float) -> None:
+        self.units = units
+
+
+class _Walk:
+    """One statement's bounds, walked node by node."""
+
+    def __init__(self, unit_bytes: int, limit: float) -> None:
+        self.unit_bytes = unit_bytes
+        self.limit = limit
+        self.fresh = 0
+        #: The costliest node so far, and the current node's transient cost.
+        self.peak = 0.0
+        self.transient = 0.0
+
+    def new_leaf(self) -> Bound:
+        self.fresh += 1
+        return {("fresh", self.fresh): 1.0}
+
+    def expression(self, root: Any, resolve: Any, rows: int = ROWS_PER_BATCH) -> Bound:
+        """The bound of one batch of ``root`` over ``rows`` input rows a batch.
+
+        Records the transient cost on this node. A constant subexpression is
+        bound per value (DataFusion folds it once) and counted ``rows`` times
+        where it meets a column or leaves the expression: it is broadcast.
+        """
+        # Iterative post-order: expressions may be hundreds of operators deep.
+        # DataFusion hands out new Python objects per call: children are kept.
+        order: list[tuple[Any, list[Any]]] = []
+        stack: list[Any] = [root]
+        while stack:
+            node = stack.pop()
+            children = _operands(node)
+            order.append((node, children))
+            stack.extend(children)
+        results: dict[int, tuple[Bound, bool]] = {}
+        transient = folded = 0.0
+        for node, children in reversed(order):
+            kind = node.variant_name()
+            constant = kind not in _VARYING and all(results[id(c)][1] for c in children)
+            child_bounds = [
+                results[id(c)][0]
+                if constant or not results[id(c)][1]
+                else _scale(results[id(c)][0], rows)
+                for c in children
+            ]
+            bound = self._node(node, kind, children, child_bounds, resolve)
+            results[id(node)] = (bound, constant)
+            value = units(bound)
+            if value > self.limit:
+                raise _Exceeded(value)  # a long chain stops here, not 500 operands on
+            if kind in ("Column", "Literal", "Alias"):
+                continue
+            if constant:
+                folded += units(bound)  # constant folding keeps every intermediate
+            # Operands computed here are held with the result; columns exist already.
+            computed = [b for c, b in zip(children, child_bounds, strict=True) if _computed(c)]
+            transient = max(transient, units(bound) + units(_add(*computed)))
+        self.transient = max(self.transient, transient) + folded
+        bound, constant = results[id(root)]
+        return _scale(bound, rows) if constant else bound
+
+    def _node(
+        self, node: Any, kind: str, children: list[Any], bounds: list[Bound], resolve: Any
+    ) -> Bound:
+        if kind == "Column":
+            return resolve(node)
+        if kind == "Literal":
+            size = _literal_bytes(node)
+            return {_CONST: size / self.unit_bytes} if size else _NOTHING
+        if kind in ("Alias", "Negative", "Not", "IsNull", "IsNotNull"):
+            return bounds[0] if bounds and kind == "Alias" else _NOTHING
+        if kind == "BinaryExpr":
+            operator = _operator(node)
+            return _add(*bounds) if operator == "||" else _NOTHING
+        if kind in ("Cast", "TryCast"):
+            if not bounds or _casts_to_fixed(node):
+                return _NOTHING
+            return _scale(bounds[0], _CAST_GROWTH)
+        if kind == "ScalarFunction":
+            return self._function(_operator(node).lower(), children, bounds)
+        if kind in ("AggregateFunction", "WindowFunction"):
+            # Their operator name is not exposed; the plan's own name for the call is.
+            name = node.schema_name().split("(", 1)[0].strip().lower()
+            if name in _FIXED_AGGREGATES:
+                return _NOTHING
+            if name in _PICKING:
+                return _add(*bounds)
+            return _add(self.new_leaf(), *bounds)
+        if kind in ("Like", "ILike", "SimilarTo", "Between", "InList", "Exists", "InSubquery"):
+            return _NOTHING
+        if kind in ("Placeholder", "ScalarSubquery"):
+            return self.new_leaf()
+        return _add(*bounds)  # Case and anything unknown: what it reads, together
+
+    def _function(self, name: str, children: list[Any], bounds: list[Bound]) -> Bound:
+        if name in BOUNDED_FUNCTIONS or name in SIZED_FUNCTIONS:
+            size = _literal_output(name, children)
+            if size is not None:  # a constant call: its one value, exactly
+                return {_CONST: min(size, self.unit_bytes) / self.unit_bytes}
+            return self.new_leaf()
+        if name in _FIXED:
+            return _NOTHING
+        if name in _GROWTH:
+            return _scale(_add(*bounds), _GROWTH[name])
+        written = _WRITTEN.get(name)
+        if written is not None and bounds:
+            # Every input byte (and the empty match after it) may become the
+            # literal text written in its place: a non-literal one is any length.
+            sizes = [_literal_bytes(children[i]) for i in written if i < len(children)]
+            if any(size is None for size in sizes):
+                return {_CONST: math.inf}
+            growth = 1.0 + 2.0 * sum(size or 0 for size in sizes)
+            return _add(_scale(bounds[0], growth), *bounds[1:])
+        if name == "concat_ws" and bounds:
+            return _add(_scale(bounds[0], max(1, len(bounds) - 2)), *bounds[1:])
+        return _add(*bounds)
+
+
+def _computed(expr: Any) -> bool:
+    return expr.variant_name() not in ("Column", "Literal")
+
+
+def _operator(expr: Any) -> str:
+    try:
+        return str(expr.rex_call_operator())
+    except Exception:
+        return ""
+
+
+def _operands(expr: Any) -> list[Any]:
+    kind = expr.variant_name()
+    if kind in ("Column", "Literal", "Placeholder", "ScalarSubquery", "Exists", "InSubquery"):
+        return []
+    try:
+        return list(expr.rex_call_operands())
+    except Exception:
+        return []
+
+
+def _fields(variant: Any) -> list[str]:
+    try:
+        return list(variant.schema().field_names())
+    except Exception:
+        return []
+
+
+def _resolver(names: list[str], bounds: list[Bound]) -> Any:
+    index: dict[str, list[int]] = {}
+    for i, name in enumerate(names):
+        index.setdefault(name, []).append(i)
+        index.setdefault("\0" + name.rsplit(".", 1)[-1], []).append(i)
+    everything = _add(*bounds)
+
+    def resolve(column: Any) -> Bound:
+        name = column.schema_name()
+        hits = index.get(name) or index.get("\0" + name.rsplit(".", 1)[-1])
+        if not hits:
+            return everything  # not found: as much as all it could read
+        return _add(*(bounds[i] for i in hits))
+
+    return resolve
+
+
+def plan_units(plan: Any, unit_bytes: int, limit: float = math.inf) -> float:
+    """The largest number of units any node of ``plan`` holds at once.
+
+    Raises ``_Exceeded`` as soon as one value is bound above ``limit``.
+    """
+    walk = _Walk(unit_bytes, limit)
+    order: list[tuple[Any, list[Any]]] = []
+    stack = [plan]
+    while stack:
+        node = stack.pop()
+        children = list(node.inputs())
+        order.append((node, children))
+        stack.extend(children)
+    done: dict[int, tuple[list[str], list[Bound], int]] = {}
+    scans = 0
+    for node, children in reversed(order):
+        inputs = [done[id(child)][1] for child in children]
+        # Rows in one batch of the inputs: a constant is broadcast to as many.
+        rows = sum(done[id(child)][2] for child in children) or 1
+        variant = node.to_variant()
+        kind = type(variant).__name__
+        names = _fields(variant)
+        flat = [b for columns in inputs for b in columns]
+        walk.transient = 0.0
+        if kind in ("Join", "CrossJoin"):
+            # A join repeats a row of one side for many of the other: a side of
+            # few rows (a scalar CTE, a global aggregate) has its computed values
+            # copied into every row of a batch. Stored values are left as read.
+            flat = [
+                _duplicated(b, ROWS_PER_BATCH / max(1, done[id(child)][2]))
+                for child, columns in zip(children, inputs, strict=True)
+                for b in columns
+            ]
+        if kind == "TableScan":
+            scans += 1
+            out: list[Bound] = [{("scan", scans, name): STORED_UNITS} for name in names]
+        elif kind == "RecursiveQuery":
+            out = _recursive(inputs, names)
+        else:
+            input_names = [name for child in children for name in done[id(child)][0]]
+            resolve = _resolver(input_names, flat)
+            out = _outputs(walk, kind, variant, inputs, flat, names, resolve, rows)
+        done[id(node)] = (names, out, _rows_out(kind, variant, rows, unit_bytes))
+        walk.peak = max(walk.peak, units(_add(*out)) + walk.transient)
+    return walk.peak
+
+
+def _outputs(
+    walk: _Walk,
+    kind: str,
+    variant: Any,
+    inputs: list[list[Bound]],
+    flat: list[Bound],
+    names: list[str],
+    resolve: Any,
+    rows: int,
+) -> list[Bound]:
+    if kind == "Projection":
+        return [walk.expression(e, resolve, rows) for e in variant.projections()]
+    if kind == "Aggregate":
+        exprs = [*variant.group_by_exprs(), *variant.aggregate_exprs()]
+        out = [walk.expression(e, resolve, rows) for e in exprs]
+        return out + [_NOTHING] * (len(names) - len(out))  # grouping-set ids
+    if kind == "WindowExpr":
+        return flat + [walk.expression(e, resolve, rows) for e in variant.get_window_expr()]
+    if kind == "Union":
+        out = [dict(b) for b in inputs[0]] if inputs else []
+        for columns in inputs[1:]:
+            out = [_add(a, b) for a, b in zip(out, columns, strict=False)]
+        return out
+    if kind == "Filter":
+        walk.expression(variant.predicate(), resolve, rows)
+    elif kind == "Sort":
+        for sort in variant.sort_exprs():
+            walk.expression(sort.expr(), resolve, rows)
+    elif kind == "Join":
+        condition = variant.filter()
+        if condition is not None:
+            walk.expression(condition, resolve, rows)
+    if len(flat) == len(names):
+        return flat  # Filter, Sort, Limit, SubqueryAlias, Join, Distinct, ...
+    everything = _add(*flat)
+    return [everything] * len(names)
+
+
+_ROW_KEEPING = frozenset(
+    {"Projection", "Filter", "SubqueryAlias", "Sort", "Limit", "Distinct", "WindowExpr", "Union"}
+)
+
+
+def _duplicated(bound: Bound, factor: float) -> Bound:
+    return {key: count if key[0] == "scan" else count * factor for key, count in bound.items()}
+
+
+def _rows_out(kind: str, variant: Any, rows: int, unit_bytes: int) -> int:
+    """Rows one output batch of a node may hold (a batch is at most ROWS_PER_BATCH)."""
+    if kind == "EmptyRelation":
+        return 1
+    if kind == "Aggregate" and not variant.group_by_exprs():
+        return 1
+    if kind == "Unnest":
+        # Unnest emits a list's elements in one batch: as many as its bounded
+        # input can hold (8-byte elements of one unit).
+        return max(ROWS_PER_BATCH, unit_bytes // 8)
+    return rows if kind in _ROW_KEEPING else ROWS_PER_BATCH
+
+
+def _recursive(inputs: list[list[Bound]], names: list[str]) -> list[Bound]:
+    # The inputs are the static and the recursive term; the recursive term read
+    # the work table as a scan of its own. A value that holds two copies of
+    # a work-table value doubles at every iteration: no bound.
+    static = inputs[0] if inputs else []
+    recursive = inputs[1] if len(inputs) > 1 else []
+    for bound in recursive:
+        scans: dict[Any, float] = {}
+        for key, count in bound.items():
+            if key[0] == "scan":
+                scans[(key[1], key[2])] = count
+        if any(count > STORED_UNITS for count in scans.values()) or math.isinf(units(bound)):
+            return [{_CONST: math.inf}] * max(1, len(names))
+    return [_add(a, b) for a, b in zip(static, recursive, strict=False)] or [
+        _NOTHING for _ in names
+    ]
+
+
+#: Functions that concatenate, repeat or grow values. The walk runs only when
+#: the plan names one of them (or ``||``, or a recursive CTE): without them no
+#: value holds more than one copy of what it reads, and a point query is not
+#: charged the walk (~150 us) but one regex over the plan's text (~2 us).
+AMPLIFYING = frozenset(
+    {
+        *BOUNDED_FUNCTIONS,
+        *SIZED_FUNCTIONS,
+        *_GROWTH,
+        *_WRITTEN,
+        "concat",
+        "concat_ws",
+        "overlay",
+        "array_concat",
+        "array_cat",
+        "list_concat",
+        "list_cat",
+        "array_append",
+        "array_prepend",
+        "list_append",
+        "list_prepend",
+        "array_push_back",
+        "array_push_front",
+        "make_array",
+        "make_list",
+        "array_union",
+        "array_replace",
+        "array_replace_n",
+        "array_replace_all",
+        "list_replace",
+        "list_replace_n",
+        "list_replace_all",
+        "flatten",
+        "struct",
+        "named_struct",
+        "make_map",
+        "map",
+        "string_agg",
+        "array_agg",
+        "listagg",
+    }
+)
+_TRIGGER = re.compile(
+    r"\|\||RecursiveQuery|\b(?:"
+    + "|".join(sorted(map(re.escape, AMPLIFYING), key=len, reverse=True))
+    + r")\(",
+    re.IGNORECASE,
+)
+
+
+def check_amplification(plan: Any, unit_bytes: int, share_bytes: int) -> None:
+    """Refuse ``plan`` if its values may take more than ``share_bytes`` at once."""
+    if _TRIGGER.search(plan.display_indent()) is None:
+        return
+    limit = share_bytes / unit_bytes
+    try:
+        peak = plan_units(plan, unit_bytes, limit)
+    except _Exceeded as exceeded:
+        peak = exceeded.units
+    if peak > limit:
+        shown = "unbounded" if math.isinf(peak) else f"up to {int(peak * unit_bytes)}"
+        raise QueryTooLarge(
+            f"the statement's values may take {shown} bytes at once (concatenation or "
+            f"repetition of large values), more than this query's memory share of "
+            f"{share_bytes} bytes ({MEMORY_LIMIT_BYTES} / 4; each repeated value counts "
+            f"{unit_bytes} bytes, {MAX_FUNCTION_OUTPUT_BYTES})"
+        )
