@@ -41,15 +41,26 @@ read). Rows duplicated by joins and ``unnest`` are outside this bound.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any
 
 from lake_core.config import QUERY_MAX_FUNCTION_OUTPUT_BYTES as MAX_FUNCTION_OUTPUT_BYTES
 from lake_core.config import QUERY_MEMORY_LIMIT_BYTES as MEMORY_LIMIT_BYTES
 from lake_core.errors import QueryTooLarge
 from lake_query.planning.functions import BOUNDED_FUNCTIONS, ROWS_PER_BATCH, SIZED_FUNCTIONS
+from lake_query.planning.sizes import (
+    CAST_GROWTH,
+    FIXED,
+    FIXED_AGGREGATES,
+    GROWTH,
+    PICKING,
+    TRIGGER,
+    WRITTEN,
+    casts_to_fixed,
+    literal_bytes,
+    literal_output,
+)
 
-__all__ = ["AMPLIFYING", "STORED_UNITS", "Bound", "check_amplification", "plan_units", "units"]
+__all__ = ["STORED_UNITS", "Bound", "check_amplification", "plan_units", "units"]
 
 #: Leaf -> copies. Keys: ("scan", scan, column), ("fresh", n), ("const",).
 Bound = dict[tuple[Any, ...], float]
@@ -66,123 +77,6 @@ _VARYING = frozenset(
 )
 _NOTHING: Bound = {}
 
-#: Built-ins whose result has a fixed size whatever their arguments.
-_FIXED = frozenset(
-    {
-        "length",
-        "char_length",
-        "character_length",
-        "octet_length",
-        "bit_length",
-        "cardinality",
-        "array_length",
-        "strpos",
-        "instr",
-        "position",
-        "ascii",
-        "md5",
-        "sha224",
-        "sha256",
-        "sha384",
-        "sha512",
-        "digest",
-        "starts_with",
-        "ends_with",
-        "array_has",
-        "array_has_all",
-        "array_has_any",
-        "array_position",
-        "regexp_like",
-        "regexp_count",
-        "levenshtein",
-        "date_part",
-        "extract",
-        "date_trunc",
-        "to_timestamp",
-        "now",
-        "random",
-        "abs",
-        "round",
-        "floor",
-        "ceil",
-        "isnan",
-        "iszero",
-    }
-)
-#: Aggregates (and window functions) with fixed-size results.
-_FIXED_AGGREGATES = frozenset(
-    {
-        "count",
-        "sum",
-        "avg",
-        "mean",
-        "stddev",
-        "stddev_pop",
-        "stddev_samp",
-        "var",
-        "var_pop",
-        "var_samp",
-        "bool_and",
-        "bool_or",
-        "approx_distinct",
-        "approx_median",
-        "approx_percentile_cont",
-        "median",
-        "row_number",
-        "rank",
-        "dense_rank",
-        "percent_rank",
-        "cume_dist",
-        "ntile",
-        "corr",
-        "covar_pop",
-        "covar_samp",
-        "bit_and",
-        "bit_or",
-        "bit_xor",
-        "grouping",
-    }
-)
-#: Aggregates and window functions whose result is one of their input values.
-_PICKING = frozenset(
-    {"min", "max", "first_value", "last_value", "nth_value", "lag", "lead", "any_value"}
-)
-#: How many bytes one input byte can become (UTF-8 case mapping grows a
-#: character to at most three; a cast to text writes a number's digits).
-_GROWTH = {
-    "upper": 3.0,
-    "lower": 3.0,
-    "initcap": 3.0,
-    "translate": 4.0,
-    "encode": 2.0,
-    "to_hex": 3.0,
-    "string_to_array": 5.0,
-    "string_to_list": 5.0,
-    "regexp_match": 5.0,
-    "split_part": 1.0,
-}
-_CAST_GROWTH = 3.0
-_FIXED_TYPES = (
-    "Int",
-    "UInt",
-    "Float",
-    "Decimal",
-    "Boolean",
-    "Date",
-    "Time",
-    "Interval",
-    "Duration",
-)
-#: Functions that may write some arguments (their positions) once per input
-#: byte: a replacement (whose ``$1`` references copy a match), a separator.
-_WRITTEN: dict[str, tuple[int, ...]] = {
-    "replace": (2,),
-    "regexp_replace": (2,),
-    "array_to_string": (1, 2),
-    "array_join": (1, 2),
-    "list_to_string": (1, 2),
-}
-
 
 def _add(*bounds: Bound) -> Bound:
     out: Bound = {}
@@ -196,14 +90,6 @@ def _scale(bound: Bound, factor: float) -> Bound:
     return {key: count * factor for key, count in bound.items()}
 
 
-def _max(a: Bound, b: Bound) -> Bound:
-    out = dict(a)
-    for key, count in b.items():
-        if count > out.get(key, 0.0):
-            out[key] = count
-    return out
-
-
 def units(bound: Bound) -> float:
     """How many units of ``LAKE_QUERY_MAX_FUNCTION_OUTPUT_BYTES`` ``bound`` may take."""
     total = 0.0
@@ -214,50 +100,6 @@ def units(bound: Bound) -> float:
         else:
             total += count
     return total + sum(scans.values())
-
-
-def _literal_bytes(expr: Any) -> int | None:
-    """The size of a string or binary literal (None for anything else)."""
-    if expr.variant_name() != "Literal":
-        return None
-    value = expr.python_value()
-    value = value.as_py() if hasattr(value, "as_py") else value
-    if isinstance(value, str):
-        return len(value.encode())
-    return len(value) if isinstance(value, bytes) else None
-
-
-def _literal_int(expr: Any) -> int | None:
-    if expr.variant_name() != "Literal":
-        return None
-    value = expr.python_value()
-    value = value.as_py() if hasattr(value, "as_py") else value
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
-def _literal_output(name: str, args: list[Any]) -> int | None:
-    """The output bytes of a bounded call on literal arguments (None: not known)."""
-    ints = [_literal_int(a) for a in args]
-    if name in ("range", "generate_series") and len(args) in (2, 3) and None not in ints:
-        start, stop, step = ints[0] or 0, ints[1] or 0, (ints[2] if len(args) == 3 else 1) or 1
-        return 8 * (max(0, (stop - start) // step) + 1)
-    if len(args) < 2 or ints[1] is None:
-        return None
-    count = max(0, ints[1])
-    if name == "repeat":
-        size = _literal_bytes(args[0])
-        return None if size is None else size * count
-    if name in SIZED_FUNCTIONS:
-        return SIZED_FUNCTIONS[name] * count
-    element = _literal_bytes(args[0])
-    return 8 * count if name == "array_repeat" and element is None else None
-
-
-def _casts_to_fixed(expr: Any) -> bool:
-    # The target type is only shown in the expression's canonical name.
-    name = expr.canonical_name()
-    target = name[name.rfind(" AS ") + 4 :]
-    return target.startswith(_FIXED_TYPES)
 
 
 class _Exceeded(Exception):
@@ -331,7 +173,7 @@ class _Walk:
         if kind == "Column":
             return resolve(node)
         if kind == "Literal":
-            size = _literal_bytes(node)
+            size = literal_bytes(node)
             return {_CONST: size / self.unit_bytes} if size else _NOTHING
         if kind in ("Alias", "Negative", "Not", "IsNull", "IsNotNull"):
             return bounds[0] if bounds and kind == "Alias" else _NOTHING
@@ -339,17 +181,17 @@ class _Walk:
             operator = _operator(node)
             return _add(*bounds) if operator == "||" else _NOTHING
         if kind in ("Cast", "TryCast"):
-            if not bounds or _casts_to_fixed(node):
+            if not bounds or casts_to_fixed(node):
                 return _NOTHING
-            return _scale(bounds[0], _CAST_GROWTH)
+            return _scale(bounds[0], CAST_GROWTH)
         if kind == "ScalarFunction":
             return self._function(_operator(node).lower(), children, bounds)
         if kind in ("AggregateFunction", "WindowFunction"):
             # Their operator name is not exposed; the plan's own name for the call is.
             name = node.schema_name().split("(", 1)[0].strip().lower()
-            if name in _FIXED_AGGREGATES:
+            if name in FIXED_AGGREGATES:
                 return _NOTHING
-            if name in _PICKING:
+            if name in PICKING:
                 return _add(*bounds)
             return _add(self.new_leaf(), *bounds)
         if kind in ("Like", "ILike", "SimilarTo", "Between", "InList", "Exists", "InSubquery"):
@@ -360,19 +202,19 @@ class _Walk:
 
     def _function(self, name: str, children: list[Any], bounds: list[Bound]) -> Bound:
         if name in BOUNDED_FUNCTIONS or name in SIZED_FUNCTIONS:
-            size = _literal_output(name, children)
+            size = literal_output(name, children)
             if size is not None:  # a constant call: its one value, exactly
                 return {_CONST: min(size, self.unit_bytes) / self.unit_bytes}
             return self.new_leaf()
-        if name in _FIXED:
+        if name in FIXED:
             return _NOTHING
-        if name in _GROWTH:
-            return _scale(_add(*bounds), _GROWTH[name])
-        written = _WRITTEN.get(name)
+        if name in GROWTH:
+            return _scale(_add(*bounds), GROWTH[name])
+        written = WRITTEN.get(name)
         if written is not None and bounds:
             # Every input byte (and the empty match after it) may become the
             # literal text written in its place: a non-literal one is any length.
-            sizes = [_literal_bytes(children[i]) for i in written if i < len(children)]
+            sizes = [literal_bytes(children[i]) for i in written if i < len(children)]
             if any(size is None for size in sizes):
                 return {_CONST: math.inf}
             growth = 1.0 + 2.0 * sum(size or 0 for size in sizes)
@@ -552,59 +394,9 @@ def _recursive(inputs: list[list[Bound]], names: list[str]) -> list[Bound]:
     ]
 
 
-#: Functions that concatenate, repeat or grow values. The walk runs only when
-#: the plan names one of them (or ``||``, or a recursive CTE): without them no
-#: value holds more than one copy of what it reads, and a point query is not
-#: charged the walk (~150 us) but one regex over the plan's text (~2 us).
-AMPLIFYING = frozenset(
-    {
-        *BOUNDED_FUNCTIONS,
-        *SIZED_FUNCTIONS,
-        *_GROWTH,
-        *_WRITTEN,
-        "concat",
-        "concat_ws",
-        "overlay",
-        "array_concat",
-        "array_cat",
-        "list_concat",
-        "list_cat",
-        "array_append",
-        "array_prepend",
-        "list_append",
-        "list_prepend",
-        "array_push_back",
-        "array_push_front",
-        "make_array",
-        "make_list",
-        "array_union",
-        "array_replace",
-        "array_replace_n",
-        "array_replace_all",
-        "list_replace",
-        "list_replace_n",
-        "list_replace_all",
-        "flatten",
-        "struct",
-        "named_struct",
-        "make_map",
-        "map",
-        "string_agg",
-        "array_agg",
-        "listagg",
-    }
-)
-_TRIGGER = re.compile(
-    r"\|\||RecursiveQuery|\b(?:"
-    + "|".join(sorted(map(re.escape, AMPLIFYING), key=len, reverse=True))
-    + r")\(",
-    re.IGNORECASE,
-)
-
-
 def check_amplification(plan: Any, unit_bytes: int, share_bytes: int) -> None:
     """Refuse ``plan`` if its values may take more than ``share_bytes`` at once."""
-    if _TRIGGER.search(plan.display_indent()) is None:
+    if TRIGGER.search(plan.display_indent()) is None:
         return
     limit = share_bytes / unit_bytes
     try:
