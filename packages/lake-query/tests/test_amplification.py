@@ -63,6 +63,9 @@ def rows(planner: Planner, sql: str) -> list[dict[str, object]]:
         "SELECT e.episode_id, g.names FROM robots.episodes e CROSS JOIN "
         "(SELECT string_agg(robot, ',') AS names FROM robots.episodes) g",
         "SELECT replace(robot, 'o', robot) FROM robots.episodes",
+        # Accumulated over rows no table bounds (this one took a replica down).
+        "SELECT length(string_agg(repeat('x', 5000 + value % 10), ',')) FROM "
+        "(SELECT unnest(range(1, 8000)) AS value) CROSS JOIN (SELECT unnest(range(1, 30)) AS w)",
     ],
     ids=[
         "doubling-12",
@@ -76,6 +79,7 @@ def rows(planner: Planner, sql: str) -> list[dict[str, object]]:
         "recursive-doubling",
         "joined-aggregate",
         "column-replacement",
+        "aggregate-of-computed",
     ],
 )
 def test_amplifying_statements_are_refused_before_they_run(planner: Planner, sql: str) -> None:

@@ -48,6 +48,7 @@ from lake_core.config import QUERY_MEMORY_LIMIT_BYTES as MEMORY_LIMIT_BYTES
 from lake_core.errors import QueryTooLarge
 from lake_query.planning.functions import BOUNDED_FUNCTIONS, ROWS_PER_BATCH, SIZED_FUNCTIONS
 from lake_query.planning.sizes import (
+    ACCUMULATING,
     CAST_GROWTH,
     FIXED,
     FIXED_AGGREGATES,
@@ -120,9 +121,9 @@ class _Walk:
         self.peak = 0.0
         self.transient = 0.0
 
-    def new_leaf(self) -> Bound:
+    def new_leaf(self, weight: float = 1.0) -> Bound:
         self.fresh += 1
-        return {("fresh", self.fresh): 1.0}
+        return {("fresh", self.fresh): weight}
 
     def expression(self, root: Any, resolve: Any, rows: int = ROWS_PER_BATCH) -> Bound:
         """The bound of one batch of ``root`` over ``rows`` input rows a batch.
@@ -193,7 +194,15 @@ class _Walk:
                 return _NOTHING
             if name in PICKING:
                 return _add(*bounds)
-            return _add(self.new_leaf(), *bounds)
+            argument = _add(*bounds)
+            if name in ACCUMULATING:
+                # Its value grows with every row of its group, and rows are not
+                # bounded: only stored values (bounded by what was written) and
+                # small constants may be accumulated, not computed large ones.
+                if any(key[0] == "fresh" for key in argument) or math.isinf(units(argument)):
+                    return {_CONST: math.inf}
+                return _add(self.new_leaf(STORED_UNITS), argument)
+            return _add(self.new_leaf(), argument)
         if kind in ("Like", "ILike", "SimilarTo", "Between", "InList", "Exists", "InSubquery"):
             return _NOTHING
         if kind in ("Placeholder", "ScalarSubquery"):
@@ -203,9 +212,11 @@ class _Walk:
     def _function(self, name: str, children: list[Any], bounds: list[Bound]) -> Bound:
         if name in BOUNDED_FUNCTIONS or name in SIZED_FUNCTIONS:
             size = literal_output(name, children)
-            if size is not None:  # a constant call: its one value, exactly
-                return {_CONST: min(size, self.unit_bytes) / self.unit_bytes}
-            return self.new_leaf()
+            if size is None:
+                return self.new_leaf()
+            if not all(c.variant_name() == "Literal" for c in children):
+                size *= ROWS_PER_BATCH  # a literal size over a column: one per row
+            return {_CONST: min(size, self.unit_bytes) / self.unit_bytes}
         if name in FIXED:
             return _NOTHING
         if name in GROWTH:

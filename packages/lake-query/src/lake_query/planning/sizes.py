@@ -12,6 +12,7 @@ from typing import Any
 from lake_query.planning.functions import BOUNDED_FUNCTIONS, SIZED_FUNCTIONS
 
 __all__ = [
+    "ACCUMULATING",
     "AMPLIFYING",
     "CAST_GROWTH",
     "FIXED",
@@ -102,6 +103,8 @@ FIXED_AGGREGATES = frozenset(
         "grouping",
     }
 )
+#: Aggregates whose value holds every input value of its group.
+ACCUMULATING = frozenset({"string_agg", "array_agg", "listagg"})
 #: Aggregates and window functions whose result is one of their input values.
 PICKING = frozenset(
     {"min", "max", "first_value", "last_value", "nth_value", "lag", "lead", "any_value"}
