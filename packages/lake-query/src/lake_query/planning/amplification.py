@@ -54,11 +54,11 @@ from lake_query.planning.sizes import (
     FIXED_AGGREGATES,
     GROWTH,
     PICKING,
-    TRIGGER,
     WRITTEN,
     casts_to_fixed,
     literal_bytes,
     literal_output,
+    may_amplify,
 )
 
 __all__ = ["STORED_UNITS", "Bound", "check_amplification", "plan_units", "units"]
@@ -407,7 +407,7 @@ def _recursive(inputs: list[list[Bound]], names: list[str]) -> list[Bound]:
 
 def check_amplification(plan: Any, unit_bytes: int, share_bytes: int) -> None:
     """Refuse ``plan`` if its values may take more than ``share_bytes`` at once."""
-    if TRIGGER.search(plan.display_indent()) is None:
+    if not may_amplify(plan.display_indent()):
         return
     limit = share_bytes / unit_bytes
     try:
