@@ -114,9 +114,7 @@ def test_amplifying_concatenations_are_refused_and_the_replica_keeps_serving(
         "SELECT id, name || '-' || cast(id AS varchar) AS k, concat(name, ':', name) AS c, "
         "concat_ws(',', name, 'x') AS w FROM amp.names WHERE id < 3 ORDER BY id",
     )
-    assert got == [
-        {"id": i, "k": f"n{i}-{i}", "c": f"n{i}:n{i}", "w": f"n{i},x"} for i in range(3)
-    ]
+    assert got == [{"id": i, "k": f"n{i}-{i}", "c": f"n{i}:n{i}", "w": f"n{i},x"} for i in range(3)]
     assert _answer(query.addr, doubling(2, "SELECT repeat('x', 1000000) AS s")) == [
         {"length(c2.s)": 4_000_000}
     ]

@@ -59,6 +59,7 @@ from lake_query.planning.sizes import (
     literal_bytes,
     literal_output,
     may_amplify,
+    subquery_computes_large_values,
 )
 
 __all__ = ["STORED_UNITS", "Bound", "check_amplification", "plan_units", "units"]
@@ -120,6 +121,7 @@ class _Walk:
         #: The costliest node so far, and the current node's transient cost.
         self.peak = 0.0
         self.transient = 0.0
+        self.scans = 0
 
     def new_leaf(self, weight: float = 1.0) -> Bound:
         self.fresh += 1
@@ -203,8 +205,10 @@ class _Walk:
                     return {_CONST: math.inf}
                 return _add(self.new_leaf(STORED_UNITS), argument)
             return _add(self.new_leaf(), argument)
-        if kind in ("Like", "ILike", "SimilarTo", "Between", "InList", "Exists", "InSubquery"):
+        if kind in ("Like", "ILike", "SimilarTo", "Between", "InList"):
             return _NOTHING
+        if kind in ("Exists", "InSubquery"):
+            return _NOTHING  # their plans are checked on the text (check_amplification)
         if kind in ("Placeholder", "ScalarSubquery"):
             return self.new_leaf()
         return _add(*bounds)  # Case and anything unknown: what it reads, together
@@ -286,6 +290,13 @@ def plan_units(plan: Any, unit_bytes: int, limit: float = math.inf) -> float:
     Raises ``_Exceeded`` as soon as one value is bound above ``limit``.
     """
     walk = _Walk(unit_bytes, limit)
+    _walk_plan(walk, plan)
+    return walk.peak
+
+
+def _walk_plan(walk: _Walk, plan: Any) -> list[Bound]:
+    """Bound every node of ``plan`` into ``walk``; the bounds of its output columns."""
+    unit_bytes = walk.unit_bytes
     order: list[tuple[Any, list[Any]]] = []
     stack = [plan]
     while stack:
@@ -294,7 +305,6 @@ def plan_units(plan: Any, unit_bytes: int, limit: float = math.inf) -> float:
         order.append((node, children))
         stack.extend(children)
     done: dict[int, tuple[list[str], list[Bound], int]] = {}
-    scans = 0
     for node, children in reversed(order):
         inputs = [done[id(child)][1] for child in children]
         # Rows in one batch of the inputs: a constant is broadcast to as many.
@@ -314,8 +324,8 @@ def plan_units(plan: Any, unit_bytes: int, limit: float = math.inf) -> float:
                 for b in columns
             ]
         if kind == "TableScan":
-            scans += 1
-            out: list[Bound] = [{("scan", scans, name): STORED_UNITS} for name in names]
+            walk.scans += 1
+            out: list[Bound] = [{("scan", walk.scans, name): STORED_UNITS} for name in names]
         elif kind == "RecursiveQuery":
             out = _recursive(inputs, names)
         else:
@@ -324,7 +334,7 @@ def plan_units(plan: Any, unit_bytes: int, limit: float = math.inf) -> float:
             out = _outputs(walk, kind, variant, inputs, flat, names, resolve, rows)
         done[id(node)] = (names, out, _rows_out(kind, variant, rows, unit_bytes))
         walk.peak = max(walk.peak, units(_add(*out)) + walk.transient)
-    return walk.peak
+    return done[id(plan)][1]
 
 
 def _outputs(
@@ -407,8 +417,16 @@ def _recursive(inputs: list[list[Bound]], names: list[str]) -> list[Bound]:
 
 def check_amplification(plan: Any, unit_bytes: int, share_bytes: int) -> None:
     """Refuse ``plan`` if its values may take more than ``share_bytes`` at once."""
-    if not may_amplify(plan.display_indent()):
+    text = plan.display_indent()
+    if not may_amplify(text):
         return
+    if subquery_computes_large_values(text):
+        # DataFusion's Python API does not expose an expression's subquery plan.
+        raise QueryTooLarge(
+            "a subquery that repeats values or accumulates them (repeat, lpad, range, "
+            "string_agg, ...) cannot be bounded before it runs: move it into a CTE "
+            f"or a join (its values count against {MEMORY_LIMIT_BYTES} / 4)"
+        )
     limit = share_bytes / unit_bytes
     try:
         peak = plan_units(plan, unit_bytes, limit)

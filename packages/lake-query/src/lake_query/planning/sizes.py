@@ -24,6 +24,7 @@ __all__ = [
     "literal_bytes",
     "literal_output",
     "may_amplify",
+    "subquery_computes_large_values",
 ]
 
 #: Built-ins whose result has a fixed size whatever their arguments.
@@ -242,3 +243,23 @@ def may_amplify(plan_text: str) -> bool:
     if "||" in plan_text or "RecursiveQuery" in plan_text:
         return True
     return any(m.group(1).lower() in AMPLIFYING for m in _CALL.finditer(plan_text))
+
+
+#: Calls that make a value large by themselves (not only by combining others).
+_LARGE = frozenset({*BOUNDED_FUNCTIONS, *SIZED_FUNCTIONS, *ACCUMULATING})
+
+
+def subquery_computes_large_values(plan_text: str) -> bool:
+    """Whether a ``Subquery:`` block of an indented plan calls one of :data:`_LARGE`."""
+    inside: int | None = None  # indentation of the Subquery: line we are under
+    for line in plan_text.splitlines():
+        indent = len(line) - len(line.lstrip())
+        if inside is not None and indent <= inside:
+            inside = None
+        if inside is None:
+            if line.strip() == "Subquery:":
+                inside = indent
+            continue
+        if any(m.group(1).lower() in _LARGE for m in _CALL.finditer(line)):
+            return True
+    return False
