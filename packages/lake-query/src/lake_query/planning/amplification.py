@@ -24,9 +24,15 @@ every value gets a bound counted in *units* of one batch of
   ``regexp_replace``, ``translate``, case mapping and casts multiply theirs
   by how much one input byte can grow; functions with fixed-size results
   (``length``, comparisons, arithmetic, ``count``) count nothing;
-- a column reference inherits its input's bound; joins and unions add
-  what meets; a recursive CTE whose recursive term copies a work-table
-  value more than once grows without bound.
+- a column reference inherits its input's bound; unions add what meets; a
+  join copies a few-row side's computed values into every row of a batch;
+  a constant is folded once and then broadcast to every row of its batch;
+- without bound (refused): a recursive CTE whose recursive term copies a
+  work-table value more than once, ``replace`` with a non-literal
+  replacement, ``string_agg``/``array_agg`` of computed large values (rows
+  are not bounded), and a subquery expression that calls a bounded or
+  accumulating function (DataFusion's Python API does not expose an
+  expression's subquery plan, so its text is checked instead).
 
 A node's cost is what its batch holds at once: the sum of its columns'
 bounds plus the largest transient (the operands an expression evaluates
@@ -35,7 +41,7 @@ which constant folding keeps). A statement whose costliest node exceeds the
 per-query memory share (``LAKE_QUERY_MEMORY_LIMIT_BYTES`` / 4) is refused
 with :class:`~lake_core.errors.QueryTooLarge` before it runs. Unknown
 expressions and plan nodes are bounded conservatively (the sum of what they
-read). Rows duplicated by joins and ``unnest`` are outside this bound.
+read). Stored rows multiplied by many-to-many joins are outside this bound.
 """
 
 from __future__ import annotations
