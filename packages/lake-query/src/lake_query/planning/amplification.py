@@ -315,8 +315,11 @@ def _walk_plan(walk: _Walk, plan: Any) -> list[Bound]:
         inputs = [done[id(child)][1] for child in children]
         # Rows in one batch of the inputs: a constant is broadcast to as many.
         rows = sum(done[id(child)][2] for child in children) or 1
-        variant = node.to_variant()
-        kind = type(variant).__name__
+        try:
+            variant = node.to_variant()
+        except Exception:
+            variant = None  # a node the Python API cannot convert: bounded below
+        kind = type(variant).__name__ if variant is not None else "Unknown"
         names = _fields(variant)
         flat = [b for columns in inputs for b in columns]
         walk.transient = 0.0
@@ -378,7 +381,7 @@ def _outputs(
     if len(flat) == len(names):
         return flat  # Filter, Sort, Limit, SubqueryAlias, Join, Distinct, ...
     everything = _add(*flat)
-    return [everything] * len(names)
+    return [everything] * max(1, len(names))  # unknown: every column may hold it all
 
 
 _ROW_KEEPING = frozenset(
