@@ -62,6 +62,9 @@ def rows(planner: Planner, sql: str) -> list[dict[str, object]]:
         # A one-row side of a join is copied into every row of the other.
         "SELECT e.episode_id, g.names FROM robots.episodes e CROSS JOIN "
         "(SELECT string_agg(robot, ',') AS names FROM robots.episodes) g",
+        # A computed value (one row may hold a whole batch's bound) copied by a join.
+        "WITH x AS (SELECT episode_id, repeat(robot, 3) AS r FROM robots.episodes) "
+        "SELECT x.r FROM x JOIN robots.episodes e ON x.episode_id = e.episode_id",
         "SELECT replace(robot, 'o', robot) FROM robots.episodes",
         # Subquery plans are not walked: one computing large values is refused.
         "SELECT episode_id FROM robots.episodes WHERE EXISTS (SELECT length("
@@ -82,6 +85,7 @@ def rows(planner: Planner, sql: str) -> list[dict[str, object]]:
         "broadcast",
         "recursive-doubling",
         "joined-aggregate",
+        "joined-computed",
         "column-replacement",
         "subquery",
         "aggregate-of-computed",

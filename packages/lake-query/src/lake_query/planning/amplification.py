@@ -70,7 +70,8 @@ from lake_query.planning.sizes import (
 
 __all__ = ["STORED_UNITS", "Bound", "check_amplification", "plan_units", "units"]
 
-#: Leaf -> copies. Keys: ("scan", scan, column), ("fresh", n), ("const",).
+#: Leaf -> copies. Keys: ("scan", scan, column), ("fresh", n) for a computed
+#: value, ("agg", n) for an aggregate of stored values, ("const",).
 Bound = dict[tuple[Any, ...], float]
 
 _CONST = ("const",)
@@ -129,9 +130,9 @@ class _Walk:
         self.transient = 0.0
         self.scans = 0
 
-    def new_leaf(self, weight: float = 1.0) -> Bound:
+    def new_leaf(self, weight: float = 1.0, kind: str = "fresh") -> Bound:
         self.fresh += 1
-        return {("fresh", self.fresh): weight}
+        return {(kind, self.fresh): weight}
 
     def expression(self, root: Any, resolve: Any, rows: int = ROWS_PER_BATCH) -> Bound:
         """The bound of one batch of ``root`` over ``rows`` input rows a batch.
@@ -209,7 +210,7 @@ class _Walk:
                 # small constants may be accumulated, not computed large ones.
                 if any(key[0] == "fresh" for key in argument) or math.isinf(units(argument)):
                     return {_CONST: math.inf}
-                return _add(self.new_leaf(STORED_UNITS), argument)
+                return _add(self.new_leaf(STORED_UNITS, "agg"), argument)
             return _add(self.new_leaf(), argument)
         if kind in ("Like", "ILike", "SimilarTo", "Between", "InList"):
             return _NOTHING
@@ -324,9 +325,7 @@ def _walk_plan(walk: _Walk, plan: Any) -> list[Bound]:
         flat = [b for columns in inputs for b in columns]
         walk.transient = 0.0
         if kind in ("Join", "CrossJoin"):
-            # A join repeats a row of one side for many of the other: a side of
-            # few rows (a scalar CTE, a global aggregate) has its computed values
-            # copied into every row of a batch. Stored values are left as read.
+            # A join repeats a row of one side for many rows of the other.
             flat = [
                 _duplicated(b, ROWS_PER_BATCH / max(1, done[id(child)][2]))
                 for child, columns in zip(children, inputs, strict=True)
@@ -390,7 +389,18 @@ _ROW_KEEPING = frozenset(
 
 
 def _duplicated(bound: Bound, factor: float) -> Bound:
-    return {key: count if key[0] == "scan" else count * factor for key, count in bound.items()}
+    """A join side's bound once its rows are repeated for the other side's."""
+    out: Bound = {}
+    for key, count in bound.items():
+        if key[0] == "scan":
+            out[key] = count  # stored rows joined: bounded by the data, not here
+        elif key[0] == "fresh":
+            # One row may hold a whole batch's worth of a computed value (the
+            # bounded functions cap a batch, not a row): every row may copy it.
+            out[key] = count * ROWS_PER_BATCH
+        else:
+            out[key] = count * factor  # constants and aggregates: per row of their side
+    return out
 
 
 def _rows_out(kind: str, variant: Any, rows: int, unit_bytes: int) -> int:
