@@ -11,6 +11,9 @@ Both plan and run the statement afresh each sample, alternating.
   Lance path), median latency ratio. Goal: <= 1.03x.
 - ``guards_group_by``: plan + execute of a GROUP BY over the table
   (DataFusion, so a pool is reserved). Goal: <= 1.03x.
+- ``guards_concat_query``: plan + execute of an ordinary concatenation over
+  1,000 rows, which the amplification bound walks
+  (:mod:`lake_query.planning.amplification`); report only.
 - ``guards_pushdown_direct_share``: the share of the pushdown differential
   corpus (``packages/lake-query/tests/test_pushdown_differential.py``) that
   still takes the direct path, against all of it (report only).
@@ -40,6 +43,10 @@ from tools.bench.harness import Figure, at_most, figure, measure, warmup_for
 TABLE = TableRef("bench", "guards")
 POINT = "SELECT * FROM bench.guards WHERE id = 4321"
 GROUP_BY = "SELECT c % 64 AS g, count(*) AS n, sum(a) AS s FROM bench.guards GROUP BY c % 64"
+CONCAT = (
+    "SELECT id, cast(id AS varchar) || '-' || cast(c AS varchar) AS k "
+    "FROM bench.guards WHERE id < 1000"
+)
 #: Pairs per figure: samples take milliseconds and a guard's cost is small
 #: against the machine's noise, so many more than the harness minimum.
 QUICK_GUARD_PAIRS = 15
@@ -142,5 +149,16 @@ def run(quick: bool) -> list[Figure]:
                     warmup=warmup,
                 )
             )
+        figures.append(
+            measure(
+                "guards_concat_query",
+                lambda: _run_once(guarded, CONCAT),
+                lambda: _run_once(unguarded, CONCAT),
+                unit="ms",
+                goal=None,
+                pairs=pairs,
+                warmup=warmup,
+            )
+        )
         figures.append(_direct_share(root))
         return figures

@@ -68,6 +68,13 @@ REPEAT_100M = "SELECT length(repeat('x', 100000000))"
 LPAD = "SELECT length(lpad('x', 1500000000))"
 RPAD = "SELECT length(rpad(s, 100000000, 'ab')) FROM fuzz.types"
 ARRAY_RESIZE = "SELECT cardinality(array_resize(make_array(1), 1000000000, 0))"
+#: Concatenation amplifying a bounded value: doubled by 12 chained CTEs, and 400 operands.
+CONCAT_DOUBLING_12 = (
+    "WITH c0 AS (SELECT repeat('x', 50000000) AS s), "
+    + ", ".join(f"c{i} AS (SELECT s || s AS s FROM c{i - 1})" for i in range(1, 13))
+    + " SELECT length(s) FROM c12"
+)
+CONCAT_LINEAR_400 = "SELECT length(" + " || ".join(["repeat('x', 50000000)"] * 400) + ")"
 NAMED = {
     "chain-3000": CHAIN_3000,
     "chain-20000": CHAIN_20000,
@@ -76,6 +83,8 @@ NAMED = {
     "lpad": LPAD,
     "rpad": RPAD,
     "array-resize": ARRAY_RESIZE,
+    "concat-doubling-12": CONCAT_DOUBLING_12,
+    "concat-linear-400": CONCAT_LINEAR_400,
 }
 #: What no client-visible error may contain (the data directory is added per run).
 INTERNALS = ("/root/.cargo", ".rs:", "panicked", "s3://", "file://", "RUST_BACKTRACE")
@@ -362,6 +371,7 @@ def test_a_hostile_corpus_never_crashes_or_reads_files(
     assert named["repeat"] == "RESOURCE_EXHAUSTED"
     assert named["repeat-100m"] == "RESOURCE_EXHAUSTED"
     assert named["lpad"] == named["rpad"] == named["array-resize"] == "RESOURCE_EXHAUSTED"
+    assert named["concat-doubling-12"] == named["concat-linear-400"] == "RESOURCE_EXHAUSTED"
     assert codes[grpc.StatusCode.OK] > 100
 
 

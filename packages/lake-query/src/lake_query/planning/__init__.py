@@ -15,6 +15,8 @@ Parts:
   (one endpoint each).
 - :mod:`~lake_query.planning.limits` and :mod:`~lake_query.planning.functions`: what
   one statement may make DataFusion do (depth, size, memory, function outputs).
+- :mod:`~lake_query.planning.amplification` and :mod:`~lake_query.planning.sizes`: how
+  large concatenation may make a statement's values, bounded from its plan.
 - :mod:`~lake_query.planning.planner`: :class:`Planner`, plan with pins, run from pins.
 """
 

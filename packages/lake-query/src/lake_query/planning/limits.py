@@ -12,7 +12,9 @@ bounds are checked by code that does not recurse:
   (``LAKE_QUERY_MAX_QUERY_BLOCKS``); parenthesised nesting is already
   bounded by DataFusion's parser (50 levels);
 - after planning, before execution: the logical plan's depth
-  (``LAKE_QUERY_MAX_PLAN_DEPTH``), walked iteratively.
+  (``LAKE_QUERY_MAX_PLAN_DEPTH``), walked iteratively, and how large its
+  values may grow by concatenation and repetition
+  (:mod:`~lake_query.planning.amplification`, RESOURCE_EXHAUSTED).
 
 Exceeding one is INVALID_ARGUMENT naming the limit and its setting. The
 token scan also finds ``$N`` placeholders, so a statement run with a
@@ -33,6 +35,7 @@ from lake_core.config import QUERY_MAX_QUERY_BLOCKS as MAX_QUERY_BLOCKS
 from lake_core.config import QUERY_MEMORY_LIMIT_BYTES as MEMORY_LIMIT_BYTES
 from lake_core.config import env_int
 from lake_core.errors import InvalidArgument, QueryTooLarge
+from lake_query.planning.amplification import check_amplification
 from lake_query.planning.functions import (
     BOUNDED_FUNCTIONS,
     MAX_FUNCTION_OUTPUT_BYTES,
@@ -290,12 +293,15 @@ class QueryLimits:
             )
 
     def check_plan(self, df: Any) -> None:
-        """Refuse a planned statement whose plan is too deep to execute safely."""
+        """Refuse a planned statement too deep to execute safely or whose values
+        may outgrow the query's memory (:mod:`~lake_query.planning.amplification`)."""
         if not self.enforce:
             return
-        depth = plan_depth(df.logical_plan(), self.max_plan_depth)
+        plan = df.logical_plan()
+        depth = plan_depth(plan, self.max_plan_depth)
         if depth > self.max_plan_depth:
             raise InvalidArgument(
                 f"the statement's plan is more than {self.max_plan_depth} operators deep "
                 f"({MAX_PLAN_DEPTH}); split it or use fewer nested CTEs and subqueries"
             )
+        check_amplification(plan, self.max_function_output_bytes, self.query_memory_bytes)
