@@ -27,7 +27,8 @@ from :class:`lake_query.admission.AdmissionLimits` (``LAKE_QUERY_STALL_TIMEOUT_M
 default 60 s, among them: see :mod:`lake_query.stall`); statement bounds
 (``LAKE_QUERY_MEMORY_LIMIT_BYTES``, ``LAKE_QUERY_MAX_EXPRESSION_TERMS``, ...)
 from :class:`lake_query.planning.limits.QueryLimits`;
-``LAKE_QUERY_VERIFY_ON_OPEN`` (true/false, default false: :mod:`lake_query.verify`).
+``LAKE_QUERY_VERIFY_ON_OPEN`` (true/false, default false: :mod:`lake_query.verify`);
+``LAKE_ASYNC_QUERIES`` and the other ``LAKE_ASYNC_*`` (:mod:`lake_query.jobs.settings`).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from lake_core.tickets import TicketKeyRing
 from lake_core.tls import METADATA_CA_FILE, METADATA_SERVER_NAME, ClientTLS, load_client_tls
 from lake_objects.settings import StageSettings
 from lake_query.admission import AdmissionLimits
+from lake_query.jobs.settings import AsyncSettings
 from lake_query.planning.limits import QueryLimits
 from lake_query.verify import verify_on_open
 
@@ -119,6 +121,8 @@ class QueryConfig:
     limits: QueryLimits = field(default_factory=QueryLimits)
     #: ``LAKE_QUERY_VERIFY_ON_OPEN``: check data files before serving rows (lake_query.verify).
     verify_on_open: bool = False
+    #: ``LAKE_ASYNC_*``: durable async queries (None: PollFlightInfo answers at once).
+    async_queries: AsyncSettings | None = None
 
     @property
     def loopback(self) -> bool:
@@ -192,4 +196,5 @@ class QueryConfig:
                 QueryLimits.from_env(source), memory_wait_ms=admission.queue_timeout_ms
             ),
             verify_on_open=verify_on_open(source),
+            async_queries=AsyncSettings.from_env(source, data_dir=data_dir),
         )

@@ -82,10 +82,12 @@ from lake_sdk.errors import (
     PermissionDenied,
     PrematureEof,
     PresignUnsupported,
+    QueryCancelled,
     QueryTooLarge,
     RangeMismatch,
     ReadOnlySql,
     ResourceExhausted,
+    ResultTooLarge,
     SchemaMismatch,
     SqlError,
     StageUnavailable,
@@ -100,6 +102,7 @@ from lake_sdk.errors import (
     UploadInProgress,
     VersionReclaimed,
 )
+from lake_sdk.jobs import AsyncQueryHandle, AsyncQueryResult
 from lake_sdk.locations import data_location
 from lake_sdk.progress import UploadProgressBar
 from lake_sdk.results import QueryResult
@@ -111,6 +114,8 @@ __all__ = [
     "Aborted",
     "AlreadyExists",
     "AsyncClient",
+    "AsyncQueryHandle",
+    "AsyncQueryResult",
     "CapabilityRejected",
     "Client",
     "CommitStateUnknown",
@@ -148,12 +153,14 @@ __all__ = [
     "PrematureEof",
     "PresignUnsupported",
     "ProgressCallback",
+    "QueryCancelled",
     "QueryResult",
     "QueryTooLarge",
     "RangeMismatch",
     "ReadCapability",
     "ReadOnlySql",
     "ResourceExhausted",
+    "ResultTooLarge",
     "SchemaCache",
     "SchemaMismatch",
     "SqlError",

@@ -28,6 +28,7 @@ from lake_sdk._deprecation import deprecated
 from lake_sdk.appends import DEFAULT_APPEND_RETRIES
 from lake_sdk.builder import ClientBuilder, connect_kwargs
 from lake_sdk.client import DEFAULT_CONNECT_TIMEOUT_S, AsyncClient
+from lake_sdk.jobs import AsyncQueryHandle, AsyncQueryResult
 from lake_sdk.results import QueryResult
 from lake_sdk.schema_cache import SchemaCache
 
@@ -137,6 +138,23 @@ class Client:
     def query_table(self, sql: str) -> pa.Table:
         return self._runner.run(self._inner.query_table(sql))
 
+    # -- durable async queries ----------------------------------------------
+
+    def query_async(self, sql: str) -> SyncQueryResult:
+        return SyncQueryResult(self._runner, self._runner.run(self._inner.query_async(sql)))
+
+    def submit_async(self, sql: str) -> AsyncQueryHandle:
+        return self._runner.run(self._inner.submit_async(sql))
+
+    def resume_async(self, handle: AsyncQueryHandle) -> SyncQueryResult:
+        return SyncQueryResult(self._runner, self._runner.run(self._inner.resume_async(handle)))
+
+    def poll_async(self, handle: AsyncQueryHandle) -> AsyncQueryHandle:
+        return self._runner.run(self._inner.poll_async(handle))
+
+    def cancel_async(self, handle: AsyncQueryHandle) -> bool:
+        return self._runner.run(self._inner.cancel_async(handle))
+
     def table_schema(self, table: TableRef | str) -> pa.Schema:
         return self._runner.run(self._inner.table_schema(table))
 
@@ -212,7 +230,7 @@ class Client:
 class SyncQueryResult:
     """A blocking view of a :class:`~lake_sdk.QueryResult`: iterate it or call :meth:`to_table`."""
 
-    def __init__(self, runner: _LoopThread, result: QueryResult) -> None:
+    def __init__(self, runner: _LoopThread, result: QueryResult | AsyncQueryResult) -> None:
         self._runner = runner
         self._result = result
         self.schema = result.schema
