@@ -20,6 +20,25 @@ from tools.lake_testing.servers import LakeProcess, start_meta, start_query
 import lake_sdk
 
 SQL = "SELECT episode_id, steps, reward FROM robots.episodes ORDER BY steps"
+#: Runs until cancelled: a count over a three-way cross join, with a one-row result.
+FOREVER = "SELECT count(*) AS n FROM robots.episodes a, robots.episodes b, robots.episodes c"
+#: Bearer tokens of two tenants (and a second principal of the first).
+TOKENS = {"acme": "lk_acme_token_0001", "acme2": "lk_acme_token_0002", "globex": "lk_globex_token_01"}
+
+
+def _principals(path: Path) -> Path:
+    bindings = [
+        {"token": TOKENS["acme"], "principal_id": "ann", "tenant_id": "acme", "role": "admin"},
+        {"token": TOKENS["acme2"], "principal_id": "bob", "tenant_id": "acme", "role": "user", "namespaces": ["robots"]},
+        {"token": TOKENS["globex"], "principal_id": "gus", "tenant_id": "globex", "role": "user", "namespaces": ["robots"]},
+    ]
+    path.write_text(json.dumps({"bindings": bindings}))
+    path.chmod(0o600)
+    return path
+
+
+def client(replica: LakeProcess, who: str = "acme") -> lake_sdk.Client:
+    return lake_sdk.Client(replica.url, token=TOKENS[who], connect_timeout=60)
 
 
 @dataclass
@@ -39,6 +58,7 @@ class AsyncLake:
             self.root,
             env={**self.env, **(env or {})},
             extra_args=("--data-dir", str(self.data_dir)),
+            probe_token=TOKENS["acme"],
         )
         self.queries.append(replica)
         return replica
@@ -60,8 +80,11 @@ def async_lake(tmp_path: Path) -> Iterator[AsyncLake]:
         "LAKE_QUERY_TICKET_KEYS_FILE": str(write_ticket_keys(tmp_path / "ticket-keys.json")),
         "LAKE_ASYNC_QUERIES": "true",
         "LAKE_QUERY_CATALOG_REFRESH_MS": "200",
+        "LAKE_AUTH_PRINCIPALS_FILE": str(_principals(tmp_path / "principals.json")),
     }
-    meta = start_meta(tmp_path / "data", tmp_path, env=env)
+    meta = start_meta(
+        tmp_path / "data", tmp_path, env={"LAKE_QUERY_TICKET_KEYS_FILE": env["LAKE_QUERY_TICKET_KEYS_FILE"]}
+    )
     lake = AsyncLake(root=tmp_path, meta=meta, env=env)
     try:
         yield lake
@@ -76,7 +99,7 @@ def loaded(async_lake: AsyncLake) -> Callable[[int], None]:
     def load(rows: int) -> None:
         create_table(async_lake.meta.addr, EPISODES, EPISODES_SCHEMA)
         replica = async_lake.queries[0] if async_lake.queries else async_lake.add_query()
-        with lake_sdk.Client(replica.url) as sdk:
+        with client(replica) as sdk:
             for start in range(0, rows, 1000):
                 sdk.append_batches(EPISODES, [episodes(start, min(1000, rows - start))])
 
