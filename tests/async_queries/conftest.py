@@ -13,24 +13,39 @@ from pathlib import Path
 
 import pytest
 
+import lake_sdk
 from tools.lake_testing.data import EPISODES, EPISODES_SCHEMA, create_table, episodes
 from tools.lake_testing.plugin import write_ticket_keys
 from tools.lake_testing.servers import LakeProcess, start_meta, start_query
-
-import lake_sdk
 
 SQL = "SELECT episode_id, steps, reward FROM robots.episodes ORDER BY steps"
 #: Runs until cancelled: a count over a three-way cross join, with a one-row result.
 FOREVER = "SELECT count(*) AS n FROM robots.episodes a, robots.episodes b, robots.episodes c"
 #: Bearer tokens of two tenants (and a second principal of the first).
-TOKENS = {"acme": "lk_acme_token_0001", "acme2": "lk_acme_token_0002", "globex": "lk_globex_token_01"}
+TOKENS = {
+    "acme": "lk_acme_token_0001",
+    "acme2": "lk_acme_token_0002",
+    "globex": "lk_globex_token_01",
+}
 
 
 def _principals(path: Path) -> Path:
     bindings = [
         {"token": TOKENS["acme"], "principal_id": "ann", "tenant_id": "acme", "role": "admin"},
-        {"token": TOKENS["acme2"], "principal_id": "bob", "tenant_id": "acme", "role": "user", "namespaces": ["robots"]},
-        {"token": TOKENS["globex"], "principal_id": "gus", "tenant_id": "globex", "role": "user", "namespaces": ["robots"]},
+        {
+            "token": TOKENS["acme2"],
+            "principal_id": "bob",
+            "tenant_id": "acme",
+            "role": "user",
+            "namespaces": ["robots"],
+        },
+        {
+            "token": TOKENS["globex"],
+            "principal_id": "gus",
+            "tenant_id": "globex",
+            "role": "user",
+            "namespaces": ["robots"],
+        },
     ]
     path.write_text(json.dumps({"bindings": bindings}))
     path.chmod(0o600)
@@ -83,7 +98,9 @@ def async_lake(tmp_path: Path) -> Iterator[AsyncLake]:
         "LAKE_AUTH_PRINCIPALS_FILE": str(_principals(tmp_path / "principals.json")),
     }
     meta = start_meta(
-        tmp_path / "data", tmp_path, env={"LAKE_QUERY_TICKET_KEYS_FILE": env["LAKE_QUERY_TICKET_KEYS_FILE"]}
+        tmp_path / "data",
+        tmp_path,
+        env={"LAKE_QUERY_TICKET_KEYS_FILE": env["LAKE_QUERY_TICKET_KEYS_FILE"]},
     )
     lake = AsyncLake(root=tmp_path, meta=meta, env=env)
     try:

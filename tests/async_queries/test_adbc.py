@@ -37,5 +37,6 @@ def test_adbc_incremental_execution_returns_the_full_result(
             tables.append(cur.fetch_arrow_table())
     assert len(partitions) >= 2
     got = pa.concat_tables(tables)
-    assert schema is not None and got.schema.equals(expected.schema)
+    assert schema is not None
+    assert got.schema.equals(expected.schema)
     assert got.equals(expected)

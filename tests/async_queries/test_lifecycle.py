@@ -18,7 +18,9 @@ from tests.async_queries.conftest import FOREVER, SQL, TOKENS, AsyncLake, client
 from tools.lake_testing.data import EPISODES, episodes
 
 #: Small parts (several per result), a short lease (fast reclaim), a crash after the first part.
-CRASHING = {"LAKE_FAULTS": "query.async_after_part,query.async_lease_ms=1000,query.async_part_bytes=65536"}
+CRASHING = {
+    "LAKE_FAULTS": "query.async_after_part,query.async_lease_ms=1000,query.async_part_bytes=65536"
+}
 FAST_LEASE = {"LAKE_FAULTS": "query.async_lease_ms=1000,query.async_part_bytes=65536"}
 
 
@@ -72,7 +74,10 @@ def test_a_job_survives_its_replica_and_resumes_elsewhere_at_its_pinned_versions
     other = async_lake.add_query(FAST_LEASE)
     with client(other) as sdk:  # appends land after the job pinned its snapshot
         sdk.append_batches(EPISODES, [episodes(3000, 500)])
-        assert sdk.query_table("SELECT count(*) AS n FROM robots.episodes").column("n")[0].as_py() == 3500
+        assert (
+            sdk.query_table("SELECT count(*) AS n FROM robots.episodes").column("n")[0].as_py()
+            == 3500
+        )
 
     out = tmp_path / "result.arrow"
     subprocess.run(
@@ -110,7 +115,9 @@ def test_cancelling_a_running_job_stops_it_and_its_parts_are_never_served(
         assert sdk.cancel_async(done) is True
         assert sdk.poll_async(done).state == "cancelled"
     with flight.FlightClient(f"grpc+tcp://{replica.addr}") as raw:
-        options = flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {TOKENS['acme']}".encode())])
+        options = flight.FlightCallOptions(
+            headers=[(b"authorization", f"Bearer {TOKENS['acme']}".encode())]
+        )
         with pytest.raises(flight.FlightError):
             raw.do_get(flight.Ticket(tickets[0]), options).read_all()
     results = async_lake.data_dir / "async-query-results"
@@ -128,9 +135,14 @@ def test_a_lost_submission_reply_retried_with_the_same_id_runs_the_sql_once(
 
     first, second = async_lake.add_query(), async_lake.add_query()
     loaded(1000)
-    descriptor = flight_pb2.FlightDescriptor(type=flight_pb2.FlightDescriptor.CMD, cmd=_statement(SQL))
+    descriptor = flight_pb2.FlightDescriptor(
+        type=flight_pb2.FlightDescriptor.CMD, cmd=_statement(SQL)
+    )
     job_id = "0123456789abcdef0123456789abcdef"
-    metadata = [("authorization", f"Bearer {TOKENS['acme']}"), (protocol.ASYNC_JOB_ID_HEADER, job_id)]
+    metadata = [
+        ("authorization", f"Bearer {TOKENS['acme']}"),
+        (protocol.ASYNC_JOB_ID_HEADER, job_id),
+    ]
     replies = []
     for replica in (first, second, first):  # the first reply is "lost": retried elsewhere, twice
         with grpc.insecure_channel(replica.addr) as channel:
@@ -140,7 +152,10 @@ def test_a_lost_submission_reply_retried_with_the_same_id_runs_the_sql_once(
                 response_deserializer=flight_pb2.PollInfo.FromString,
             )
             replies.append(poll(descriptor, metadata=metadata, timeout=60))
-    handle = lake_sdk.AsyncQueryHandle(capability=replies[-1].flight_descriptor.cmd or replies[-1].info.flight_descriptor.cmd, expires_at=time.time() + 60)
+    handle = lake_sdk.AsyncQueryHandle(
+        capability=replies[-1].flight_descriptor.cmd or replies[-1].info.flight_descriptor.cmd,
+        expires_at=time.time() + 60,
+    )
     with client(second) as sdk:
         assert sdk.resume_async(handle).to_table().num_rows == 1000
     [job] = async_lake.jobs()
@@ -170,7 +185,11 @@ def test_handles_are_bound_to_their_tenant_and_tamper_proof(
     tampered[len(tampered) // 2] ^= 0x01
     with client(replica) as sdk:
         with pytest.raises(lake_sdk.Unauthenticated):
-            sdk.poll_async(lake_sdk.AsyncQueryHandle(capability=bytes(tampered), expires_at=handle.expires_at))
+            sdk.poll_async(
+                lake_sdk.AsyncQueryHandle(capability=bytes(tampered), expires_at=handle.expires_at)
+            )
         assert wait_finished(sdk, handle).state == "done"
     with pytest.raises(lake_sdk.InvalidArgument):
-        lake_sdk.AsyncQueryHandle.from_json(json.dumps({"v": 1, "capability": "A" * 40000, "expires_at": 1}))
+        lake_sdk.AsyncQueryHandle.from_json(
+            json.dumps({"v": 1, "capability": "A" * 40000, "expires_at": 1})
+        )

@@ -35,7 +35,9 @@ def test_a_result_over_its_ceiling_fails_cleanly_and_a_looser_restart_does_not_e
     async_lake: AsyncLake, loaded: Callable[[int], None]
 ) -> None:
     # A tight 4 KiB ceiling (a test-only setting below LAKE_ASYNC_MAX_RESULT_BYTES' floor).
-    tight = async_lake.add_query({"LAKE_FAULTS": "query.async_result_bytes=4096,query.async_lease_ms=1000"})
+    tight = async_lake.add_query(
+        {"LAKE_FAULTS": "query.async_result_bytes=4096,query.async_lease_ms=1000"}
+    )
     loaded(2000)
     with client(tight) as sdk:
         failed = wait_finished(sdk, sdk.submit_async(SQL))
@@ -50,7 +52,10 @@ def test_a_result_over_its_ceiling_fails_cleanly_and_a_looser_restart_does_not_e
     tight.kill()
 
     loose = async_lake.add_query(
-        {"LAKE_FAULTS": "query.async_lease_ms=1000", "LAKE_ASYNC_WORKER_CONCURRENCY_PER_TENANT": "2"}
+        {
+            "LAKE_FAULTS": "query.async_lease_ms=1000",
+            "LAKE_ASYNC_WORKER_CONCURRENCY_PER_TENANT": "2",
+        }
     )
     with client(loose) as sdk:
         again = wait_finished(sdk, waiting)

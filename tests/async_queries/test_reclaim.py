@@ -23,7 +23,8 @@ def test_a_dead_workers_job_is_reclaimed_and_no_manifest_names_a_partial_result(
     assert worker.proc.wait(timeout=120) == 137
     results = async_lake.data_dir / "async-query-results"
     [job] = async_lake.jobs()
-    assert job["state"] == "running" and job["attempt"] == 1
+    assert job["state"] == "running"
+    assert job["attempt"] == 1
     first_attempt = results / str(job["job_id"]) / "1"
     assert list(first_attempt.glob("part-*.arrows")), "the worker died before storing a part"
     assert not (first_attempt / "manifest.json").exists()
