@@ -183,9 +183,12 @@ class S3Results(ResultStore):
     async def read_bytes(self, key: str) -> bytes | None:
         try:
             reply = await self._client.get_object(Bucket=self.bucket, Key=self._key(key))
-            async with reply["Body"] as body:
+            body = reply["Body"]
+            try:
                 data: bytes = await body.read()
-                return data
+            finally:
+                body.close()
+            return data
         except Exception as exc:
             code = str(getattr(exc, "response", {}).get("Error", {}).get("Code", ""))
             if code in ("NoSuchKey", "404"):
@@ -200,12 +203,18 @@ class S3Results(ResultStore):
             if code in ("NoSuchKey", "404"):
                 raise FileNotFoundError(key) from None
             raise Unavailable("object storage did not answer") from None
-        async with reply["Body"] as body:
+        body = reply["Body"]
+        try:
             while True:
-                chunk = await body.read(16 * CHUNK_BYTES)
+                try:
+                    chunk = await body.read(16 * CHUNK_BYTES)
+                except Exception:
+                    raise Unavailable("object storage did not answer") from None
                 if not chunk:
                     return
                 yield chunk
+        finally:
+            body.close()  # a dropped client releases the connection at once
 
     async def delete_prefix(self, prefix: str) -> None:
         try:
