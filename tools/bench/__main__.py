@@ -26,6 +26,7 @@ BENCHMARKS = [
     "tools.bench.dynamo_bench",
     "tools.bench.registrar_bench",
     "tools.bench.verify_bench",
+    "tools.bench.async_bench",
 ]
 
 

@@ -58,12 +58,23 @@ class _ChunkSink:
         self.closed = False
 
     def write(self, data: bytes) -> int:
-        self._pending += data
-        self.written += len(data)
-        while len(self._pending) >= CHUNK_BYTES:
-            self._put(bytes(self._pending[:CHUNK_BYTES]))
-            del self._pending[:CHUNK_BYTES]
-        return len(data)
+        # Cut with a view: no front-deletes of a growing buffer (batches are megabytes).
+        view = memoryview(data).cast("B")
+        size = len(view)
+        self.written += size
+        if self._pending:
+            need = CHUNK_BYTES - len(self._pending)
+            self._pending += view[:need]
+            view = view[need:]
+            if len(self._pending) < CHUNK_BYTES:
+                return size
+            self._put(bytes(self._pending))
+            self._pending.clear()
+        while len(view) >= CHUNK_BYTES:
+            self._put(bytes(view[:CHUNK_BYTES]))
+            view = view[CHUNK_BYTES:]
+        self._pending += view
+        return size
 
     def flush(self) -> None:
         pass

@@ -75,10 +75,15 @@ class LocalResults(ResultStore):
         temp = path.with_name(path.name + f".{os.getpid()}.tmp")
         out = await asyncio.to_thread(open, temp, "wb")
         written = 0
+        batch: list[bytes] = []
         try:
             async for chunk in chunks:
-                await asyncio.to_thread(out.write, chunk)
+                batch.append(chunk)
                 written += len(chunk)
+                if len(batch) >= 16:  # one thread hop per MiB, not per 64 KiB chunk
+                    await asyncio.to_thread(out.writelines, batch)
+                    batch = []
+            await asyncio.to_thread(out.writelines, batch)
             await asyncio.to_thread(out.flush)
             await asyncio.to_thread(os.fsync, out.fileno())
         except BaseException:
