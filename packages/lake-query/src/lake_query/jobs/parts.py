@@ -31,8 +31,8 @@ __all__ = ["CHANNEL_SLOTS", "write_parts"]
 
 #: Chunks in flight between the encoder thread and the store writer.
 CHANNEL_SLOTS = 4
-# Bytes an IPC stream adds around its batches: schema message and end marker.
-_STREAM_OVERHEAD = 64 * 1024
+# Slack for the end-of-stream marker and a batch's metadata beyond its estimate.
+_TAIL_BYTES = 1024
 
 
 @dataclass
@@ -107,7 +107,10 @@ def _encode(
 ) -> None:
     """Encoder thread: batches -> chunks, part ends and one final marker on the channel."""
     total = 0
-    limit = part_bytes - _STREAM_OVERHEAD
+    # Each part repeats the schema message: what is left of the ceiling holds batches.
+    limit = part_bytes - len(schema.serialize()) - _TAIL_BYTES
+    if limit <= 0:
+        raise ResultTooLarge("the result schema alone fills an async result part")
     sink: _ChunkSink | None = None
     writer: pa.ipc.RecordBatchStreamWriter | None = None
     rows = 0
@@ -127,11 +130,11 @@ def _encode(
         sink, writer, rows = None, None, 0
 
     for batch in batches:
-        for piece in _slices(batch, max(1, limit)):
+        for piece in _slices(batch, limit):
             if stop.is_set():
                 raise QueryCancelled("the async query was cancelled")
             size = pa.ipc.get_record_batch_size(piece)
-            if sink is not None and sink.written + size > limit:
+            if sink is not None and sink.written + size > part_bytes - _TAIL_BYTES:
                 close_part()
             if total + (sink.written if sink else 0) + size > max_result_bytes:
                 raise ResultTooLarge("the async result is larger than its byte ceiling")
