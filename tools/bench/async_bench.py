@@ -21,7 +21,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.flight as flight
 
 import lake_sdk
