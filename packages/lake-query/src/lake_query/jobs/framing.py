@@ -15,6 +15,7 @@ ends its stream with :class:`~lake_core.errors.DataCorrupted`.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import struct
 from collections.abc import AsyncIterator
@@ -207,7 +208,8 @@ async def checked_messages(
     held: bytes | None = None
     try:
         async for chunk in chunks:
-            for message in frames.feed(chunk):
+            # Hashing and reframing a chunk (up to 1 MiB) run off the event loop.
+            for message in await asyncio.to_thread(frames.feed, chunk):
                 if held is not None:
                     yield held
                 held = message

@@ -19,7 +19,6 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import Any
 
 import pyarrow as pa
 
@@ -38,6 +37,7 @@ _TAIL_BYTES = 1024
 @dataclass
 class _PartEnd:
     rows: int
+    sha256: str
 
 
 @dataclass
@@ -53,6 +53,8 @@ class _ChunkSink:
 
     def __init__(self, put: Callable[[object], None]) -> None:
         self._put = put
+        # Hashed on the encoder thread, off the event loop.
+        self.digest = hashlib.sha256()
         self._pending = bytearray()
         self.written = 0
         self.closed = False
@@ -68,20 +70,24 @@ class _ChunkSink:
             view = view[need:]
             if len(self._pending) < CHUNK_BYTES:
                 return size
-            self._put(bytes(self._pending))
+            self._emit(bytes(self._pending))
             self._pending.clear()
         while len(view) >= CHUNK_BYTES:
-            self._put(bytes(view[:CHUNK_BYTES]))
+            self._emit(bytes(view[:CHUNK_BYTES]))
             view = view[CHUNK_BYTES:]
         self._pending += view
         return size
+
+    def _emit(self, chunk: bytes) -> None:
+        self.digest.update(chunk)
+        self._put(chunk)
 
     def flush(self) -> None:
         pass
 
     def drain(self) -> None:
         if self._pending:
-            self._put(bytes(self._pending))
+            self._emit(bytes(self._pending))
             self._pending.clear()
 
     def close(self) -> None:
@@ -126,7 +132,7 @@ def _encode(
         if total > max_result_bytes:
             raise ResultTooLarge("the async result is larger than its byte ceiling")
         sink.drain()
-        put(_PartEnd(rows))
+        put(_PartEnd(rows, sink.digest.hexdigest()))
         sink, writer, rows = None, None, 0
 
     for batch in batches:
@@ -153,7 +159,6 @@ def _encode(
 async def _part_chunks(
     item: object,
     next_item: Callable[[], Awaitable[object]],
-    digest: Any,
     ended: list[_PartEnd],
 ) -> AsyncIterator[bytes]:
     """One part's chunks from the channel, up to its end marker."""
@@ -164,7 +169,6 @@ async def _part_chunks(
             ended.append(item)
             return
         assert isinstance(item, bytes)
-        digest.update(item)
         yield item
         item = await next_item()
 
@@ -232,13 +236,12 @@ async def write_parts(
                 break
             if isinstance(first, _Failed):
                 raise first.error
-            digest = hashlib.sha256()
             ended: list[_PartEnd] = []
-            chunks = _part_chunks(first, next_item, digest, ended)
+            chunks = _part_chunks(first, next_item, ended)
             name = f"part-{len(parts):05d}.arrows"
             size = await store.write_object(f"{prefix}/{name}", chunks)
             parts.append(
-                ManifestPart(name=name, bytes=size, rows=ended[0].rows, sha256=digest.hexdigest())
+                ManifestPart(name=name, bytes=size, rows=ended[0].rows, sha256=ended[0].sha256)
             )
             after_part()
     finally:
