@@ -211,3 +211,34 @@ def test_workers_go_round_robin_across_tenants_without_parking_slots(tmp_path: P
             await pool.close()
 
     asyncio.run(go())
+
+
+def test_jobs_past_their_retention_are_swept_with_their_results_and_slots(tmp_path: Path) -> None:
+    async def go() -> None:
+        ring = TicketKeyRing.ephemeral()
+        seal = JobSeal(
+            TicketSealer(ring, "t/job", 3600), TicketSealer(ring, "t/handle", 3600), b"k" * 32
+        )
+        store = LocalStateStore(tmp_path / "state")
+        results = LocalResults(tmp_path / "results")
+        slots = TenantSlots(store, 8)
+        pool = WorkerPool(
+            AsyncSettings(mode="local"), Jobs(store), results, seal, slots, _Blocking()
+        )
+        old, fresh = "a" * 32, "b" * 32
+        for job_id, age in ((old, 7200.0), (fresh, 0.0)):
+            record = _record(job_id, "t1", "done").model_copy(
+                update={"expires_at": time.time() + 3600 - age}
+            )
+            await store.write(JOBS, job_id, record.model_dump(mode="json"), None)
+            await slots.reserve("t1", job_id)
+            (tmp_path / "results" / job_id / "1").mkdir(parents=True)
+            (tmp_path / "results" / job_id / "1" / "part-00000.arrows").write_bytes(b"x")
+        assert await pool.sweep() == 1
+        assert await store.read(JOBS, old) is None
+        assert await store.read(JOBS, fresh) is not None
+        assert not (tmp_path / "results" / old).exists()
+        assert (tmp_path / "results" / fresh).exists()
+        assert await slots.count("t1") == 1
+
+    asyncio.run(go())

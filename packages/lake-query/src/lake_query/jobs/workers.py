@@ -47,6 +47,8 @@ log = structlog.get_logger("lake_query.jobs")
 SCAN_PAGE = 64
 #: Idle scan interval (a submission on this replica wakes the scheduler at once).
 SCAN_INTERVAL_S = 0.25
+#: How often a replica deletes jobs past their retention.
+SWEEP_INTERVAL_S = 60.0
 
 Execute = Callable[[QuerySpec, Principal], Any]
 
@@ -140,9 +142,13 @@ class WorkerPool:
     # Scheduling.
 
     async def _schedule(self) -> None:
+        sweep_at = 0.0
         while True:
             try:
                 await self._scan()
+                if time.monotonic() >= sweep_at:
+                    sweep_at = time.monotonic() + SWEEP_INTERVAL_S
+                    await self.sweep()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # the store was unreachable: try again next round
@@ -151,6 +157,32 @@ class WorkerPool:
                 async with asyncio.timeout(SCAN_INTERVAL_S):
                     await self._wake.wait()
             self._wake.clear()
+
+    async def sweep(self, now: float | None = None) -> int:
+        """Delete jobs past their retention (record, results, slot), a bounded page at a time.
+
+        Any replica may sweep; a concurrent sweep of the same job only finds it gone.
+        """
+        removed = 0
+        after: str | None = None
+        moment = time.time() if now is None else now
+        while True:
+            keys = await self._jobs.store.keys(JOBS, after, SCAN_PAGE)
+            for job_id in keys:
+                found = await self._jobs.get(job_id)
+                if found is None or not found[0].expired(moment) or job_id in self._running:
+                    continue
+                record, revision = found
+                if record.state == "running" and record.lease_expires > moment:
+                    continue  # a live worker's job: its own deadline ends it first
+                await self._jobs.store.remove(ACTIVE, job_id)
+                await self._results.delete_prefix(job_id)
+                if await self._jobs.store.remove(JOBS, job_id, revision):
+                    await self._slots.release(record.tenant_key, job_id)
+                    removed += 1
+            if len(keys) < SCAN_PAGE:
+                return removed
+            after = keys[-1]
 
     def _free(self) -> int:
         return self._settings.worker_concurrency - len(self._running)
