@@ -31,6 +31,7 @@ BENCHMARKS = [
     "tools.bench.frames_bench",
     "tools.bench.iceberg_bench",
     "tools.bench.telemetry_bench",
+    "tools.bench.async_bench",
 ]
 
 

@@ -22,6 +22,16 @@ from lake_core.errors import ConfigError
 __all__ = [
     "ALLOW_INSECURE",
     "APPEND_OPERATION_RETENTION_SECS",
+    "ASYNC_DYNAMODB_TABLE",
+    "ASYNC_EXECUTION_TIMEOUT_MS",
+    "ASYNC_GLOBAL_WORKER_CONCURRENCY",
+    "ASYNC_GLOBAL_WORKER_CONCURRENCY_PER_TENANT",
+    "ASYNC_MAX_OUTSTANDING_PER_TENANT",
+    "ASYNC_MAX_RESULT_BYTES",
+    "ASYNC_QUERIES",
+    "ASYNC_RESULT_PREFIX",
+    "ASYNC_WORKER_CONCURRENCY",
+    "ASYNC_WORKER_CONCURRENCY_PER_TENANT",
     "AUTH_PRINCIPALS_FILE",
     "AUTH_TOKEN_FILE",
     "CLOUD_MODE",
@@ -567,6 +577,88 @@ NO_PROGRESS = EnvVar(
     "does for Hugging Face.",
     owner="lake-sdk, lake commands",
     range="unset or empty: bars on a terminal; anything else: no bars",
+)
+
+# -- durable async queries -------------------------------------------------------
+
+ASYNC_QUERIES = EnvVar(
+    "LAKE_ASYNC_QUERIES",
+    doc="Serve durable async queries: PollFlightInfo jobs that survive the client, its "
+    "connection and the accepting Query replica, plus CancelFlightInfo. Local mode keeps "
+    "async-query-state/ and async-query-results/ beside the catalog (--data-dir); with "
+    "LAKE_S3_BUCKET set, jobs live in DynamoDB and results on S3.",
+    owner=QUERY,
+    default="false",
+    range="true/false",
+)
+ASYNC_DYNAMODB_TABLE = EnvVar(
+    "LAKE_ASYNC_DYNAMODB_TABLE",
+    doc="DynamoDB table of async job state in S3 mode; must differ from the registry and "
+    "manifest tables.",
+    owner=QUERY,
+    default="lake_async_queries",
+    range="DynamoDB table name",
+)
+ASYNC_RESULT_PREFIX = EnvVar(
+    "LAKE_ASYNC_RESULT_PREFIX",
+    doc="Key prefix in LAKE_S3_BUCKET of async result parts and manifests (S3 mode).",
+    owner=QUERY,
+    default="async-query-results",
+    range="'/'-separated segments",
+)
+ASYNC_WORKER_CONCURRENCY = EnvVar(
+    "LAKE_ASYNC_WORKER_CONCURRENCY",
+    doc="Async jobs this replica runs at once (process-local).",
+    owner=QUERY,
+    default="4",
+    range="1..=64",
+)
+ASYNC_WORKER_CONCURRENCY_PER_TENANT = EnvVar(
+    "LAKE_ASYNC_WORKER_CONCURRENCY_PER_TENANT",
+    doc="Async jobs of one tenant this replica runs at once; at most "
+    "LAKE_ASYNC_WORKER_CONCURRENCY.",
+    owner=QUERY,
+    default="1",
+    range="1..=64",
+)
+ASYNC_EXECUTION_TIMEOUT_MS = EnvVar(
+    "LAKE_ASYNC_EXECUTION_TIMEOUT_MS",
+    doc="Absolute execution deadline of one async job; at the deadline both execution and "
+    "lease renewal stop and the job fails.",
+    owner=QUERY,
+    default="1800000 (30 min)",
+    range="1000..=86400000, milliseconds",
+)
+ASYNC_GLOBAL_WORKER_CONCURRENCY = EnvVar(
+    "LAKE_ASYNC_GLOBAL_WORKER_CONCURRENCY",
+    doc="Async jobs running at once across every replica sharing the async state store "
+    "(a shared execution lease); set together with the per-tenant value, or neither. "
+    "Drain and recreate the fleet to change it.",
+    owner=QUERY,
+    range="1..=64",
+)
+ASYNC_GLOBAL_WORKER_CONCURRENCY_PER_TENANT = EnvVar(
+    "LAKE_ASYNC_GLOBAL_WORKER_CONCURRENCY_PER_TENANT",
+    doc="Async jobs of one tenant running at once across the fleet; at most "
+    "LAKE_ASYNC_GLOBAL_WORKER_CONCURRENCY.",
+    owner=QUERY,
+    range="1..=64",
+)
+ASYNC_MAX_OUTSTANDING_PER_TENANT = EnvVar(
+    "LAKE_ASYNC_MAX_OUTSTANDING_PER_TENANT",
+    doc="Retained async jobs (pending, running or done and not yet released) of one tenant; "
+    "a slot is reserved in the shared state store before the job is written.",
+    owner=QUERY,
+    default="8",
+    range="1..=128",
+)
+ASYNC_MAX_RESULT_BYTES = EnvVar(
+    "LAKE_ASYNC_MAX_RESULT_BYTES",
+    doc="Encoded bytes one async result may hold; persisted in each job at submission so a "
+    "restart with a looser value cannot enlarge an existing job.",
+    owner=QUERY,
+    default="17179869184 (16 GiB)",
+    range="67108864..=274877906944, bytes",
 )
 
 # -- tests ---------------------------------------------------------------------

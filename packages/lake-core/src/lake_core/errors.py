@@ -39,8 +39,10 @@ client side.
     │   └── CapabilityRejected           storage refused a capability, or redirected
     ├── ResourceExhausted          RESOURCE_EXHAUSTED (retryable)
     │   ├── PayloadTooLarge              over a byte cap (not retryable unchanged)
+    │   ├── ResultTooLarge               an async result over its byte ceiling
     │   └── QueryTooLarge                past a memory or output bound (not retryable unchanged)
     ├── DeadlineExceeded           DEADLINE_EXCEEDED
+    ├── QueryCancelled             CANCELLED (an async query cancelled by CancelFlightInfo)
     ├── Unavailable                UNAVAILABLE (retryable)
     │   ├── NotLeader                    this Metasrv may not write now
     │   └── ObjectStoreUnavailable       object storage did not answer
@@ -105,10 +107,12 @@ __all__ = [
     "PermissionDenied",
     "PrematureEof",
     "PresignUnsupported",
+    "QueryCancelled",
     "QueryTooLarge",
     "RangeMismatch",
     "ReadOnlySql",
     "ResourceExhausted",
+    "ResultTooLarge",
     "SchemaMismatch",
     "SqlError",
     "StageUnavailable",
@@ -314,6 +318,12 @@ class PayloadTooLarge(ResourceExhausted):
     retryable = False
 
 
+class ResultTooLarge(ResourceExhausted):
+    """An async result past its job's byte ceiling, or a part past 64 MiB (not retryable)."""
+
+    retryable = False
+
+
 class QueryTooLarge(ResourceExhausted):
     """A query past its memory share or a function-output bound (not retryable unchanged).
 
@@ -326,6 +336,12 @@ class QueryTooLarge(ResourceExhausted):
 
 class DeadlineExceeded(LakeError):
     grpc_status = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class QueryCancelled(LakeError):
+    """An async query that was cancelled through CancelFlightInfo: its results are gone."""
+
+    grpc_status = grpc.StatusCode.CANCELLED
 
 
 class Unavailable(LakeError):

@@ -40,6 +40,10 @@ __all__ = [
     "AFTER_LANCE_WRITE",
     "AFTER_PENDING_WRITE",
     "AFTER_REGISTRY_COMMIT",
+    "ASYNC_AFTER_PART",
+    "ASYNC_LEASE_MS",
+    "ASYNC_PART_BYTES",
+    "ASYNC_RESULT_BYTES",
     "BEFORE_LANCE_COMMIT",
     "CRASH_EXIT_CODE",
     "CRASH_POINTS",
@@ -76,8 +80,11 @@ AFTER_PENDING_WRITE = "sdk.after_pending_write"
 AFTER_APPEND_COMMIT = "sdk.after_append_commit"
 #: GC apply: a page of candidates is deleted and its checkpoint fsync'd.
 GC_AFTER_APPLY_PAGE = "gc.after_apply_page"
+#: Query async worker: one result part is stored, the manifest not written.
+ASYNC_AFTER_PART = "query.async_after_part"
 CRASH_POINTS = frozenset(
     {
+        ASYNC_AFTER_PART,
         BEFORE_LANCE_COMMIT,
         AFTER_LANCE_COMMIT,
         AFTER_REGISTRY_COMMIT,
@@ -98,8 +105,17 @@ STOP_POINTS = frozenset({STOP_BEFORE_HEAD_UPDATE})
 LEASE_TTL_MS = "meta.lease_ttl_ms"
 #: S3 multipart part size of new uploads; only 5 MiB (S3's minimum) is accepted.
 UPLOAD_PART_SIZE = "objects.upload_part_size"
+#: Query async jobs: the lease a worker renews, in ms (reclaim tests need not wait long).
+ASYNC_LEASE_MS = "query.async_lease_ms"
+#: Query async jobs: the part ceiling in bytes (64 MiB in production), for multi-part tests.
+ASYNC_PART_BYTES = "query.async_part_bytes"
+#: Query async jobs: the byte ceiling new jobs persist, below LAKE_ASYNC_MAX_RESULT_BYTES' floor.
+ASYNC_RESULT_BYTES = "query.async_result_bytes"
 #: Each setting's inclusive range.
 SETTINGS: Mapping[str, tuple[int, int]] = {
+    ASYNC_LEASE_MS: (300, 600_000),
+    ASYNC_PART_BYTES: (4096, 64 * 1024 * 1024),
+    ASYNC_RESULT_BYTES: (1024, 64 * 1024 * 1024),
     LEASE_TTL_MS: (500, 600_000),
     UPLOAD_PART_SIZE: (5 * 1024 * 1024, 5 * 1024 * 1024),
 }

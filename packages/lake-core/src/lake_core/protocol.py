@@ -17,6 +17,8 @@ from lake_core.names import TableRef
 
 __all__ = [
     "APPEND_COMMAND_TYPE",
+    "ASYNC_JOB_ID_HEADER",
+    "ASYNC_STATES_HEADER",
     "MAX_APPEND_BYTES",
     "MAX_APPEND_ROWS",
     "MAX_MESSAGE_BYTES",
@@ -51,6 +53,13 @@ TABLE_SCHEMA = "lake.table_schema"
 OPTIMIZE_TABLE = "lake.optimize_table"
 CREATE_INDEX = "lake.create_index"
 APPEND_COMMAND_TYPE = "lake.append"
+#: Request header of a PollFlightInfo submission: the client's 128-bit job id (32 hex),
+#: reused by every retry so a lost reply never runs the SQL twice.
+ASYNC_JOB_ID_HEADER = "lake-async-job-id"
+#: Request header (value "1") of a Lake client that reads a finished job's state from
+#: ``FlightInfo.app_metadata``: a failed or cancelled job then answers the poll instead
+#: of failing it, so the poll's own errors (a foreign or tampered handle) stay apart.
+ASYNC_STATES_HEADER = "lake-async-states"
 
 
 class WireModel(BaseModel):

@@ -26,6 +26,8 @@ from lake_query.admission import Admission
 from lake_query.catalog_cache import CatalogCache
 from lake_query.config import DEFAULT_ADDR, DEFAULT_METADATA_ADDR, QueryConfig
 from lake_query.flightsql import QueryHandler
+from lake_query.jobs import AsyncQueries, JobSeal, open_stores
+from lake_query.jobs.model import RETENTION_SECS
 from lake_query.memory import collect_cycles, tune_allocator
 from lake_query.planning import DatasetOpener, PinnedDatasets
 from lake_query.stage import QueryStage
@@ -56,10 +58,13 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
     cache = CatalogCache(meta, config.catalog_refresh_s)
     stage = QueryStage(config.stage)
     handler: QueryHandler | None = None
+    stores = None
     try:
         # Bounded external checks (Iceberg namespaces) before the listener binds.
         for catalog in config.external:
             await asyncio.to_thread(catalog.start)
+        if config.async_queries is not None:
+            stores = await open_stores(config.async_queries)
         await cache.start()
         log.info(
             "catalog connected",
@@ -67,9 +72,28 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             generation=cache.generation,
             tables=len(cache.tables()),
         )
+        tickets = TicketSealer(config.ticket_ring, config.audience, config.ticket_ttl_secs)
+
+        def async_queries(built: QueryHandler) -> AsyncQueries:
+            assert config.async_queries is not None
+            assert stores is not None
+            ring = config.ticket_ring
+            seal = JobSeal(
+                TicketSealer(ring, f"{config.audience}/async-job", RETENTION_SECS),
+                TicketSealer(ring, f"{config.audience}/async-handle", RETENTION_SECS),
+                ring.keys[ring.active_id],
+            )
+            return AsyncQueries(
+                config.async_queries,
+                *stores,
+                seal=seal,
+                tickets=tickets,
+                execute=built.planner.execute,
+            )
+
         handler = QueryHandler(
             cache=cache,
-            sealer=TicketSealer(config.ticket_ring, config.audience, config.ticket_ttl_secs),
+            sealer=tickets,
             handle_sealer=TicketSealer(
                 config.ticket_ring, f"{config.audience}/prepared", HANDLE_TTL_SECS
             ),
@@ -86,7 +110,10 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             limits=config.limits,
             partitions=config.partitions,
             external=config.external,
+            async_queries=None if stores is None else async_queries,
         )
+        if handler.async_queries is not None:
+            handler.async_queries.start()
 
         def started(server: FlightServer) -> None:
             log.info(
@@ -113,7 +140,12 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
         await meta.close()
         await stage.close()
         if handler is not None:
+            if handler.async_queries is not None:
+                await handler.async_queries.close()
             handler.close()
+        elif stores is not None:
+            for store in stores:
+                await store.close()
         for catalog in config.external:
             catalog.close()
 

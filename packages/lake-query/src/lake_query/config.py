@@ -31,6 +31,7 @@ from :class:`lake_query.planning.limits.QueryLimits`;
 partitioned scans (``LAKE_QUERY_MAX_ENDPOINTS``, ``LAKE_QUERY_MIN_ENDPOINT_ROWS``) from
 :class:`lake_query.planning.partitions.PartitionLimits`;
 ``LAKE_ICEBERG_*``: the Iceberg plug-in validates them (:mod:`lake_query.planning.external`).
+``LAKE_ASYNC_QUERIES`` and the other ``LAKE_ASYNC_*`` (:mod:`lake_query.jobs.settings`).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ from lake_core.tickets import TicketKeyRing
 from lake_core.tls import METADATA_CA_FILE, METADATA_SERVER_NAME, ClientTLS, load_client_tls
 from lake_objects.settings import StageSettings
 from lake_query.admission import AdmissionLimits
+from lake_query.jobs.settings import AsyncSettings
 from lake_query.planning.external import ExternalCatalog, load_external_catalogs
 from lake_query.planning.limits import QueryLimits
 from lake_query.planning.partitions import PartitionLimits
@@ -128,6 +130,8 @@ class QueryConfig:
     partitions: PartitionLimits = field(default_factory=PartitionLimits)
     #: Plug-in catalogs (``iceberg``: lake_query.planning.external), validated, not started.
     external: tuple[ExternalCatalog, ...] = ()
+    #: ``LAKE_ASYNC_*``: durable async queries (None: PollFlightInfo answers at once).
+    async_queries: AsyncSettings | None = None
 
     @property
     def loopback(self) -> bool:
@@ -203,4 +207,5 @@ class QueryConfig:
             verify_on_open=verify_on_open(source),
             partitions=PartitionLimits.from_env(source),
             external=load_external_catalogs(source),
+            async_queries=AsyncSettings.from_env(source, data_dir=data_dir),
         )

@@ -88,10 +88,12 @@ from lake_sdk.errors import (
     PermissionDenied,
     PrematureEof,
     PresignUnsupported,
+    QueryCancelled,
     QueryTooLarge,
     RangeMismatch,
     ReadOnlySql,
     ResourceExhausted,
+    ResultTooLarge,
     SchemaMismatch,
     SqlError,
     StageUnavailable,
@@ -106,6 +108,7 @@ from lake_sdk.errors import (
     UploadInProgress,
     VersionReclaimed,
 )
+from lake_sdk.jobs import AsyncQueryHandle, AsyncQueryResult
 from lake_sdk.locations import data_location
 from lake_sdk.object_file import ObjectFile
 from lake_sdk.progress import UploadProgressBar
@@ -119,6 +122,8 @@ __all__ = [
     "Aborted",
     "AlreadyExists",
     "AsyncClient",
+    "AsyncQueryHandle",
+    "AsyncQueryResult",
     "CapabilityRejected",
     "Client",
     "CommitStateUnknown",
@@ -158,12 +163,14 @@ __all__ = [
     "PrematureEof",
     "PresignUnsupported",
     "ProgressCallback",
+    "QueryCancelled",
     "QueryResult",
     "QueryTooLarge",
     "RangeMismatch",
     "ReadCapability",
     "ReadOnlySql",
     "ResourceExhausted",
+    "ResultTooLarge",
     "SchemaCache",
     "SchemaMismatch",
     "SqlError",

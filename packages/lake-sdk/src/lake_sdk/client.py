@@ -44,6 +44,7 @@ from lake_sdk.builder import LakeClientBuilder, connect_kwargs
 from lake_sdk.files import DEFAULT_FILE_TTL_S, FileAccess, FileOptions
 from lake_sdk.frames import as_location
 from lake_sdk.inserts import insert_rows
+from lake_sdk.jobs import AsyncQueryHandle, AsyncQueryResult, Jobs
 from lake_sdk.object_file import ObjectFile
 from lake_sdk.pending import PendingAppendStore
 from lake_sdk.results import QueryResult
@@ -79,6 +80,7 @@ class _State:
     files: FileAccess
     appender: Appender
     connect_timeout: float
+    jobs: Jobs
     ready: bool = False  # Query answered once: later ``async with`` blocks skip the check
 
 
@@ -144,7 +146,12 @@ class AsyncClient:
             connection, retries=retries, pending=pending, schema_changed=schemas.invalidate
         )
         self._state = _State(
-            connection, schemas, FileAccess(files, connection.action), appender, connect_timeout
+            connection,
+            schemas,
+            FileAccess(files, connection.action),
+            appender,
+            connect_timeout,
+            Jobs(connection),
         )
 
     @property
@@ -177,6 +184,7 @@ class AsyncClient:
     async def close(self) -> None:
         """Close the connection (shared with clones) and the object store."""
         await self._state.files.close()
+        self._state.jobs.close()
         await self._state.connection.close()
 
     # -- SQL ---------------------------------------------------------------
@@ -240,6 +248,33 @@ class AsyncClient:
         maintenance), rows_added, engine_version.
         """
         return await self.query_table(versions_sql(_ref(table)))
+
+    # -- durable async queries (LAKE_ASYNC_QUERIES on the server) ----------
+
+    async def query_async(self, sql: str) -> AsyncQueryResult:
+        """Run SQL as a durable job and stream its result; the job is released once read."""
+        handle, _ = await self._state.jobs.submit(sql)
+        handle, schema = await self._state.jobs.wait(handle)
+        return AsyncQueryResult(self._state.connection, handle, schema, release=self._state.jobs)
+
+    async def submit_async(self, sql: str) -> AsyncQueryHandle:
+        """Submit SQL as a durable job; checkpoint ``handle.to_json()`` to resume it anywhere."""
+        handle, _ = await self._state.jobs.submit(sql)
+        return handle
+
+    async def resume_async(self, handle: AsyncQueryHandle) -> AsyncQueryResult:
+        """Wait for a submitted job (through any replica) and stream its result."""
+        handle, schema = await self._state.jobs.wait(handle)
+        return AsyncQueryResult(self._state.connection, handle, schema)
+
+    async def poll_async(self, handle: AsyncQueryHandle) -> AsyncQueryHandle:
+        """One non-blocking poll: the refreshed handle (``state``, and ``error`` if failed)."""
+        refreshed, _ = await self._state.jobs.poll(handle)
+        return refreshed
+
+    async def cancel_async(self, handle: AsyncQueryHandle) -> bool:
+        """Cancel a job through CancelFlightInfo; its result parts are never served after."""
+        return await self._state.jobs.cancel(handle)
 
     # -- schemas -----------------------------------------------------------
 

@@ -38,8 +38,10 @@ name with every error, so a ``TableNotFound`` raised in Query or Metasrv is a
     │   └── CapabilityRejected           storage refused a capability, or redirected
     ├── ResourceExhausted          RESOURCE_EXHAUSTED (retryable)
     │   ├── PayloadTooLarge              over a byte cap (not retryable unchanged)
+    │   ├── ResultTooLarge               an async result over its byte ceiling
     │   └── QueryTooLarge                over a memory or output bound (not retryable)
     ├── DeadlineExceeded           DEADLINE_EXCEEDED
+    ├── QueryCancelled             CANCELLED (an async query cancelled by CancelFlightInfo)
     ├── Unavailable                UNAVAILABLE (retryable)
     │   ├── NotLeader                    this Metasrv may not write now
     │   └── ObjectStoreUnavailable       object storage did not answer
@@ -92,10 +94,12 @@ from lake_core.errors import (
     PermissionDenied,
     PrematureEof,
     PresignUnsupported,
+    QueryCancelled,
     QueryTooLarge,
     RangeMismatch,
     ReadOnlySql,
     ResourceExhausted,
+    ResultTooLarge,
     SchemaMismatch,
     SqlError,
     StageUnavailable,
@@ -146,10 +150,12 @@ __all__ = [
     "PermissionDenied",
     "PrematureEof",
     "PresignUnsupported",
+    "QueryCancelled",
     "QueryTooLarge",
     "RangeMismatch",
     "ReadOnlySql",
     "ResourceExhausted",
+    "ResultTooLarge",
     "SchemaMismatch",
     "SqlError",
     "StageUnavailable",

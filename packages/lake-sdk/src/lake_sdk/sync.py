@@ -30,6 +30,7 @@ from lake_sdk.block_cache import DEFAULT_BLOCK_SIZE, DEFAULT_CACHE_BYTES
 from lake_sdk.builder import ClientBuilder, connect_kwargs
 from lake_sdk.client import DEFAULT_CONNECT_TIMEOUT_S, AsyncClient
 from lake_sdk.files import DEFAULT_FILE_TTL_S
+from lake_sdk.jobs import AsyncQueryHandle, AsyncQueryResult
 from lake_sdk.object_file import ObjectFile
 from lake_sdk.results import QueryResult
 from lake_sdk.schema_cache import SchemaCache
@@ -150,6 +151,23 @@ class Client:
         result = self._runner.run(self._inner.scan(sql, as_of=as_of, shard=shard))
         return SyncQueryResult(self._runner, result)
 
+    # -- durable async queries ----------------------------------------------
+
+    def query_async(self, sql: str) -> SyncQueryResult:
+        return SyncQueryResult(self._runner, self._runner.run(self._inner.query_async(sql)))
+
+    def submit_async(self, sql: str) -> AsyncQueryHandle:
+        return self._runner.run(self._inner.submit_async(sql))
+
+    def resume_async(self, handle: AsyncQueryHandle) -> SyncQueryResult:
+        return SyncQueryResult(self._runner, self._runner.run(self._inner.resume_async(handle)))
+
+    def poll_async(self, handle: AsyncQueryHandle) -> AsyncQueryHandle:
+        return self._runner.run(self._inner.poll_async(handle))
+
+    def cancel_async(self, handle: AsyncQueryHandle) -> bool:
+        return self._runner.run(self._inner.cancel_async(handle))
+
     def table_schema(self, table: TableRef | str) -> pa.Schema:
         return self._runner.run(self._inner.table_schema(table))
 
@@ -249,7 +267,7 @@ class Client:
 class SyncQueryResult:
     """A blocking view of a :class:`~lake_sdk.QueryResult`: iterate it or call :meth:`to_table`."""
 
-    def __init__(self, runner: _LoopThread, result: QueryResult) -> None:
+    def __init__(self, runner: _LoopThread, result: QueryResult | AsyncQueryResult) -> None:
         self._runner = runner
         self._result = result
         self.schema = result.schema

@@ -57,6 +57,7 @@ from lake_query.flightsql.discovery import REFRESH_TIMEOUT_S
 from lake_query.flightsql.endpoints import PARTITION, fragments_of, query_bodies
 from lake_query.flightsql.statements import PreparedStatements
 from lake_query.flightsql.wire import MAX_SQL_BYTES, caller
+from lake_query.jobs.service import PART, AsyncQueries, is_handle
 from lake_query.planning import DatasetOpener, PlannedQuery, Planner, QueryLimits, QuerySpec
 from lake_query.planning.external import ExternalCatalog
 from lake_query.planning.partitions import PartitionLimits
@@ -112,6 +113,7 @@ class QueryHandler(FlightHandler):
         limits: QueryLimits | None = None,
         partitions: PartitionLimits | None = None,
         external: Iterable[ExternalCatalog] = (),
+        async_queries: Callable[[QueryHandler], AsyncQueries] | None = None,
     ) -> None:
         self._stage = stage or QueryStage(None)
         self._admission = admission
@@ -137,6 +139,8 @@ class QueryHandler(FlightHandler):
             partitions=partitions,
             external=external,
         )
+        #: Durable async queries (LAKE_ASYNC_QUERIES=true), built around this planner.
+        self.async_queries = None if async_queries is None else async_queries(self)
 
     def __repr__(self) -> str:
         return f"QueryHandler({self._cache!r})"
@@ -224,9 +228,31 @@ class QueryHandler(FlightHandler):
             total_bytes=-1,
         )
 
+    async def _plan_statement(
+        self, descriptor: pb.FlightDescriptor, principal: Principal
+    ) -> tuple[pa.Schema, QuerySpec]:
+        schema, bodies = await self._describe(descriptor, principal)
+        # A job runs the whole statement: partitions only split interactive results.
+        if bodies[0].get("k") not in (wire.QUERY, PARTITION):
+            raise InvalidArgument("PollFlightInfo runs SQL statements only")
+        return schema, QuerySpec.model_validate(bodies[0]["q"])
+
     async def poll_flight_info(
         self, descriptor: pb.FlightDescriptor, context: Context
     ) -> pb.PollInfo:
+        if self.async_queries is not None:
+            principal = caller()
+            headers = {key: str(value) for key, value in context.invocation_metadata() or ()}
+            states = headers.get(protocol.ASYNC_STATES_HEADER) == "1"
+            if descriptor.type == pb.FlightDescriptor.CMD and is_handle(descriptor.cmd):
+                return await self.async_queries.poll(descriptor.cmd, principal, states=states)
+            return await self.async_queries.submit(
+                descriptor,
+                principal,
+                headers.get(protocol.ASYNC_JOB_ID_HEADER),
+                self._plan_statement,
+                states=states,
+            )
         # Planning is synchronous, so the first poll is already complete
         # (no flight_descriptor to poll again).
         info = await self.get_flight_info(descriptor, context)
@@ -255,6 +281,8 @@ class QueryHandler(FlightHandler):
             command = wire.unpack_any(base64.b64decode(body.get("c", "")), "the ticket")
             batch = discovery.metadata_batch(self._cache, command, principal)
             messages = prefetch(encode_stream(batch.schema, [batch]), self._streams)
+        elif kind == PART and self.async_queries is not None:
+            messages = self._part_messages(body, principal, context)
         else:
             raise Unauthenticated("invalid ticket")
         sent = 0
@@ -292,6 +320,20 @@ class QueryHandler(FlightHandler):
         if self._admission is None:
             return prefetch(produce(), self._streams)
         # The permit is held for the whole stream (lake_query.admission).
+        return self._admission.run(principal.tenant_id, context, start)
+
+    def _part_messages(
+        self, body: dict[str, Any], principal: Principal, context: Context
+    ) -> AsyncIterator[bytes]:
+        assert self.async_queries is not None
+        parts = self.async_queries
+
+        async def start() -> AsyncIterator[bytes]:
+            return parts.part_messages(body, principal)
+
+        if self._admission is None:
+            return parts.part_messages(body, principal)
+        # Part streams take the same admission permit as interactive DoGet, for their life.
         return self._admission.run(principal.tenant_id, context, start)
 
     async def do_put(
@@ -341,9 +383,14 @@ class QueryHandler(FlightHandler):
             closed = pb.CloseSessionResult(status=pb.CloseSessionResult.CLOSED)
             yield pb.Result(body=closed.SerializeToString())
         elif kind == CANCEL_FLIGHT_INFO:
-            wire.parse_raw(action.body, pb.CancelFlightInfoRequest, "the action body")
-            # Nothing runs before DoGet, and a DoGet is cancelled by its client.
-            cancelled = pb.CancelFlightInfoResult(status=pb.CANCEL_STATUS_CANCELLED)
+            request = wire.parse_raw(action.body, pb.CancelFlightInfoRequest, "the action body")
+            status = pb.CANCEL_STATUS_CANCELLED
+            if self.async_queries is not None and (
+                is_handle(request.info.flight_descriptor.cmd) or request.info.endpoint
+            ):
+                status = await self.async_queries.cancel(request.info, principal)
+            # Otherwise nothing runs before DoGet, and a DoGet is cancelled by its client.
+            cancelled = pb.CancelFlightInfoResult(status=status)
             yield pb.Result(body=cancelled.SerializeToString())
         elif kind == protocol.TABLE_SCHEMA:
             yield pb.Result(body=await discovery.table_schema(self._cache, action.body, principal))

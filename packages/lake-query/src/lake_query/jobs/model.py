@@ -1,0 +1,179 @@
+"""The durable job: what the state store keeps, what is sealed, what the client holds.
+
+A :class:`JobRecord` is the only mutable thing (state, lease, result manifest);
+every change is a compare-and-swap on its ``revision``. Everything about the
+caller and the statement (principal, grants, SQL, parameters, the pinned
+snapshot) is in ``sealed``: a ticket sealed with the fleet's key ring under
+a job audience, opened only by a worker. The store sees a tenant *key* (a
+keyed digest) for quotas and fairness, never the tenant, the principal or
+the SQL, and never credentials or object bytes.
+
+The client holds a handle: another sealed ticket naming the job, bound to the
+submitting principal and tenant, redeemable on any replica.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import re
+import time
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from lake_core.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from lake_core.principal import Principal
+from lake_core.tickets import TicketSealer
+from lake_query.planning import QuerySpec
+
+__all__ = [
+    "JOB_ID",
+    "JOB_PRINCIPAL",
+    "RETENTION_SECS",
+    "TERMINAL",
+    "JobBody",
+    "JobRecord",
+    "JobSeal",
+    "JobState",
+    "ManifestPart",
+    "ResultManifest",
+]
+
+JobState = Literal["pending", "running", "done", "cancelled", "failed"]
+TERMINAL: frozenset[str] = frozenset({"done", "cancelled", "failed"})
+
+#: A job id: 128 bits, lowercase hex (the SDK reuses one across submission retries).
+JOB_ID = re.compile(r"[0-9a-f]{32}")
+
+#: How long a job and its result are kept after submission.
+RETENTION_SECS = 24 * 3600
+
+#: Job bodies are sealed to this service identity: the real caller is inside.
+JOB_PRINCIPAL = Principal(principal_id="lake-async-worker", tenant_id="lake-async", role="user")
+
+
+class JobRecord(BaseModel):
+    """One job in the state store (schema 2: the byte ceiling is persisted)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[2] = 2
+    job_id: str
+    tenant_key: str
+    #: Digest of (principal, SQL, parameters): a resubmission with the same id must match.
+    request_digest: str
+    sealed: str
+    state: JobState = "pending"
+    submitted_at: float
+    expires_at: float
+    max_result_bytes: int
+    revision: int = 0
+    attempt: int = 0
+    lease_owner: str | None = None
+    lease_token: str | None = None
+    lease_expires: float = 0.0
+    cancel_requested: bool = False
+    manifest: str | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.state in TERMINAL
+
+    def expired(self, now: float | None = None) -> bool:
+        return (now if now is not None else time.time()) >= self.expires_at
+
+    def next(self, **changes: Any) -> JobRecord:
+        """The record after one change: the revision moves with every write."""
+        return self.model_copy(update={**changes, "revision": self.revision + 1})
+
+
+class JobBody(BaseModel):
+    """What a sealed job carries: the caller and the planned, pinned statement."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = 1
+    principal: Principal
+    spec: QuerySpec
+    #: The result schema advertised at submission (base64 IPC).
+    schema_ipc: str
+    max_result_bytes: int
+
+
+class ManifestPart(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    bytes: int
+    rows: int
+    sha256: str
+
+
+class ResultManifest(BaseModel):
+    """The one atomic record of a finished result: every part, in order."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    schema_version: Literal[1] = 1
+    job_id: str
+    attempt: int
+    rows: int
+    bytes: int
+    parts: tuple[ManifestPart, ...]
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+class JobSeal:
+    """Seals job bodies, client handles and part tickets with the ticket key ring.
+
+    Three audiences derived from the fleet's, so a handle never opens as a
+    ticket or a job body and the other way round.
+    """
+
+    def __init__(self, jobs: TicketSealer, handles: TicketSealer, key: bytes) -> None:
+        self._jobs = jobs
+        self._handles = handles
+        # Tenant keys: a keyed digest, so the store cannot be joined to tenant names.
+        self._key = hashlib.sha256(b"lake-async-tenant\0" + key).digest()
+
+    def tenant_key(self, principal: Principal) -> str:
+        mac = hmac.new(self._key, principal.tenant_id.encode(), hashlib.sha256)
+        return mac.hexdigest()[:32]
+
+    def request_digest(self, principal: Principal, spec: QuerySpec) -> str:
+        mac = hmac.new(self._key, digestmod=hashlib.sha256)
+        for part in (principal.principal_id, principal.tenant_id, spec.sql, spec.params_ipc or ""):
+            mac.update(part.encode())
+            mac.update(b"\0")
+        return mac.hexdigest()
+
+    def seal_body(self, body: JobBody) -> str:
+        return _b64(self._jobs.seal(JOB_PRINCIPAL, body.model_dump(mode="json")))
+
+    def open_body(self, record: JobRecord) -> JobBody:
+        try:
+            raw = self._jobs.open(base64.b64decode(record.sealed), JOB_PRINCIPAL)
+            return JobBody.model_validate(raw)
+        except (ValueError, ValidationError, Unauthenticated, PermissionDenied):
+            # Sealed by another key ring or Lake version: the job cannot run here.
+            raise InvalidArgument("the async job was sealed by an incompatible replica") from None
+
+    def seal_handle(self, principal: Principal, job_id: str) -> bytes:
+        return self._handles.seal(principal, {"k": "job", "j": job_id})
+
+    def open_handle(self, handle: bytes, principal: Principal) -> str:
+        """The job id of a handle, or Unauthenticated/PermissionDenied."""
+        if len(handle) > 16 * 1024:
+            raise Unauthenticated("invalid async query handle")
+        body = self._handles.open(handle, principal)
+        job_id = body.get("j")
+        if body.get("k") != "job" or not isinstance(job_id, str) or not JOB_ID.fullmatch(job_id):
+            raise Unauthenticated("invalid async query handle")
+        return job_id

@@ -1,0 +1,347 @@
+"""Durable async queries as Query's Flight handler sees them.
+
+- Submission (PollFlightInfo of a SQL command): plan and pin now, reserve a
+  tenant slot, write the sealed job, answer with a handle to poll. The id
+  comes from the ``lake-async-job-id`` header when the client sends one, so a
+  retried submission finds its job instead of running the SQL again.
+- Poll (PollFlightInfo of a handle descriptor): one point read; a done job
+  answers with one endpoint per part, each a sealed part ticket.
+- Cancel (CancelFlightInfo): marks the job cancelled and removes its results;
+  a worker running it stops at its next batch or lease renewal.
+- DoGet of a part ticket: the framing-checked part, only while the job is done.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pyarrow as pa
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from lake_core.errors import (
+    WIRE_CLASSES,
+    Internal,
+    InvalidArgument,
+    LakeError,
+    NotFound,
+    PermissionDenied,
+    QueryCancelled,
+)
+from lake_core.principal import Principal
+from lake_core.proto import flight_pb2 as pb
+from lake_core.schemas import schema_from_base64, schema_to_base64, schema_to_ipc
+from lake_core.tickets import TicketSealer
+from lake_query.jobs.framing import checked_messages
+from lake_query.jobs.model import (
+    JOB_ID,
+    RETENTION_SECS,
+    JobBody,
+    JobRecord,
+    JobSeal,
+    ResultManifest,
+)
+from lake_query.jobs.quotas import TenantSlots
+from lake_query.jobs.results import ResultStore
+from lake_query.jobs.settings import AsyncSettings
+from lake_query.jobs.store import ACTIVE, JOBS, StateStore
+from lake_query.jobs.workers import Execute, Jobs, WorkerPool
+from lake_query.planning import QuerySpec
+
+__all__ = ["PART", "AsyncQueries", "is_handle", "open_stores"]
+
+#: Ticket body kind of an async result part.
+PART = "ap"
+
+#: Plans a descriptor for a principal: (result schema, the pinned statement).
+Plan = Callable[[pb.FlightDescriptor, Principal], Awaitable[tuple[pa.Schema, QuerySpec]]]
+
+
+def is_handle(cmd: bytes) -> bool:
+    """Whether a descriptor's command is an async handle (a sealed ticket, not an Any)."""
+    return cmd.startswith(b"LKT1")
+
+
+def _timestamp(seconds: float) -> Timestamp:
+    stamp = Timestamp()
+    stamp.FromSeconds(int(seconds))
+    return stamp
+
+
+class AsyncQueries:
+    """Submission, polls, cancellation and part streams over one state and result store."""
+
+    def __init__(
+        self,
+        settings: AsyncSettings,
+        state: StateStore,
+        results: ResultStore,
+        *,
+        seal: JobSeal,
+        tickets: TicketSealer,
+        execute: Execute,
+    ) -> None:
+        self.settings = settings
+        self._state = state
+        self._results = results
+        self._seal = seal
+        self._tickets = tickets
+        self._jobs = Jobs(state)
+        self._slots = TenantSlots(state, settings.max_outstanding_per_tenant)
+        self.pool = WorkerPool(settings, self._jobs, results, seal, self._slots, execute)
+
+    def __repr__(self) -> str:
+        return f"AsyncQueries({self._state!r}, {self._results!r}, {self.pool!r})"
+
+    def start(self) -> None:
+        self.pool.start()
+
+    async def close(self) -> None:
+        await self.pool.close()
+        await self._state.close()
+        await self._results.close()
+
+    # PollFlightInfo.
+
+    async def submit(
+        self,
+        descriptor: pb.FlightDescriptor,
+        principal: Principal,
+        job_id: str | None,
+        plan: Plan,
+        *,
+        states: bool = False,
+    ) -> pb.PollInfo:
+        if job_id is not None and not JOB_ID.fullmatch(job_id):
+            raise InvalidArgument("an async job id must be 32 lowercase hex digits")
+        job_id = job_id or secrets.token_hex(16)
+        tenant = self._seal.tenant_key(principal)
+        existing = await self._jobs.get(job_id)
+        if existing is not None:
+            return await self._resubmitted(existing[0], principal, tenant, states)
+        schema, spec = await plan(descriptor, principal)
+        digest = self._seal.request_digest(principal, spec)
+        ceiling = self.settings.max_result_bytes
+        body = JobBody(
+            principal=principal,
+            spec=spec,
+            schema_ipc=schema_to_base64(schema),
+            max_result_bytes=ceiling,
+        )
+        now = time.time()
+        record = JobRecord(
+            job_id=job_id,
+            tenant_key=tenant,
+            request_digest=digest,
+            sealed=self._seal.seal_body(body),
+            submitted_at=now,
+            expires_at=now + RETENTION_SECS,
+            max_result_bytes=ceiling,
+        )
+        # The slot first: a crash after it conservatively holds it until reconciled.
+        await self._slots.reserve(tenant, job_id)
+        await self._state.write(ACTIVE, job_id, {}, None)
+        if not await self._state.write(JOBS, job_id, record.model_dump(mode="json"), None):
+            found = await self._jobs.get(job_id)  # a concurrent retry wrote it first
+            if found is None:
+                raise Internal("the async job could not be stored")
+            return await self._resubmitted(found[0], principal, tenant, states)
+        self.pool.wake()
+        return self._poll_info(record, body, principal, None)
+
+    async def _resubmitted(
+        self, record: JobRecord, principal: Principal, tenant: str, states: bool
+    ) -> pb.PollInfo:
+        if record.tenant_key != tenant:
+            raise PermissionDenied("that async job id belongs to another caller")
+        body = self._seal.open_body(record)
+        if body.principal.principal_id != principal.principal_id:
+            raise PermissionDenied("that async job id belongs to another caller")
+        if record.request_digest != self._seal.request_digest(principal, body.spec):
+            raise InvalidArgument("that async job id was used for a different statement")
+        return await self._answer(record, body, principal, states)
+
+    async def poll(
+        self, handle: bytes, principal: Principal, *, states: bool = False
+    ) -> pb.PollInfo:
+        job_id = self._seal.open_handle(handle, principal)
+        found = await self._jobs.get(job_id)
+        if found is None or found[0].expired():
+            raise NotFound("the async query is unknown or has expired")
+        record = found[0]
+        if record.tenant_key != self._seal.tenant_key(principal):
+            raise PermissionDenied("the async query belongs to another caller")
+        return await self._answer(record, self._seal.open_body(record), principal, states)
+
+    async def _answer(
+        self, record: JobRecord, body: JobBody, principal: Principal, states: bool
+    ) -> pb.PollInfo:
+        error: LakeError | None = None
+        if record.state == "cancelled":
+            error = QueryCancelled("the async query was cancelled")
+        elif record.state == "failed":
+            cls = WIRE_CLASSES.get(record.error_code or "", Internal)
+            error = cls(record.error_message or "the async query failed")
+        if error is not None and not states:
+            raise error
+        if error is not None:
+            # Lake's client reads the outcome here: the poll itself succeeded.
+            outcome = {"state": record.state, "code": error.code, "message": str(error)}
+            info = pb.FlightInfo(
+                schema=schema_to_ipc(schema_from_base64(body.schema_ipc)),
+                total_records=-1,
+                total_bytes=-1,
+                app_metadata=json.dumps(outcome).encode(),
+            )
+            return pb.PollInfo(
+                info=info, progress=1.0, expiration_time=_timestamp(record.expires_at)
+            )
+        manifest = None
+        if record.state == "done" and record.manifest is not None:
+            raw = await self._results.read_bytes(record.manifest)
+            if raw is None:
+                raise NotFound("the async query's result is gone")
+            manifest = ResultManifest.model_validate_json(raw)
+        return self._poll_info(record, body, principal, manifest)
+
+    def _poll_info(
+        self,
+        record: JobRecord,
+        body: JobBody,
+        principal: Principal,
+        manifest: ResultManifest | None,
+    ) -> pb.PollInfo:
+        handle = pb.FlightDescriptor(
+            type=pb.FlightDescriptor.CMD, cmd=self._seal.seal_handle(principal, record.job_id)
+        )
+        schema = schema_from_base64(body.schema_ipc)
+        info = pb.FlightInfo(
+            schema=schema_to_ipc(schema),
+            flight_descriptor=handle,
+            total_records=-1 if manifest is None else manifest.rows,
+            total_bytes=-1 if manifest is None else manifest.bytes,
+            ordered=True,
+            app_metadata=json.dumps({"state": record.state}).encode(),
+        )
+        expires = _timestamp(record.expires_at)
+        if manifest is None:
+            return pb.PollInfo(
+                info=info,
+                flight_descriptor=handle,
+                progress=0.0 if record.state == "pending" else 0.5,
+                expiration_time=expires,
+            )
+        for index, part in enumerate(manifest.parts):
+            claims: dict[str, Any] = {
+                "k": PART,
+                "j": record.job_id,
+                "m": record.manifest,
+                "i": index,
+                "n": part.name,
+                "b": part.bytes,
+                "h": part.sha256,
+            }
+            ticket = self._tickets.seal(principal, claims)
+            info.endpoint.append(pb.FlightEndpoint(ticket=pb.Ticket(ticket=ticket)))
+        return pb.PollInfo(info=info, progress=1.0, expiration_time=expires)
+
+    # CancelFlightInfo.
+
+    def _job_of(self, info: pb.FlightInfo, principal: Principal) -> str:
+        if info.HasField("flight_descriptor") and is_handle(info.flight_descriptor.cmd):
+            return self._seal.open_handle(info.flight_descriptor.cmd, principal)
+        for endpoint in info.endpoint:
+            body = self._tickets.open(endpoint.ticket.ticket, principal)
+            if body.get("k") == PART and isinstance(body.get("j"), str):
+                return str(body["j"])
+        raise InvalidArgument("CancelFlightInfo needs the FlightInfo of an async query")
+
+    async def cancel(self, info: pb.FlightInfo, principal: Principal) -> int:
+        """Cancel the job ``info`` names; the CancelStatus to answer."""
+        job_id = self._job_of(info, principal)
+        found = await self._jobs.get(job_id)
+        if found is None or found[0].tenant_key != self._seal.tenant_key(principal):
+            raise NotFound("the async query is unknown or has expired")
+        if found[0].state == "failed":
+            return pb.CANCEL_STATUS_NOT_CANCELLABLE
+
+        def cancel(current: JobRecord) -> JobRecord | None:
+            if current.state in ("cancelled", "failed"):
+                return None
+            return current.next(
+                state="cancelled",
+                cancel_requested=True,
+                manifest=None,
+                lease_owner=None,
+                lease_token=None,
+                lease_expires=0.0,
+            )
+
+        record = await self._jobs.update(job_id, cancel)
+        if record is None or record.state != "cancelled":
+            return pb.CANCEL_STATUS_NOT_CANCELLABLE
+        await self._results.delete_prefix(job_id)
+        await self._state.remove(ACTIVE, job_id)
+        await self._slots.release(record.tenant_key, job_id)
+        return pb.CANCEL_STATUS_CANCELLED
+
+    # DoGet of a part.
+
+    async def part_messages(
+        self, claims: dict[str, Any], principal: Principal
+    ) -> AsyncIterator[bytes]:
+        job_id, manifest = claims.get("j"), claims.get("m")
+        name, size, sha = claims.get("n"), claims.get("b"), claims.get("h")
+        if not (
+            isinstance(job_id, str)
+            and isinstance(manifest, str)
+            and isinstance(name, str)
+            and isinstance(size, int)
+            and isinstance(sha, str)
+        ):
+            raise InvalidArgument("ticket from an incompatible Lake Query version")
+        found = await self._jobs.get(job_id)
+        if found is None or found[0].state == "cancelled":
+            raise QueryCancelled("the async query was cancelled")
+        record = found[0]
+        if record.state != "done" or record.manifest != manifest:
+            raise NotFound("the async query's result is gone")
+        prefix = manifest.rsplit("/", 1)[0]
+        try:
+            async for message in checked_messages(
+                self._results.read_chunks(f"{prefix}/{name}"), size, sha
+            ):
+                yield message
+        except FileNotFoundError:
+            raise NotFound("the async query's result is gone") from None
+
+
+async def open_stores(settings: AsyncSettings) -> tuple[StateStore, ResultStore]:
+    """The configured state and result stores (local directories, or DynamoDB and S3)."""
+    from lake_query.jobs.dynamo import DynamoStateStore
+    from lake_query.jobs.results import LocalResults, S3Results
+    from lake_query.jobs.store import LocalStateStore
+
+    if settings.mode == "local":
+        assert settings.state_dir is not None
+        assert settings.results_dir is not None
+        return LocalStateStore(settings.state_dir), LocalResults(settings.results_dir)
+    state = await DynamoStateStore(
+        settings.dynamodb_table,
+        endpoint_url=settings.dynamodb_endpoint,
+        region=settings.region,
+    ).open()
+    try:
+        results = await S3Results(
+            settings.bucket,
+            settings.result_prefix,
+            endpoint_url=settings.s3_endpoint,
+            region=settings.region or "us-east-1",
+        ).open()
+    except BaseException:
+        await state.close()
+        raise
+    return state, results

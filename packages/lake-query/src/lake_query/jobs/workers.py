@@ -1,0 +1,432 @@
+"""The async worker pool of one replica: scan, claim under a lease, run, publish.
+
+The scheduler pages through the active-job index (bounded pages), groups
+eligible jobs (pending, or running under an expired lease: its worker died)
+by tenant key and takes them round-robin across tenants, one tenant at a time,
+skipping a tenant that is at its per-tenant limit instead of holding a slot
+for it. A claim is a compare-and-swap of the job record that sets a fresh
+lease token; the worker renews it (and the fleet execution lease) while it
+runs and gives up as soon as a renewal fails: another replica owns the job
+now. Parts go under ``<job>/<attempt>/``; the manifest is written once after
+the last part, then the record moves to ``done`` naming it, so no manifest
+names a partial result and no reader sees one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import pyarrow as pa
+import structlog
+
+from lake_core import faults
+from lake_core.errors import DeadlineExceeded, Internal, LakeError, QueryCancelled
+from lake_core.principal import Principal
+from lake_core.schemas import schema_from_base64
+from lake_query.jobs.model import JobRecord, JobSeal, ResultManifest
+from lake_query.jobs.parts import write_parts
+from lake_query.jobs.quotas import ExecutionLease, TenantSlots
+from lake_query.jobs.results import ResultStore
+from lake_query.jobs.settings import AsyncSettings
+from lake_query.jobs.store import ACTIVE, JOBS, StateStore
+from lake_query.planning import QuerySpec
+
+__all__ = ["SCAN_PAGE", "Jobs", "WorkerPool"]
+
+log = structlog.get_logger("lake_query.jobs")
+
+#: Active-index keys read per scan page.
+SCAN_PAGE = 64
+#: Idle scan interval (a submission on this replica wakes the scheduler at once).
+SCAN_INTERVAL_S = 0.25
+#: How often a replica deletes jobs past their retention.
+SWEEP_INTERVAL_S = 60.0
+
+Execute = Callable[[QuerySpec, Principal], Any]
+
+
+class Jobs:
+    """Record reads and compare-and-swap writes shared by the service and the workers."""
+
+    def __init__(self, store: StateStore) -> None:
+        self.store = store
+
+    async def get(self, job_id: str) -> tuple[JobRecord, int] | None:
+        found = await self.store.read(JOBS, job_id)
+        if found is None:
+            return None
+        return JobRecord.model_validate(found[0]), found[1]
+
+    async def swap(self, record: JobRecord, revision: int, new: JobRecord) -> bool:
+        return await self.store.write(JOBS, record.job_id, new.model_dump(mode="json"), revision)
+
+    async def update(
+        self, job_id: str, change: Callable[[JobRecord], JobRecord | None]
+    ) -> JobRecord | None:
+        """Apply ``change`` under CAS until it sticks; None if the job is gone or unchanged."""
+        for _ in range(64):
+            found = await self.get(job_id)
+            if found is None:
+                return None
+            new = change(found[0])
+            if new is None:
+                return found[0]
+            if await self.swap(found[0], found[1], new):
+                return new
+        raise Internal("the async job record is contended")
+
+
+class WorkerPool:
+    def __init__(
+        self,
+        settings: AsyncSettings,
+        jobs: Jobs,
+        results: ResultStore,
+        seal: JobSeal,
+        slots: TenantSlots,
+        execute: Execute,
+    ) -> None:
+        self._settings = settings
+        self._jobs = jobs
+        self._results = results
+        self._seal = seal
+        self._slots = slots
+        self._execute = execute
+        self.owner = secrets.token_hex(8)
+        self._fleet = (
+            ExecutionLease(
+                jobs.store,
+                settings.global_concurrency,
+                settings.global_concurrency_per_tenant or settings.global_concurrency,
+                settings.lease_ms / 1000,
+            )
+            if settings.global_concurrency
+            else None
+        )
+        self._threads = ThreadPoolExecutor(
+            max_workers=2 * settings.worker_concurrency, thread_name_prefix="lake-async"
+        )
+        self._running: dict[str, tuple[str, asyncio.Task[None]]] = {}
+        self._wake = asyncio.Event()
+        self._rotation = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def __repr__(self) -> str:
+        return f"WorkerPool(owner={self.owner}, running={len(self._running)})"
+
+    def start(self) -> None:
+        self._task = asyncio.get_running_loop().create_task(self._schedule())
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def close(self) -> None:
+        tasks = [t for _, t in self._running.values()]
+        if self._task is not None:
+            tasks.append(self._task)
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        self._threads.shutdown(wait=False, cancel_futures=True)
+
+    # Scheduling.
+
+    async def _schedule(self) -> None:
+        sweep_at = 0.0
+        while True:
+            try:
+                await self._scan()
+                if time.monotonic() >= sweep_at:
+                    sweep_at = time.monotonic() + SWEEP_INTERVAL_S
+                    await self.sweep()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the store was unreachable: try again next round
+                log.warning("async scan failed", error_type=type(exc).__name__)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(SCAN_INTERVAL_S):
+                    await self._wake.wait()
+            self._wake.clear()
+
+    async def sweep(self, now: float | None = None) -> int:
+        """Delete jobs past their retention (record, results, slot), a bounded page at a time.
+
+        Any replica may sweep; a concurrent sweep of the same job only finds it gone.
+        """
+        removed = 0
+        after: str | None = None
+        moment = time.time() if now is None else now
+        while True:
+            keys = await self._jobs.store.keys(JOBS, after, SCAN_PAGE)
+            for job_id in keys:
+                found = await self._jobs.get(job_id)
+                if found is None or not found[0].expired(moment) or job_id in self._running:
+                    continue
+                record, revision = found
+                if record.state == "running" and record.lease_expires > moment:
+                    continue  # a live worker's job: its own deadline ends it first
+                await self._jobs.store.remove(ACTIVE, job_id)
+                await self._results.delete_prefix(job_id)
+                if await self._jobs.store.remove(JOBS, job_id, revision):
+                    await self._slots.release(record.tenant_key, job_id)
+                    removed += 1
+            if len(keys) < SCAN_PAGE:
+                return removed
+            after = keys[-1]
+
+    def _free(self) -> int:
+        return self._settings.worker_concurrency - len(self._running)
+
+    def _busy(self, tenant_key: str) -> int:
+        return sum(1 for tenant, _ in self._running.values() if tenant == tenant_key)
+
+    async def _scan(self) -> None:
+        after: str | None = None
+        while self._free() > 0:
+            keys = await self._jobs.store.keys(ACTIVE, after, SCAN_PAGE)
+            if not keys:
+                return
+            after = keys[-1]
+            by_tenant: dict[str, list[tuple[JobRecord, int]]] = defaultdict(list)
+            now = time.time()
+            for job_id in keys:
+                if job_id in self._running:
+                    continue
+                found = await self._jobs.get(job_id)
+                if found is None:
+                    continue
+                record = found[0]
+                if record.terminal:
+                    await self._jobs.store.remove(ACTIVE, job_id)
+                elif record.state == "pending" or record.lease_expires < now:
+                    by_tenant[record.tenant_key].append(found)
+            await self._dispatch(by_tenant)
+            if len(keys) < SCAN_PAGE:
+                return
+
+    async def _dispatch(self, by_tenant: dict[str, list[tuple[JobRecord, int]]]) -> None:
+        """Round-robin over tenants with eligible jobs; a saturated tenant is skipped."""
+        tenants = sorted(by_tenant)
+        if not tenants:
+            return
+        self._rotation = (self._rotation + 1) % len(tenants)
+        order = tenants[self._rotation :] + tenants[: self._rotation]
+        progress = True
+        while progress and self._free() > 0:
+            progress = False
+            for tenant in order:
+                queue = by_tenant[tenant]
+                if not queue or self._free() <= 0:
+                    continue
+                if self._busy(tenant) >= self._settings.worker_concurrency_per_tenant:
+                    queue.clear()
+                    continue
+                record, revision = queue.pop(0)
+                if await self._claim(record, revision):
+                    progress = True
+
+    async def _claim(self, record: JobRecord, revision: int) -> bool:
+        if record.cancel_requested:
+            await self._finish_cancelled(record.job_id)
+            return False
+        if record.expired():
+            return False
+        fleet_token = None
+        if self._fleet is not None:
+            fleet_token = await self._fleet.acquire(record.tenant_key)
+            if fleet_token is None:
+                return False  # saturated fleet: the job stays pending for a later scan
+        token = secrets.token_hex(16)
+        claimed = record.next(
+            state="running",
+            lease_owner=self.owner,
+            lease_token=token,
+            lease_expires=time.time() + self._settings.lease_ms / 1000,
+            attempt=record.attempt + 1,
+        )
+        if not await self._jobs.swap(record, revision, claimed):
+            if fleet_token is not None and self._fleet is not None:
+                await self._fleet.release(fleet_token)
+            return False
+        log.info(
+            "async job claimed",
+            job=record.job_id,
+            attempt=claimed.attempt,
+            reclaimed=record.state == "running",
+        )
+        task = asyncio.get_running_loop().create_task(self._run(claimed, fleet_token))
+        self._running[record.job_id] = (record.tenant_key, task)
+        return True
+
+    # Running one job.
+
+    def _lease_held(self, token: str) -> Callable[[JobRecord], JobRecord | None]:
+        def renew(current: JobRecord) -> JobRecord | None:
+            if current.lease_token != token or current.terminal:
+                raise _LeaseLost()
+            return current.next(lease_expires=time.time() + self._settings.lease_ms / 1000)
+
+        return renew
+
+    async def _renew(self, record: JobRecord, stop: threading.Event, fleet: str | None) -> None:
+        assert record.lease_token is not None
+        while not stop.is_set():
+            await asyncio.sleep(self._settings.lease_ms / 3000)
+            try:
+                current = await self._jobs.update(
+                    record.job_id, self._lease_held(record.lease_token)
+                )
+            except _LeaseLost:
+                log.warning("async job lease lost", job=record.job_id)
+                stop.set()
+                return
+            except LakeError:
+                continue  # the next renewal may reach the store; the lease has slack
+            if current is None or current.cancel_requested:
+                stop.set()
+                return
+            if fleet is not None and self._fleet is not None:
+                await self._fleet.renew(fleet)
+
+    async def _run(self, record: JobRecord, fleet: str | None) -> None:
+        stop = threading.Event()
+        renewer = asyncio.get_running_loop().create_task(self._renew(record, stop, fleet))
+        prefix = f"{record.job_id}/{record.attempt}"
+        try:
+            body = self._seal.open_body(record)
+            schema = schema_from_base64(body.schema_ipc)
+            async with asyncio.timeout(self._settings.execution_timeout_ms / 1000):
+                parts = await write_parts(
+                    schema,
+                    self._produce(body.spec, body.principal),
+                    self._results,
+                    prefix,
+                    self._threads,
+                    stop,
+                    part_bytes=self._settings.part_bytes,
+                    # The job's own ceiling: a looser restart never enlarges it.
+                    max_result_bytes=record.max_result_bytes,
+                    after_part=lambda: faults.crash(faults.ASYNC_AFTER_PART),
+                )
+            await self._publish(record, prefix, parts)
+        except TimeoutError:
+            stop.set()
+            await self._fail(
+                record, DeadlineExceeded("the async query passed its execution deadline"), prefix
+            )
+        except QueryCancelled:
+            await self._settle_stopped(record, prefix)
+        except LakeError as error:
+            await self._fail(record, error, prefix)
+        except asyncio.CancelledError:
+            raise  # replica shutting down: the lease lapses and another replica takes over
+        except Exception as exc:
+            log.error("async job failed", job=record.job_id, error_type=type(exc).__name__)
+            await self._fail(record, Internal("the async query failed"), prefix)
+        finally:
+            stop.set()
+            renewer.cancel()
+            with contextlib.suppress(BaseException):
+                await renewer
+            if fleet is not None and self._fleet is not None:
+                await self._fleet.release(fleet)
+            self._running.pop(record.job_id, None)
+            self.wake()
+
+    def _produce(
+        self, spec: QuerySpec, principal: Principal
+    ) -> Callable[[], Iterator[pa.RecordBatch]]:
+        def batches() -> Iterator[pa.RecordBatch]:
+            stream = self._execute(spec, principal)
+            try:
+                yield from stream
+            finally:
+                stream.close()
+
+        return batches
+
+    def _owned(self, token: str | None, **changes: Any) -> Callable[[JobRecord], JobRecord | None]:
+        def change(current: JobRecord) -> JobRecord | None:
+            if current.lease_token != token or current.terminal:
+                raise _LeaseLost()
+            return current.next(lease_owner=None, lease_token=None, lease_expires=0.0, **changes)
+
+        return change
+
+    async def _publish(self, record: JobRecord, prefix: str, parts: list[Any]) -> None:
+        manifest = ResultManifest(
+            job_id=record.job_id,
+            attempt=record.attempt,
+            rows=sum(p.rows for p in parts),
+            bytes=sum(p.bytes for p in parts),
+            parts=tuple(parts),
+        )
+        key = f"{prefix}/manifest.json"
+        await self._results.write_once(key, manifest.model_dump_json().encode())
+        try:
+            await self._jobs.update(
+                record.job_id, self._owned(record.lease_token, state="done", manifest=key)
+            )
+        except _LeaseLost:
+            # Another worker owns the job now; this attempt's result is never named.
+            await self._results.delete_prefix(prefix)
+            return
+        await self._jobs.store.remove(ACTIVE, record.job_id)
+        log.info("async job done", job=record.job_id, parts=len(parts), rows=manifest.rows)
+
+    async def _fail(self, record: JobRecord, error: LakeError, prefix: str) -> None:
+        await self._results.delete_prefix(prefix)
+        try:
+            await self._jobs.update(
+                record.job_id,
+                self._owned(
+                    record.lease_token,
+                    state="failed",
+                    error_code=error.code,
+                    error_message=str(error)[:1000],
+                ),
+            )
+        except _LeaseLost:
+            return
+        await self._jobs.store.remove(ACTIVE, record.job_id)
+        await self._slots.release(record.tenant_key, record.job_id)
+        log.info("async job failed", job=record.job_id, error_code=error.code)
+
+    async def _settle_stopped(self, record: JobRecord, prefix: str) -> None:
+        """Stopped without a result: cancelled by request, or the lease was lost."""
+        await self._results.delete_prefix(prefix)
+        current = await self._jobs.get(record.job_id)
+        if current is not None and current[0].cancel_requested:
+            await self._finish_cancelled(record.job_id)
+
+    async def _finish_cancelled(self, job_id: str) -> None:
+        def cancel(current: JobRecord) -> JobRecord | None:
+            if current.state == "cancelled":
+                return None
+            return current.next(
+                state="cancelled",
+                lease_owner=None,
+                lease_token=None,
+                lease_expires=0.0,
+                manifest=None,
+            )
+
+        record = await self._jobs.update(job_id, cancel)
+        await self._results.delete_prefix(job_id)
+        await self._jobs.store.remove(ACTIVE, job_id)
+        if record is not None:
+            await self._slots.release(record.tenant_key, job_id)
+
+
+class _LeaseLost(Exception):
+    """This worker no longer holds the job's lease."""

@@ -1,0 +1,179 @@
+"""Result parts: the bounded writer and the framing check that guards every served part."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from lake_core.errors import DataCorrupted, QueryCancelled, ResultTooLarge
+from lake_query.jobs.framing import MAX_METADATA_BYTES, checked_messages
+from lake_query.jobs.parts import write_parts
+from lake_query.jobs.results import LocalResults
+
+SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.utf8())])
+
+
+def _batches(count: int, rows: int = 1000) -> list[pa.RecordBatch]:
+    return [
+        pa.record_batch(
+            [
+                pa.array(range(i * rows, (i + 1) * rows)),
+                pa.array([f"row {j}" for j in range(rows)]),
+            ],
+            schema=SCHEMA,
+        )
+        for i in range(count)
+    ]
+
+
+def _write(root: Path, batches: list[pa.RecordBatch], **limits: int) -> list:  # type: ignore[type-arg]
+    store = LocalResults(root)
+    with ThreadPoolExecutor(2) as pool:
+        return asyncio.run(
+            write_parts(
+                SCHEMA,
+                lambda: iter(batches),
+                store,
+                "job/1",
+                pool,
+                threading.Event(),
+                part_bytes=limits.get("part_bytes", 64 * 1024 * 1024),
+                max_result_bytes=limits.get("max_result_bytes", 1 << 30),
+            )
+        )
+
+
+async def _chunks(data: bytes, size: int = 7000) -> AsyncIterator[bytes]:
+    for start in range(0, len(data), size):
+        yield data[start : start + size]
+
+
+def _serve(data: bytes, size: int | None = None, sha: str | None = None) -> pa.Table:
+    """Serve a part as DoGet would, then decode what a client receives."""
+
+    async def collect() -> list[bytes]:
+        return [
+            m
+            async for m in checked_messages(
+                _chunks(data),
+                len(data) if size is None else size,
+                sha or hashlib.sha256(data).hexdigest(),
+            )
+        ]
+
+    messages = asyncio.run(collect())
+    from lake_core.flight.encoding import decode_flight_data_stream
+    from lake_core.proto import flight_pb2
+
+    _, schema, batches, _ = decode_flight_data_stream(
+        flight_pb2.FlightData.FromString(m) for m in messages
+    )
+    return pa.Table.from_batches(batches, schema=schema)
+
+
+def test_parts_respect_the_part_ceiling_and_round_trip(tmp_path: Path) -> None:
+    batches = _batches(40)
+    parts = _write(tmp_path, batches, part_bytes=100_000)
+    assert 3 < len(parts) <= 10  # full parts, not one per batch (or per row)
+    assert sum(p.rows for p in parts) == 40_000
+    served = []
+    for part in parts:
+        data = (tmp_path / "job/1" / part.name).read_bytes()
+        assert len(data) == part.bytes <= 100_000
+        assert hashlib.sha256(data).hexdigest() == part.sha256
+        served.append(_serve(data))
+    assert pa.concat_tables(served).equals(pa.Table.from_batches(batches))
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_a_result_over_its_byte_ceiling_is_refused_before_publication(tmp_path: Path) -> None:
+    with pytest.raises(ResultTooLarge):
+        _write(tmp_path, _batches(40), part_bytes=100_000, max_result_bytes=200_000)
+    # Parts already complete stay unnamed (no manifest); the unfinished one never appears.
+    assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_cancellation_stops_the_encoder(tmp_path: Path) -> None:
+    stop = threading.Event()
+
+    def endless() -> Iterator[pa.RecordBatch]:
+        for batch in iter(lambda: _batches(1)[0], None):
+            stop.set()
+            yield batch
+
+    with ThreadPoolExecutor(2) as pool, pytest.raises(QueryCancelled):
+        asyncio.run(
+            write_parts(
+                SCHEMA,
+                endless,
+                LocalResults(tmp_path),
+                "job/1",
+                pool,
+                stop,
+                part_bytes=1 << 20,
+                max_result_bytes=1 << 30,
+            )
+        )
+
+
+@pytest.fixture
+def part(tmp_path: Path) -> bytes:
+    [only] = _write(tmp_path, _batches(3))
+    return (tmp_path / "job/1" / only.name).read_bytes()
+
+
+def test_a_corrupted_part_is_refused(part: bytes) -> None:
+    damaged = bytearray(part)
+    damaged[len(damaged) // 2] ^= 0xFF
+    with pytest.raises(DataCorrupted):
+        _serve(bytes(damaged), len(part), hashlib.sha256(part).hexdigest())
+
+
+def test_a_truncated_part_is_refused(part: bytes) -> None:
+    with pytest.raises(DataCorrupted):
+        _serve(part[: len(part) - 100], len(part), hashlib.sha256(part).hexdigest())
+
+
+def test_an_over_long_part_is_refused(part: bytes) -> None:
+    with pytest.raises(DataCorrupted):
+        _serve(part + b"\0" * 64, len(part), hashlib.sha256(part).hexdigest())
+
+
+def test_oversized_metadata_is_refused_before_decoding() -> None:
+    # A frame announcing more metadata than the bound: refused on the 8-byte prefix alone.
+    frame = b"\xff\xff\xff\xff" + (MAX_METADATA_BYTES + 8).to_bytes(4, "little") + b"\0" * 64
+    with pytest.raises(DataCorrupted):
+        _serve(frame, MAX_METADATA_BYTES * 4)
+
+
+def test_an_impossible_body_length_is_refused(part: bytes) -> None:
+    # Rewrite the first record batch's bodyLength to exceed the part.
+    schema_len = int.from_bytes(part[4:8], "little")
+    batch_at = 8 + schema_len
+    metadata_len = int.from_bytes(part[batch_at + 4 : batch_at + 8], "little")
+    metadata = bytearray(part[batch_at + 8 : batch_at + 8 + metadata_len])
+    from lake_query.jobs.framing import _Table
+
+    message = _Table(bytes(metadata), int.from_bytes(metadata[0:4], "little"))
+    at = message.pos + message.offset(3)
+    metadata[at : at + 8] = (1 << 40).to_bytes(8, "little")
+    forged = part[: batch_at + 8] + bytes(metadata) + part[batch_at + 8 + metadata_len :]
+    with pytest.raises(DataCorrupted):
+        _serve(forged)
+
+
+def test_compressed_ipc_is_refused_before_decoding() -> None:
+    sink = pa.BufferOutputStream()
+    options = pa.ipc.IpcWriteOptions(compression="zstd")
+    with pa.ipc.new_stream(sink, SCHEMA, options=options) as writer:
+        for batch in _batches(2):
+            writer.write_batch(batch)
+    with pytest.raises(DataCorrupted):
+        _serve(sink.getvalue().to_pybytes())

@@ -1,0 +1,314 @@
+"""Durable async queries from the SDK: submit, checkpoint a handle, resume anywhere.
+
+pyarrow's Flight client has no PollFlightInfo, so polls go over a plain gRPC
+channel to the same endpoint, with the same bearer token and TLS settings,
+asking for Lake's error codes. Result parts are then read with pyarrow's
+DoGet like any interactive result, one endpoint after the other.
+
+An :class:`AsyncQueryHandle` holds only the sealed capability bytes the server
+issued and their expiry (``to_json``/``from_json``, at most 16 KiB), plus the
+state of the last poll. Its ``repr`` never shows the capability.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import secrets
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+import grpc
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from lake_core import protocol
+from lake_core.endpoints import parse_endpoint
+from lake_core.errors import (
+    WANTS_CODES,
+    WIRE_CLASSES,
+    Internal,
+    InvalidArgument,
+    LakeError,
+    error_from_wire,
+)
+from lake_core.proto import flight_pb2, flight_sql_pb2
+from lake_sdk import frames
+from lake_sdk.results import QueryResult
+from lake_sdk.transport import Connection
+
+__all__ = ["MAX_HANDLE_BYTES", "AsyncQueryHandle", "AsyncQueryResult", "Jobs"]
+
+#: The largest handle ``from_json`` accepts (and the server issues).
+MAX_HANDLE_BYTES = 16 * 1024
+HANDLE_VERSION = 1
+#: Submission attempts, all with one job id (a lost reply never runs the SQL twice).
+SUBMIT_ATTEMPTS = 4
+
+AsyncState = Literal["pending", "running", "done", "cancelled", "failed"]
+_STATES = ("pending", "running", "done", "cancelled", "failed")
+_POLL = "/arrow.flight.protocol.FlightService/PollFlightInfo"
+
+
+@dataclass(frozen=True, repr=False)
+class AsyncQueryHandle:
+    """A resumable async query: opaque capability bytes, their expiry, the last state."""
+
+    capability: bytes
+    expires_at: float
+    state: AsyncState = "pending"
+    #: The typed error of a ``failed`` job.
+    error: LakeError | None = field(default=None, compare=False)
+    _endpoints: tuple[bytes, ...] = field(default=(), compare=False)
+
+    def __repr__(self) -> str:
+        return f"AsyncQueryHandle(state={self.state!r}, expires_at={self.expires_at:.0f}, capability=***)"
+
+    def to_json(self) -> str:
+        """Versioned JSON to checkpoint: the capability and its expiry only."""
+        return json.dumps(
+            {
+                "v": HANDLE_VERSION,
+                "capability": base64.b64encode(self.capability).decode("ascii"),
+                "expires_at": self.expires_at,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> AsyncQueryHandle:
+        """Rebuild a handle saved with :meth:`to_json` (state ``pending`` until polled)."""
+        if len(text) > 2 * MAX_HANDLE_BYTES:
+            raise InvalidArgument("an async query handle is at most 16 KiB")
+        try:
+            doc = json.loads(text)
+            if doc.get("v") != HANDLE_VERSION:
+                raise InvalidArgument("an async query handle of an unknown version")
+            capability = base64.b64decode(doc["capability"], validate=True)
+            expires = float(doc["expires_at"])
+        except (ValueError, KeyError, TypeError, AttributeError):
+            raise InvalidArgument("not an async query handle") from None
+        if not 0 < len(capability) <= MAX_HANDLE_BYTES:
+            raise InvalidArgument("an async query handle is at most 16 KiB")
+        return cls(capability=capability, expires_at=expires)
+
+    @property
+    def expired(self) -> bool:
+        return time.time() >= self.expires_at
+
+
+def _statement(sql: str) -> bytes:
+    from google.protobuf import any_pb2
+
+    wrapper = any_pb2.Any()
+    wrapper.Pack(flight_sql_pb2.CommandStatementQuery(query=sql))
+    data: bytes = wrapper.SerializeToString()
+    return data
+
+
+class AsyncQueryResult:
+    """The batches of every result part, in order; ``schema`` before the first."""
+
+    def __init__(
+        self,
+        connection: Connection,
+        handle: AsyncQueryHandle,
+        schema: pa.Schema,
+        release: Jobs | None = None,
+    ) -> None:
+        self._connection = connection
+        self.handle = handle
+        self.schema = schema
+        self._current: QueryResult | None = None
+        self._iterator: AsyncIterator[pa.RecordBatch] | None = None
+        # query_async owns its job: once every part is read, its storage is released.
+        self._release = release
+
+    def __repr__(self) -> str:
+        return f"AsyncQueryResult({len(self.handle._endpoints)} parts)"
+
+    def __aiter__(self) -> AsyncIterator[pa.RecordBatch]:
+        return self._batches()
+
+    async def _batches(self) -> AsyncIterator[pa.RecordBatch]:
+        for ticket in self.handle._endpoints:
+            reader, trailers = await self._connection.stream(flight.Ticket(ticket))
+            self._current = QueryResult(reader, self.schema, trailers)
+            async for batch in self._current:
+                yield batch
+        self._current = None
+        if self._release is not None:
+            await self._release.cancel(self.handle)
+
+    async def next_batch(self) -> pa.RecordBatch | None:
+        """The next batch, or None after the last part."""
+        if self._iterator is None:
+            self._iterator = self._batches()
+        return await anext(self._iterator, None)
+
+    async def to_table(self) -> pa.Table:
+        batches = [batch async for batch in self]
+        return pa.Table.from_batches(batches, schema=self.schema)
+
+    async def to_pandas(self) -> Any:
+        """The whole result as a ``pandas.DataFrame`` (needs ``lake-sdk[pandas]``)."""
+        frames.require_extra("pandas", "pandas")
+        return frames.to_pandas(await self.to_table())
+
+    async def to_polars(self) -> Any:
+        """The whole result as a ``polars.DataFrame`` (needs ``lake-sdk[polars]``)."""
+        frames.require_extra("polars", "polars")
+        return frames.to_polars(await self.to_table())
+
+    def cancel(self) -> None:
+        """Stop reading the current part early (the job and its result stay)."""
+        if self._current is not None:
+            self._current.cancel()
+
+
+class Jobs:
+    """Polls and cancels async queries over one connection (shared with clones)."""
+
+    def __init__(self, connection: Connection, poll_interval_s: float = 0.05) -> None:
+        self._connection = connection
+        self._poll_interval_s = poll_interval_s
+        self._channel: grpc.Channel | None = None
+
+    def __repr__(self) -> str:
+        return f"Jobs({self._connection.url!r})"
+
+    def _open(self) -> grpc.Channel:
+        if self._channel is None:
+            endpoint = parse_endpoint(self._connection.url)
+            if endpoint is None:
+                raise InvalidArgument(f"not a Lake endpoint: {self._connection.url!r}")
+            options = self._connection.options
+            channel_options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+            if endpoint.tls:
+                credentials = grpc.ssl_channel_credentials(root_certificates=options.ca_pem)
+                if options.server_name:
+                    channel_options.append(("grpc.ssl_target_name_override", options.server_name))  # type: ignore[arg-type]
+                self._channel = grpc.secure_channel(endpoint.target, credentials, channel_options)
+            else:
+                self._channel = grpc.insecure_channel(endpoint.target, channel_options)
+        return self._channel
+
+    def _metadata(self, job_id: str | None) -> list[tuple[str, str]]:
+        metadata = [WANTS_CODES, (protocol.ASYNC_STATES_HEADER, "1")]
+        token = self._connection.options.bearer_token
+        if token is not None:
+            metadata.append(("authorization", f"Bearer {token.reveal()}"))
+        if job_id is not None:
+            metadata.append((protocol.ASYNC_JOB_ID_HEADER, job_id))
+        return metadata
+
+    def _poll_call(
+        self, descriptor: flight_pb2.FlightDescriptor, job_id: str | None
+    ) -> flight_pb2.PollInfo:
+        call = self._open().unary_unary(
+            _POLL,
+            request_serializer=flight_pb2.FlightDescriptor.SerializeToString,
+            response_deserializer=flight_pb2.PollInfo.FromString,
+        )
+        try:
+            info: flight_pb2.PollInfo = call(
+                descriptor, metadata=self._metadata(job_id), timeout=60
+            )
+        except grpc.RpcError as exc:
+            trailers = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+            raise error_from_wire(exc.code(), exc.details() or "", trailers) from None
+        return info
+
+    async def _poll(
+        self, descriptor: flight_pb2.FlightDescriptor, job_id: str | None
+    ) -> tuple[AsyncQueryHandle, pa.Schema]:
+        info = await asyncio.to_thread(self._poll_call, descriptor, job_id)
+        return _handle(info, descriptor.cmd if job_id is None else b"")
+
+    async def submit(self, sql: str) -> tuple[AsyncQueryHandle, pa.Schema]:
+        if not isinstance(sql, str) or not sql.strip():
+            raise InvalidArgument("SQL must be a non-empty string")
+        job_id = secrets.token_hex(16)  # one id for every attempt
+        descriptor = flight_pb2.FlightDescriptor(
+            type=flight_pb2.FlightDescriptor.CMD, cmd=_statement(sql)
+        )
+        for attempt in range(SUBMIT_ATTEMPTS):
+            try:
+                return await self._poll(descriptor, job_id)
+            except LakeError as error:
+                if not error.retryable or attempt == SUBMIT_ATTEMPTS - 1:
+                    raise
+                await asyncio.sleep(0.2 * (attempt + 1))
+        raise Internal("unreachable")
+
+    async def poll(self, handle: AsyncQueryHandle) -> tuple[AsyncQueryHandle, pa.Schema]:
+        if not isinstance(handle, AsyncQueryHandle):
+            raise InvalidArgument("poll_async needs an AsyncQueryHandle")
+        descriptor = flight_pb2.FlightDescriptor(
+            type=flight_pb2.FlightDescriptor.CMD, cmd=handle.capability
+        )
+        return await self._poll(descriptor, None)
+
+    async def wait(self, handle: AsyncQueryHandle) -> tuple[AsyncQueryHandle, pa.Schema]:
+        """Poll until the job is finished; raise its error when it failed or was cancelled."""
+        delay = self._poll_interval_s
+        while True:
+            handle, schema = await self.poll(handle)
+            if handle.state == "done":
+                return handle, schema
+            if handle.error is not None:
+                raise handle.error
+            await asyncio.sleep(delay)
+            delay = min(1.0, delay * 1.5)
+
+    async def cancel(self, handle: AsyncQueryHandle) -> bool:
+        """CancelFlightInfo; True when the job is (now) cancelled."""
+        if not isinstance(handle, AsyncQueryHandle):
+            raise InvalidArgument("cancel_async needs an AsyncQueryHandle")
+        info = flight_pb2.FlightInfo(
+            flight_descriptor=flight_pb2.FlightDescriptor(
+                type=flight_pb2.FlightDescriptor.CMD, cmd=handle.capability
+            )
+        )
+        request = flight_pb2.CancelFlightInfoRequest(info=info)
+        body = await self._connection.action("CancelFlightInfo", request.SerializeToString())
+        result = flight_pb2.CancelFlightInfoResult.FromString(body)
+        return bool(result.status == flight_pb2.CANCEL_STATUS_CANCELLED)
+
+    def close(self) -> None:
+        if self._channel is not None:
+            self._channel.close()
+            self._channel = None
+
+
+def _handle(info: flight_pb2.PollInfo, previous: bytes) -> tuple[AsyncQueryHandle, pa.Schema]:
+    schema = pa.ipc.read_schema(pa.py_buffer(info.info.schema))
+    outcome: dict[str, Any] = {}
+    if info.info.app_metadata:
+        try:
+            outcome = json.loads(info.info.app_metadata)
+        except ValueError:
+            outcome = {}
+    state = outcome.get("state")
+    if state not in _STATES:
+        state = "running" if info.HasField("flight_descriptor") else "done"
+    error = None
+    if state in ("failed", "cancelled"):
+        cls = WIRE_CLASSES.get(str(outcome.get("code", "")), Internal)
+        error = cls(str(outcome.get("message", "the async query failed")))
+    if info.HasField("flight_descriptor"):
+        capability = info.flight_descriptor.cmd
+    elif info.info.HasField("flight_descriptor"):
+        capability = info.info.flight_descriptor.cmd
+    else:
+        capability = previous  # a finished job's outcome carries no new handle
+    handle = AsyncQueryHandle(
+        capability=capability,
+        expires_at=float(info.expiration_time.seconds),
+        state=cast(AsyncState, state),
+        error=error,
+        _endpoints=tuple(e.ticket.ticket for e in info.info.endpoint) if state == "done" else (),
+    )
+    return handle, schema

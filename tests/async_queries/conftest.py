@@ -1,0 +1,123 @@
+"""Durable async queries on real processes: one Metasrv, Query replicas sharing keys and state.
+
+Local mode: every replica runs with ``--data-dir`` (Metasrv's), so the async
+state and results live beside the catalog and any replica can resume a job.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+import lake_sdk
+from tools.lake_testing.data import EPISODES, EPISODES_SCHEMA, create_table, episodes
+from tools.lake_testing.plugin import write_ticket_keys
+from tools.lake_testing.servers import LakeProcess, start_meta, start_query
+
+SQL = "SELECT episode_id, steps, reward FROM robots.episodes ORDER BY steps"
+#: Runs until cancelled: a count over a three-way cross join, with a one-row result.
+FOREVER = "SELECT count(*) AS n FROM robots.episodes a, robots.episodes b, robots.episodes c"
+#: Bearer tokens of two tenants (and a second principal of the first).
+TOKENS = {
+    "acme": "lk_acme_token_0001",
+    "acme2": "lk_acme_token_0002",
+    "globex": "lk_globex_token_01",
+}
+
+
+def _principals(path: Path) -> Path:
+    bindings = [
+        {"token": TOKENS["acme"], "principal_id": "ann", "tenant_id": "acme", "role": "admin"},
+        {
+            "token": TOKENS["acme2"],
+            "principal_id": "bob",
+            "tenant_id": "acme",
+            "role": "user",
+            "namespaces": ["robots"],
+        },
+        {
+            "token": TOKENS["globex"],
+            "principal_id": "gus",
+            "tenant_id": "globex",
+            "role": "user",
+            "namespaces": ["robots"],
+        },
+    ]
+    path.write_text(json.dumps({"bindings": bindings}))
+    path.chmod(0o600)
+    return path
+
+
+def client(replica: LakeProcess, who: str = "acme") -> lake_sdk.Client:
+    return lake_sdk.Client(replica.url, token=TOKENS[who], connect_timeout=60)
+
+
+@dataclass
+class AsyncLake:
+    root: Path
+    meta: LakeProcess
+    env: dict[str, str]
+    queries: list[LakeProcess] = field(default_factory=list)
+
+    @property
+    def data_dir(self) -> Path:
+        return self.root / "data"
+
+    def add_query(self, env: dict[str, str] | None = None) -> LakeProcess:
+        replica = start_query(
+            self.meta.addr,
+            self.root,
+            env={**self.env, **(env or {})},
+            extra_args=("--data-dir", str(self.data_dir)),
+            probe_token=TOKENS["acme"],
+        )
+        self.queries.append(replica)
+        return replica
+
+    def jobs(self) -> list[dict[str, object]]:
+        """Every job record in the state directory, as stored."""
+        folder = self.data_dir / "async-query-state" / "job"
+        return [json.loads(p.read_text())["doc"] for p in sorted(folder.glob("*.json"))]
+
+    def stop(self) -> None:
+        for replica in self.queries:
+            replica.stop()
+        self.meta.stop()
+
+
+@pytest.fixture
+def async_lake(tmp_path: Path) -> Iterator[AsyncLake]:
+    env = {
+        "LAKE_QUERY_TICKET_KEYS_FILE": str(write_ticket_keys(tmp_path / "ticket-keys.json")),
+        "LAKE_ASYNC_QUERIES": "true",
+        "LAKE_QUERY_CATALOG_REFRESH_MS": "200",
+        "LAKE_AUTH_PRINCIPALS_FILE": str(_principals(tmp_path / "principals.json")),
+    }
+    meta = start_meta(
+        tmp_path / "data",
+        tmp_path,
+        env={"LAKE_QUERY_TICKET_KEYS_FILE": env["LAKE_QUERY_TICKET_KEYS_FILE"]},
+    )
+    lake = AsyncLake(root=tmp_path, meta=meta, env=env)
+    try:
+        yield lake
+    finally:
+        lake.stop()
+
+
+@pytest.fixture
+def loaded(async_lake: AsyncLake) -> Callable[[int], None]:
+    """``loaded(rows)``: create the episodes table with that many rows (appends of 1,000)."""
+
+    def load(rows: int) -> None:
+        create_table(async_lake.meta.addr, EPISODES, EPISODES_SCHEMA)
+        replica = async_lake.queries[0] if async_lake.queries else async_lake.add_query()
+        with client(replica) as sdk:
+            for start in range(0, rows, 1000):
+                sdk.append_batches(EPISODES, [episodes(start, min(1000, rows - start))])
+
+    return load

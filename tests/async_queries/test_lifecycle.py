@@ -1,0 +1,195 @@
+"""Submit, poll, resume and cancel durable async queries across replicas."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+
+import lake_sdk
+from tests.async_queries.conftest import FOREVER, SQL, TOKENS, AsyncLake, client
+from tools.lake_testing.data import EPISODES, episodes
+
+#: Small parts (several per result), a short lease (fast reclaim), a crash after the first part.
+CRASHING = {
+    "LAKE_FAULTS": "query.async_after_part,query.async_lease_ms=1000,query.async_part_bytes=65536"
+}
+FAST_LEASE = {"LAKE_FAULTS": "query.async_lease_ms=1000,query.async_part_bytes=65536"}
+
+
+def wait_finished(
+    sdk: lake_sdk.Client, handle: lake_sdk.AsyncQueryHandle, state: str | None = None
+) -> lake_sdk.AsyncQueryHandle:
+    """Poll until the job is finished (or reaches ``state``), with a generous bound."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        handle = sdk.poll_async(handle)
+        if handle.state in ("done", "failed", "cancelled") or handle.state == state:
+            return handle
+        time.sleep(0.05)
+    raise AssertionError(f"the job is still {handle.state}")
+
+
+def test_query_async_streams_the_same_rows_as_an_interactive_query(
+    async_lake: AsyncLake, loaded: Callable[[int], None]
+) -> None:
+    loaded(3000)
+    replica = async_lake.queries[0]
+    with client(replica) as sdk:
+        interactive = sdk.query_table(SQL)
+        durable = sdk.query_async(SQL).to_table()
+    assert durable.num_rows == 3000
+    assert durable.equals(interactive)
+
+
+_RESUME = """
+import sys, pyarrow as pa, lake_sdk
+handle = lake_sdk.AsyncQueryHandle.from_json(open(sys.argv[2]).read())
+with lake_sdk.Client(sys.argv[1], token=sys.argv[3], connect_timeout=60) as sdk:
+    table = sdk.resume_async(handle).to_table()
+with pa.OSFile(sys.argv[4], "wb") as out, pa.ipc.new_file(out, table.schema) as writer:
+    writer.write_table(table)
+"""
+
+
+def test_a_job_survives_its_replica_and_resumes_elsewhere_at_its_pinned_versions(
+    async_lake: AsyncLake, loaded: Callable[[int], None], tmp_path: Path
+) -> None:
+    accepting = async_lake.add_query(CRASHING)
+    loaded(3000)
+    with client(accepting) as sdk:
+        interactive = sdk.query_table(SQL)
+        handle = sdk.submit_async(SQL)
+    checkpoint = tmp_path / "handle.json"
+    checkpoint.write_text(handle.to_json())
+    accepting.kill()  # SIGKILL (it may already have crashed after its first part)
+
+    other = async_lake.add_query(FAST_LEASE)
+    with client(other) as sdk:  # appends land after the job pinned its snapshot
+        sdk.append_batches(EPISODES, [episodes(3000, 500)])
+        assert (
+            sdk.query_table("SELECT count(*) AS n FROM robots.episodes").column("n")[0].as_py()
+            == 3500
+        )
+
+    out = tmp_path / "result.arrow"
+    subprocess.run(
+        [sys.executable, "-c", _RESUME, other.url, str(checkpoint), TOKENS["acme"], str(out)],
+        check=True,
+        timeout=180,
+    )
+    with pa.memory_map(str(out)) as source:
+        resumed = pa.ipc.open_file(source).read_all()
+    assert resumed.num_rows == 3000  # exactly once: no part twice, none missing
+    assert resumed.equals(interactive)
+    [job] = async_lake.jobs()
+    assert job["state"] == "done"
+
+
+def test_cancelling_a_running_job_stops_it_and_its_parts_are_never_served(
+    async_lake: AsyncLake, loaded: Callable[[int], None]
+) -> None:
+    replica = async_lake.add_query(FAST_LEASE)
+    loaded(2000)
+    with client(replica) as sdk:
+        running = wait_finished(sdk, sdk.submit_async(FOREVER), state="running")
+        assert running.state == "running"
+        assert sdk.cancel_async(running) is True
+        for _ in range(3):
+            assert sdk.poll_async(running).state == "cancelled"
+        with pytest.raises(lake_sdk.QueryCancelled):
+            sdk.resume_async(running)
+
+        # A finished job whose part tickets were handed out, then cancelled.
+        done = wait_finished(sdk, sdk.submit_async(SQL))
+        assert done.state == "done"
+        tickets = list(done._endpoints)
+        assert tickets
+        assert sdk.cancel_async(done) is True
+        assert sdk.poll_async(done).state == "cancelled"
+    with flight.FlightClient(f"grpc+tcp://{replica.addr}") as raw:
+        options = flight.FlightCallOptions(
+            headers=[(b"authorization", f"Bearer {TOKENS['acme']}".encode())]
+        )
+        with pytest.raises(flight.FlightError):
+            raw.do_get(flight.Ticket(tickets[0]), options).read_all()
+    results = async_lake.data_dir / "async-query-results"
+    assert not any(results.rglob("*.arrows")), "a cancelled job kept result parts"
+
+
+def test_a_lost_submission_reply_retried_with_the_same_id_runs_the_sql_once(
+    async_lake: AsyncLake, loaded: Callable[[int], None]
+) -> None:
+    import grpc
+
+    from lake_core import protocol
+    from lake_core.proto import flight_pb2
+    from lake_sdk.jobs import _statement
+
+    first, second = async_lake.add_query(), async_lake.add_query()
+    loaded(1000)
+    descriptor = flight_pb2.FlightDescriptor(
+        type=flight_pb2.FlightDescriptor.CMD, cmd=_statement(SQL)
+    )
+    job_id = "0123456789abcdef0123456789abcdef"
+    metadata = [
+        ("authorization", f"Bearer {TOKENS['acme']}"),
+        (protocol.ASYNC_JOB_ID_HEADER, job_id),
+    ]
+    replies = []
+    for replica in (first, second, first):  # the first reply is "lost": retried elsewhere, twice
+        with grpc.insecure_channel(replica.addr) as channel:
+            poll = channel.unary_unary(
+                "/arrow.flight.protocol.FlightService/PollFlightInfo",
+                request_serializer=flight_pb2.FlightDescriptor.SerializeToString,
+                response_deserializer=flight_pb2.PollInfo.FromString,
+            )
+            replies.append(poll(descriptor, metadata=metadata, timeout=60))
+    handle = lake_sdk.AsyncQueryHandle(
+        capability=replies[-1].flight_descriptor.cmd or replies[-1].info.flight_descriptor.cmd,
+        expires_at=time.time() + 60,
+    )
+    with client(second) as sdk:
+        assert sdk.resume_async(handle).to_table().num_rows == 1000
+    [job] = async_lake.jobs()
+    assert job["job_id"] == job_id
+    assert job["attempt"] == 1, "the SQL ran more than once"
+    claims = sum(r.log().count("async job claimed") for r in (first, second))
+    assert claims == 1
+
+
+def test_handles_are_bound_to_their_tenant_and_tamper_proof(
+    async_lake: AsyncLake, loaded: Callable[[int], None]
+) -> None:
+    replica = async_lake.add_query()
+    loaded(100)
+    with client(replica) as sdk:
+        handle = sdk.submit_async(SQL)
+    assert "capability=***" in repr(handle)
+    assert handle.capability.hex() not in repr(handle)
+    saved = handle.to_json()
+    assert set(json.loads(saved)) == {"v", "capability", "expires_at"}
+    with client(replica, "globex") as intruder:
+        with pytest.raises(lake_sdk.PermissionDenied):
+            intruder.poll_async(lake_sdk.AsyncQueryHandle.from_json(saved))
+        with pytest.raises(lake_sdk.PermissionDenied):
+            intruder.cancel_async(handle)
+    tampered = bytearray(handle.capability)
+    tampered[len(tampered) // 2] ^= 0x01
+    with client(replica) as sdk:
+        with pytest.raises(lake_sdk.Unauthenticated):
+            sdk.poll_async(
+                lake_sdk.AsyncQueryHandle(capability=bytes(tampered), expires_at=handle.expires_at)
+            )
+        assert wait_finished(sdk, handle).state == "done"
+    with pytest.raises(lake_sdk.InvalidArgument):
+        lake_sdk.AsyncQueryHandle.from_json(
+            json.dumps({"v": 1, "capability": "A" * 40000, "expires_at": 1})
+        )
