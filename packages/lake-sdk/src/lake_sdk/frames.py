@@ -26,7 +26,7 @@ from lake_core.filetype import row_to_location
 from lake_core.models import DataLocation
 from lake_sdk.errors import MissingExtra
 
-__all__ = ["as_location", "require_extra", "to_pandas", "to_polars"]
+__all__ = ["DataFrameResult", "as_location", "require_extra", "to_pandas", "to_polars"]
 
 
 def require_extra(module: str, extra: str) -> ModuleType:
@@ -50,6 +50,23 @@ def to_polars(table: pa.Table) -> Any:
     """``table`` as a ``polars.DataFrame`` (FILE columns as struct columns)."""
     polars = require_extra("polars", "polars")
     return polars.from_arrow(table)
+
+
+class DataFrameResult:
+    """``to_pandas`` / ``to_polars`` for an async result that has ``to_table``."""
+
+    async def to_table(self) -> pa.Table:
+        raise NotImplementedError
+
+    async def to_pandas(self) -> Any:
+        """The whole result as a ``pandas.DataFrame`` (needs ``lake-sdk[pandas]``)."""
+        require_extra("pandas", "pandas")
+        return to_pandas(await self.to_table())
+
+    async def to_polars(self) -> Any:
+        """The whole result as a ``polars.DataFrame`` (needs ``lake-sdk[polars]``)."""
+        require_extra("polars", "polars")
+        return to_polars(await self.to_table())
 
 
 def as_location(value: DataLocation | Mapping[str, Any]) -> DataLocation:

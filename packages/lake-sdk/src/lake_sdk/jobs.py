@@ -108,7 +108,7 @@ def _statement(sql: str) -> bytes:
     return data
 
 
-class AsyncQueryResult:
+class AsyncQueryResult(frames.DataFrameResult):
     """The batches of every result part, in order; ``schema`` before the first."""
 
     def __init__(
@@ -151,16 +151,6 @@ class AsyncQueryResult:
     async def to_table(self) -> pa.Table:
         batches = [batch async for batch in self]
         return pa.Table.from_batches(batches, schema=self.schema)
-
-    async def to_pandas(self) -> Any:
-        """The whole result as a ``pandas.DataFrame`` (needs ``lake-sdk[pandas]``)."""
-        frames.require_extra("pandas", "pandas")
-        return frames.to_pandas(await self.to_table())
-
-    async def to_polars(self) -> Any:
-        """The whole result as a ``polars.DataFrame`` (needs ``lake-sdk[polars]``)."""
-        frames.require_extra("polars", "polars")
-        return frames.to_polars(await self.to_table())
 
     def cancel(self) -> None:
         """Stop reading the current part early (the job and its result stay)."""

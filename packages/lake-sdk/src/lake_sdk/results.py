@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -22,7 +21,7 @@ __all__ = ["QueryResult", "StreamOpener"]
 StreamOpener = Callable[[], Awaitable[tuple[flight.FlightStreamReader, Trailers]]]
 
 
-class QueryResult:
+class QueryResult(frames.DataFrameResult):
     """A stream of record batches; iterate it (``async for``), or collect it with
     :meth:`to_table`,
     :meth:`to_pandas` or :meth:`to_polars`. ``schema`` is known before the first batch."""
@@ -76,16 +75,6 @@ class QueryResult:
     async def to_table(self) -> pa.Table:
         batches = [batch async for batch in self]
         return pa.Table.from_batches(batches, schema=self.schema)
-
-    async def to_pandas(self) -> Any:
-        """The whole result as a ``pandas.DataFrame`` (needs ``lake-sdk[pandas]``)."""
-        frames.require_extra("pandas", "pandas")
-        return frames.to_pandas(await self.to_table())
-
-    async def to_polars(self) -> Any:
-        """The whole result as a ``polars.DataFrame`` (needs ``lake-sdk[polars]``)."""
-        frames.require_extra("polars", "polars")
-        return frames.to_polars(await self.to_table())
 
     def cancel(self) -> None:
         """Stop the stream early (the server stops sending); later endpoints are not read."""
