@@ -384,13 +384,14 @@ class QueryHandler(FlightHandler):
             yield pb.Result(body=closed.SerializeToString())
         elif kind == CANCEL_FLIGHT_INFO:
             request = wire.parse_raw(action.body, pb.CancelFlightInfoRequest, "the action body")
-            status = pb.CANCEL_STATUS_CANCELLED
+            # (Not named `status`: that is the status module, used below.)
+            outcome = pb.CANCEL_STATUS_CANCELLED
             if self.async_queries is not None and (
                 is_handle(request.info.flight_descriptor.cmd) or request.info.endpoint
             ):
-                status = await self.async_queries.cancel(request.info, principal)
+                outcome = await self.async_queries.cancel(request.info, principal)
             # Otherwise nothing runs before DoGet, and a DoGet is cancelled by its client.
-            cancelled = pb.CancelFlightInfoResult(status=status)
+            cancelled = pb.CancelFlightInfoResult(status=outcome)
             yield pb.Result(body=cancelled.SerializeToString())
         elif kind == protocol.TABLE_SCHEMA:
             yield pb.Result(body=await discovery.table_schema(self._cache, action.body, principal))
