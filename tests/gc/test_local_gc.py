@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -239,3 +241,22 @@ def test_a_tampered_plan_or_checkpoint_is_refused_and_nothing_is_deleted(
     assert (code, reply["deleted"]) == (0, 1), reply
     assert not path_of(orphan).exists()
     assert lake.verify(kept) == b"k" * 10
+
+
+def test_output_json_is_the_same_document_as_json(local_lake: Lake, tmp_path: Path) -> None:
+    """``--output json`` (every lake command's spelling) prints what ``--json`` prints."""
+    local_lake.create()
+    command = [sys.executable, "-c", "from lake_core.cli import main; main()"]
+    base = ["--data-dir", str(local_lake.data), "gc", "--safety-age-secs", "3600"]
+    replies = []
+    for flag, name in (("--json", "a"), ("--output=json", "b")):
+        done = subprocess.run(
+            [*command, *base, "--plan", str(tmp_path / name), flag],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr
+        reply = json.loads(done.stdout)
+        replies.append({k: v for k, v in reply.items() if "plan" not in k})
+    assert replies[0] == replies[1]

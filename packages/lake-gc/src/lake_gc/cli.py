@@ -4,7 +4,8 @@
     lake --data-dir ./data gc --plan ./gc-plans/2026-07-11 --apply \\
         --checkpoint ./gc-plans/2026-07-11.apply.json --json
 
-A progress bar (rich, on stderr) is shown on a terminal, never with ``--json``.
+A progress bar (rich, on stderr) is shown on a terminal, never with ``--json``
+(``--output json``) or ``LAKE_NO_PROGRESS`` set.
 Errors exit 2; with ``--json`` they print ``{"error": <class>, ...}``.
 """
 
@@ -21,6 +22,8 @@ import click
 
 from lake_core.cli import DATA_DIR_META
 from lake_core.errors import LakeError
+from lake_core.output import Output, output_option
+from lake_objects.progress import progress_enabled
 
 __all__ = ["gc"]
 
@@ -96,7 +99,8 @@ def _fail(error: LakeError, as_json: bool) -> None:
     show_default=True,
     help="Candidates per plan page (one checkpoint step of apply).",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--json", "as_json", is_flag=True, help="Same as --output json.")
+@output_option("text")
 @click.pass_context
 def gc(
     ctx: click.Context,
@@ -107,6 +111,7 @@ def gc(
     checkpoint: Path | None,
     page_size: int,
     as_json: bool,
+    output: Output,
 ) -> None:
     """Garbage-collect managed objects no table version references: plan, then apply."""
     from lake_gc.apply import apply_plan
@@ -114,7 +119,9 @@ def gc(
     from lake_gc.target import GcTarget
 
     root = data_dir or ctx.meta.get(DATA_DIR_META) or DEFAULT_DATA_DIR
-    show = not as_json and sys.stderr.isatty()
+    as_json = as_json or output == "json"
+    # A bar on an interactive terminal only, and never with LAKE_NO_PROGRESS set.
+    show = not as_json and progress_enabled(stream=sys.stderr)
     if apply and checkpoint is None:
         raise click.UsageError("--apply needs --checkpoint FILE")
     if not apply and safety_age_secs is None:
