@@ -24,12 +24,18 @@ from pathlib import Path
 import pyarrow.flight as flight
 
 import lake_sdk
+from lake_core.config import QUERY_MAX_ENDPOINTS
 from tools.bench.harness import Figure, at_least, at_most, machine, measure, pairs_for, warmup_for
 from tools.bench.query_bench import _command, _load
 from tools.lake_testing.servers import LakeProcess, start_meta, start_query
 
 SQL = "SELECT id, a, b, c FROM bench.wide"
-ENV = {"LAKE_ASYNC_QUERIES": "true", "LAKE_ASYNC_MAX_OUTSTANDING_PER_TENANT": "128"}
+ENV = {
+    "LAKE_ASYNC_QUERIES": "true",
+    "LAKE_ASYNC_MAX_OUTSTANDING_PER_TENANT": "128",
+    # The interactive reference is one DoGet stream: the full-size table would split.
+    QUERY_MAX_ENDPOINTS: "1",
+}
 
 
 @contextmanager
