@@ -21,10 +21,19 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 __all__ = ["LakeProcess", "free_port", "start_meta", "start_query", "wait_healthy"]
 
 
+#: Ports this process handed out: a port picked but not yet listened on can be
+#: handed out again by the kernel, and two servers would then race for it.
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 @dataclass

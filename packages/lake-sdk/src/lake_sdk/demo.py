@@ -103,8 +103,12 @@ def _episodes(start: int, count: int, media: Path) -> list[list[object]]:
 
 async def _run(data_dir: Path) -> None:
     say = click.echo
-    meta_addr = f"127.0.0.1:{_free_port()}"
-    query_addr = f"127.0.0.1:{_free_port()}"
+    meta_port = _free_port()
+    query_port = _free_port()
+    while query_port == meta_port:  # nothing listens yet: the kernel may hand out one port twice
+        query_port = _free_port()
+    meta_addr = f"127.0.0.1:{meta_port}"
+    query_addr = f"127.0.0.1:{query_port}"
     logs = data_dir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     procs: list[subprocess.Popen[bytes]] = []
