@@ -11,15 +11,27 @@ steps). Shell blocks are split into commands (``\\`` continuations joined):
 - ``hatch run ...`` lines are the repository's own (demo test, the suite);
 - ``pip install ...`` lines are proved elsewhere (tests/packaging installs
   the SDK in a clean venv); the harness checks each local path exists;
+- ``export NAME=value ...`` sets variables for the rest of the pass, and
+  ``NAME=value`` words before a command set them for that command; ``$NAME``
+  expands from the pass's environment (what the page says the reader sets);
+- a program the test's fixtures already run (``weed mini``: ``given``) is
+  checked by the fixture's own function instead of being started twice;
 - anything else is an error, so a new kind of snippet cannot go unrun.
+
+Ports the page names (``ports``, plus 50052/50051) are rewritten to free
+ones; nothing else in a command changes. A data block whose fence names a
+file (```` ```yaml file=registrar.yaml ````) is saved there, as a reader
+saves it before the command that reads it.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +39,10 @@ from tools.lake_testing.servers import LakeProcess, free_port, wait_healthy
 
 __all__ = ["Block", "DocRun", "blocks"]
 
-FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+FENCE = re.compile(r"^```(\w*)([^\n]*)\n(.*?)^```", re.S | re.M)
+ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+VARIABLE = re.compile(r"\$(\w+)|\$\{(\w+)\}")
+SHELL = ("bash", "sh", "console", "shell", "")
 LAKE = [sys.executable, "-c", "from lake_core.cli import main; main()"]
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,10 +51,21 @@ ROOT = Path(__file__).resolve().parents[2]
 class Block:
     lang: str
     code: str
+    #: The file a reader saves this block to (``file=NAME`` in the fence), if any.
+    file: str | None = None
 
 
 def blocks(path: Path) -> list[Block]:
-    return [Block(lang, code) for lang, code in FENCE.findall(path.read_text())]
+    found = []
+    for lang, info, code in FENCE.findall(path.read_text()):
+        named = re.search(r"\bfile=(\S+)", info)
+        found.append(Block(lang, code, named.group(1) if named else None))
+    return found
+
+
+def shell_blocks(path: Path) -> list[Block]:
+    """The blocks :class:`DocRun` runs as shell (an unlabelled block is shell)."""
+    return [b for b in blocks(path) if b.lang in SHELL]
 
 
 def commands(code: str) -> list[str]:
@@ -61,12 +87,28 @@ class DocRun:
     workdir: Path
     meta_port: int = field(default_factory=free_port)
     query_port: int = field(default_factory=free_port)
+    #: Variables the page tells the reader to have set (``$CATALOG_URL``); also
+    #: given to its Python blocks as names. The process environment is the base.
+    env: dict[str, str] = field(default_factory=dict)
+    #: Further ports the page names -> the ports the test's servers use.
+    ports: dict[int, int] = field(default_factory=dict)
+    #: Programs the fixtures run already -> a check of the page's command line.
+    given: dict[str, Callable[[list[str]], None]] = field(default_factory=dict)
     servers: list[LakeProcess] = field(default_factory=list)
     #: Commands run so far (for assertions and failure messages).
     ran: list[str] = field(default_factory=list)
+    #: Standard output of every ``lake`` command run to completion, in order.
+    printed: list[str] = field(default_factory=list)
+    #: This pass's environment (``export`` adds to it).
+    _shell_env: dict[str, str] = field(default_factory=dict)
 
     def text(self, code: str) -> str:
-        return code.replace("50052", str(self.meta_port)).replace("50051", str(self.query_port))
+        mapping = {50052: self.meta_port, 50051: self.query_port, **self.ports}
+        return re.sub(
+            r"(?<!\d)(\d{4,5})(?!\d)",
+            lambda m: str(mapping.get(int(m.group(1)), m.group(1))),
+            code,
+        )
 
     def run_pass(
         self, *, failing: dict[int, type[BaseException]] | None = None
@@ -77,12 +119,15 @@ class DocRun:
         (a step whose feature lives on a branch not merged yet). The caller
         chdirs into ``workdir`` first (the page's relative paths).
         """
-        namespace: dict[str, object] = {"__name__": "__main__"}
+        namespace: dict[str, object] = {"__name__": "__main__", **self.env}
+        self._shell_env = dict(self.env)
         python_index = 0
         try:
             for block in blocks(self.page):
                 code = self.text(block.code)
-                if block.lang == "python":
+                if block.file is not None:
+                    (self.workdir / block.file).write_text(code)
+                elif block.lang == "python":
                     where = f"{self.page.name} (python block {python_index})"
                     expected = (failing or {}).get(python_index)
                     if expected is None:
@@ -95,7 +140,7 @@ class DocRun:
                         else:
                             raise AssertionError(f"{where} ran: drop it from `failing`")
                     python_index += 1
-                elif block.lang in ("bash", "sh", "console", "shell", ""):
+                elif block.lang in SHELL:
                     for command in commands(code):
                         self.shell(command)
                 # Other languages (yaml, text, json) are data, not steps.
@@ -105,7 +150,20 @@ class DocRun:
 
     def shell(self, command: str) -> None:
         self.ran.append(command)
-        words = shlex.split(command.removesuffix("&").strip())
+        words = [self.expand(w) for w in shlex.split(command.removesuffix("&").strip())]
+        if words[0] == "export":
+            for word in words[1:]:
+                name, _, value = word.partition("=")
+                self._shell_env[name] = value
+            return
+        scoped: dict[str, str] = {}
+        while words and ASSIGNMENT.match(words[0]):
+            name, value = words.pop(0).split("=", 1)
+            scoped[name] = value
+        env = {**self._shell_env, **scoped}
+        if words[0] in self.given:
+            self.given[words[0]](words)
+            return
         if words[:2] == ["pip", "install"]:
             for word in words[2:]:
                 if word.startswith("./"):
@@ -121,30 +179,49 @@ class DocRun:
             return
         assert words[0] == "lake", f"{self.page.name}: unrun snippet {command!r}"
         if words[1] in ("meta", "query"):
-            self.start(words[1:])
+            self.start(words[1:], env)
         else:
-            self.lake(words[1:])
+            self.printed.append(self.lake(words[1:], env))
 
-    def start(self, args: list[str]) -> None:
+    def expand(self, word: str) -> str:
+        """``$NAME`` from the pass's environment; an unset name fails the page."""
+
+        def value(match: re.Match[str]) -> str:
+            name = match.group(1) or match.group(2)
+            found = self._shell_env.get(name, os.environ.get(name))
+            assert found is not None, f"{self.page.name}: ${name} is not set"
+            return found
+
+        return VARIABLE.sub(value, word)
+
+    def start(self, args: list[str], env: dict[str, str] | None = None) -> None:
         server = args[0]
         port = self.meta_port if server == "meta" else self.query_port
         if "--addr" not in args:
             args = [*args, "--addr", f"127.0.0.1:{port}"]
         if server == "query" and "--metadata-addr" not in args:
             args = [*args, "--metadata-addr", f"http://127.0.0.1:{self.meta_port}"]
-        name = f"doc-{server}-{port}"
+        addr = args[args.index("--addr") + 1]
+        name = f"doc-{server}-{addr.rsplit(':', 1)[1]}"
         process = LakeProcess(
-            name, [*LAKE[1:], *args], f"127.0.0.1:{port}", self.workdir / f"{name}.log"
+            name, [*LAKE[1:], *args], addr, self.workdir / f"{name}.log", dict(env or {})
         )
         self.servers.append(process)
         process.start()
         wait_healthy(process, 60)
 
-    def lake(self, args: list[str]) -> str:
+    def lake(self, args: list[str], env: dict[str, str] | None = None) -> str:
         if args[0] in ("client", "sql") and "--addr" not in args:
             port = self.meta_port if args[0] == "client" else self.query_port
             args = [args[0], "--addr", f"127.0.0.1:{port}", *args[1:]]
-        done = subprocess.run([*LAKE, *args], capture_output=True, text=True, timeout=300)
+        done = subprocess.run(
+            [*LAKE, *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            cwd=self.workdir,
+            env={**os.environ, **(env or {})},
+        )
         assert done.returncode == 0, f"lake {shlex.join(args)}:\n{done.stderr}{done.stdout}"
         return done.stdout
 
