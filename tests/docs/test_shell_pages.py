@@ -9,6 +9,9 @@ variables it says the reader sets) is supplied by the test.
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -16,7 +19,7 @@ import pytest
 from tools.lake_testing.docs import DocRun
 from tools.lake_testing.dynalite import Dynalite
 from tools.lake_testing.seaweed import SeaweedS3
-from tools.lake_testing.servers import free_port
+from tools.lake_testing.servers import free_port, start_meta
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,3 +64,25 @@ def test_cloud_page_runs_twice(
         assert json.loads(created)["location"].startswith("s3://embodied-data/lake/tables/")
         assert f"│ {attempt} " in counted, counted  # one row per pass
     assert not page.servers
+
+
+def test_gc_page_runs_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    # The page's ./data: a local Lake's data directory, its Metasrv stopped, holding
+    # one upload that was never appended, older than the page's safety age (a day).
+    start_meta(tmp_path / "data", tmp_path).stop()
+    objects = tmp_path / "data" / "objects" / "tenants" / "local" / "objects"
+    objects.mkdir(parents=True)
+    orphan = objects / "01a2bb00-0000-7000-8000-0000000000d0"
+    orphan.write_bytes(b"o" * 3000)
+    then = time.time() - 2 * 86400
+    os.utime(orphan, (then, then))
+    page = DocRun(ROOT / "docs" / "gc.md", tmp_path)
+    for found in (1, 0):
+        page.run_pass()
+        planned, applied = (json.loads(out) for out in page.printed[-2:])
+        assert (planned["candidates"], planned["candidate_bytes"]) == (found, 3000 * found)
+        assert (applied["deleted"], applied["complete"]) == (found, True)
+        assert not orphan.exists()
+        # A plan is used once (the page's plan path is dated): a rerun plans anew.
+        shutil.rmtree(tmp_path / "gc-plans")

@@ -19,7 +19,7 @@ import lake_sdk
 from lake_core.filetype import file_field
 from lake_core.names import TableRef
 from tools.lake_testing.data import create_table
-from tools.lake_testing.docs import DocRun, blocks
+from tools.lake_testing.docs import DocRun, blocks, shell_blocks
 from tools.lake_testing.plugin import LakeCluster
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -71,15 +71,33 @@ def test_files_guide_runs_twice(
         assert client.query_table("SELECT count(*) AS n FROM robots.episodes")["n"][0].as_py() == 4
 
 
-#: Pages whose Python runs in the tests of the feature they describe (twice, but for the
-#: Iceberg guide, whose first step writes the upstream table), which
-#: start the servers each needs (a catalog, a video, two replicas).
+#: Pages whose Python runs in the tests of the feature they describe (twice), which
+#: start the servers each needs (a secured cluster, a video, two replicas).
 RUN_ELSEWHERE = {
     "security.md": "tests/security/test_docs.py",
     "time-travel.md": "tests/timetravel/test_time_travel.py",
     "training.md": "tests/training/test_video.py",
-    "iceberg.md": "tests/docs/test_iceberg_guide.py",
     "async-queries.md": "tests/async_queries/test_docs.py",
+}
+
+#: Pages run whole, shell and Python blocks in order, by DocRun (twice), and the test.
+RUN_WHOLE = {
+    "README.md": "tests/docs/test_snippets.py",
+    "quickstart.md": "tests/docs/test_snippets.py",
+    "cloud.md": "tests/docs/test_shell_pages.py",
+    "integrity.md": "tests/docs/test_shell_pages.py",
+    "gc.md": "tests/docs/test_shell_pages.py",
+    "iceberg.md": "tests/docs/test_iceberg_guide.py",
+    "registrar.md": "tests/docs/test_iceberg_guide.py",
+}
+
+#: Pages with shell blocks no test runs, and why. A usage synopsis (``[--json]``,
+#: ``NS.TABLE``) is ``text``, not shell: it is not a command a reader runs.
+SHELL_NOT_RUN = {
+    "performance.md": "`hatch run bench` is the benchmark suite itself (tests/bench runs its harness)",
+    "security.md": "a deployment's command line over the operator's secret files; "
+    "tests/security/cluster.py starts Query with the same variables",
+    "training.md": "`pip install 'lake-sdk[video]'` only; tests/packaging installs the SDK",
 }
 
 
@@ -94,10 +112,20 @@ def test_operations_snippet_runs_twice() -> None:
 
 
 def test_every_page_with_code_is_run() -> None:
-    # A new page with Python in it must join a test here, or name the test that runs it.
-    run_here = {"README.md", "quickstart.md", "files.md", "operations.md"}
+    # A new page with Python or shell in it must join a test, or say here why it is not run.
+    run_here = {"files.md", "operations.md"}
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     with_python = {p.name for p in pages if any(b.lang == "python" for b in blocks(p))}
-    assert with_python <= run_here | set(RUN_ELSEWHERE), with_python - run_here
+    runs_python = run_here | set(RUN_ELSEWHERE) | set(RUN_WHOLE)
+    assert with_python <= runs_python, with_python - runs_python
+    with_shell = {p.name for p in pages if shell_blocks(p)}
+    assert with_shell == set(RUN_WHOLE) | set(SHELL_NOT_RUN), with_shell ^ (
+        set(RUN_WHOLE) | set(SHELL_NOT_RUN)
+    )
+    assert not set(RUN_WHOLE) & set(SHELL_NOT_RUN)
     for page, test in RUN_ELSEWHERE.items():
         assert page in (ROOT / test).read_text(), f"{test} does not run docs/{page}"
+    for page, test in RUN_WHOLE.items():
+        source = (ROOT / test).read_text()
+        assert page in source, f"{test} does not run docs/{page}"
+        assert "DocRun(" in source, f"{test} does not run docs/{page} through DocRun"

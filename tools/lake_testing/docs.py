@@ -37,7 +37,7 @@ from pathlib import Path
 
 from tools.lake_testing.servers import LakeProcess, free_port, wait_healthy
 
-__all__ = ["Block", "DocRun", "blocks"]
+__all__ = ["Block", "DocRun", "blocks", "shell_blocks"]
 
 FENCE = re.compile(r"^```(\w*)([^\n]*)\n(.*?)^```", re.S | re.M)
 ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
