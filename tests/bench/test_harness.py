@@ -168,6 +168,27 @@ def test_alternate_rotates_the_order_each_round() -> None:
     assert len(quick["a"]) == len(quick["b"]) == 15
 
 
+def test_a_block_interleaves_the_sides_and_keeps_each_sides_median() -> None:
+    calls: list[str] = []
+    values = {"a": iter([9.0, 1.0, 2.0, 50.0, 3.0, 4.0]), "b": iter([7.0, 8.0, 6.0, 1.0, 1.0, 2.0])}
+
+    def side(name: str):  # type: ignore[no-untyped-def]
+        def run() -> float:
+            calls.append(name)
+            return next(values[name])
+
+        return run
+
+    samples = alternate({"a": side("a"), "b": side("b")}, pairs=2, warmup=0, block=3)
+    # Within a block the order still rotates call by call, so neither side always goes first.
+    assert calls == ["a", "b", "b", "a", "a", "b", "b", "a", "a", "b", "b", "a"]
+    # One sample per round: the median of the side's three values, so one outlier (50) is dropped.
+    assert samples["a"] == [2.0, 4.0]
+    assert samples["b"] == [7.0, 1.0]
+    with pytest.raises(ValueError, match="block"):
+        alternate({"a": lambda: 1.0}, pairs=1, block=0)
+
+
 def test_a_slow_warmup_does_not_decide_the_pair_count() -> None:
     # Clock readings: the warm-up round has two 5 s samples (cold caches), then 0.1 s ones.
     readings = [0.0, 5.0, 5.0, 10.0]
