@@ -97,7 +97,8 @@ async def _round_trip(store: StateStore) -> None:
     traced = {**PREVIOUS_VERSION, "job_id": new_id, "traceparent": TRACEPARENT}
     await store.write(JOBS, new_id, {**traced, "tracestate": TRACESTATE}, None)
     found = await jobs.get(old_id)
-    assert found is not None and found[0].traceparent is None
+    assert found is not None
+    assert found[0].traceparent is None
     found = await jobs.get(new_id)
     assert found is not None
     record, revision = found
