@@ -14,8 +14,11 @@ import time
 from collections.abc import Callable, Iterator
 
 import adbc_driver_flightsql.dbapi as flightsql
+import boto3
 import grpc
 import pytest
+from opentelemetry import trace
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
 
 import lake_sdk
 from lake_core.proto import flight_pb2
@@ -151,29 +154,71 @@ def test_adbc_submission_traceparent_reaches_the_worker_and_a_bad_one_is_ignored
     assert (fresh.name, fresh.parent_id) == (POLL, "")  # a root: nothing of the bad header
 
 
-def test_a_reclaimed_job_still_continues_the_submission_trace(
-    async_lake: AsyncLake, loaded: Callable[[int], None], receiver: OtlpReceiver
-) -> None:
-    worker = async_lake.add_query(_traced(receiver, CRASHING))
-    loaded(3000)
-    handle = _submit(
-        worker.addr, [("traceparent", TRACEPARENT), ("tracestate", "vendor=opaque-value")]
+def _s3_mode(request: pytest.FixtureRequest) -> dict[str, str]:
+    """Job state in DynamoDB (dynalite), results on S3 (SeaweedFS), as in test_s3_mode."""
+    s3_server = request.getfixturevalue("s3_server")
+    dynamodb_server = request.getfixturevalue("dynamodb_server")
+    return {
+        **s3_server.env(),
+        "AWS_ENDPOINT_URL_DYNAMODB": dynamodb_server.endpoint,
+        "AWS_REGION": "us-east-1",
+        "LAKE_S3_BUCKET": request.getfixturevalue("s3_bucket"),
+        "LAKE_ASYNC_DYNAMODB_TABLE": "async_traces_test",
+        "LAKE_ASYNC_RESULT_PREFIX": "results/async",
+    }
+
+
+def _dynamo_jobs(request: pytest.FixtureRequest) -> list[dict[str, object]]:
+    """Every job record in the DynamoDB state table, as stored."""
+    dynamo = boto3.client(
+        "dynamodb",
+        endpoint_url=request.getfixturevalue("dynamodb_server").endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="dynalite",
+        aws_secret_access_key="dynalite",
     )
+    items = dynamo.scan(TableName="async_traces_test")["Items"]
+    return [json.loads(i["doc"]["S"]) for i in items if i["pk"]["S"].startswith("job#")]
+
+
+@pytest.mark.parametrize(
+    "store", ["local", pytest.param("s3", marks=[pytest.mark.s3, pytest.mark.dynamodb])]
+)
+def test_a_reclaimed_job_still_continues_the_sdk_callers_trace(
+    async_lake: AsyncLake,
+    loaded: Callable[[int], None],
+    receiver: OtlpReceiver,
+    store: str,
+    request: pytest.FixtureRequest,
+) -> None:
+    mode = _s3_mode(request) if store == "s3" else {}
+    worker = async_lake.add_query(_traced(receiver, {**mode, **CRASHING}))
+    loaded(3000)
+    # The application's span (API only: no provider needed to propagate it).
+    app = SpanContext(
+        int(CLIENT_TRACE, 16),
+        int(CLIENT_SPAN, 16),
+        is_remote=False,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+        trace_state=TraceState([("vendor", "opaque-value")]),
+    )
+    with client(worker) as sdk, trace.use_span(NonRecordingSpan(app)):
+        handle = sdk.submit_async(SQL)
     assert worker.proc is not None
     assert worker.proc.wait(timeout=120) == 137  # SIGKILL-like exit after its first part
-    [job] = async_lake.jobs()
-    assert (job["state"], job["attempt"]) == ("running", 1)
-    trace_id, submission_span = _stored_parent(job)
-    assert trace_id == CLIENT_TRACE
-    assert job["tracestate"] == "vendor=opaque-value"
 
-    rescuer = async_lake.add_query(_traced(receiver, FAST_LEASE))
+    rescuer = async_lake.add_query(_traced(receiver, {**mode, **FAST_LEASE}))
     with client(rescuer) as sdk:
         assert wait_finished(sdk, handle).state == "done"
     spans = receiver.wait_for(lambda got: _attempt(got, CLIENT_TRACE, 2) is not None)
     run = _attempt(spans, CLIENT_TRACE, 2)
     assert run is not None
-    assert run.parent_id == submission_span  # the dead replica's submission span
-    [job] = async_lake.jobs()
+    [job] = async_lake.jobs() if store == "local" else _dynamo_jobs(request)
     assert (job["state"], job["attempt"]) == ("done", 2)
-    assert _stored_parent(job) == (CLIENT_TRACE, submission_span)
+    assert job["tracestate"] == "vendor=opaque-value"
+    # The parent is the dead replica's submission span, as the record names it.
+    assert _stored_parent(job) == (CLIENT_TRACE, run.parent_id)
+    # Whether or not the dead replica exported it, the submission span is the parent.
+    submission = [s for s in spans if s.span_id == run.parent_id]
+    assert all(s.name == POLL and s.trace_id == CLIENT_TRACE for s in submission)
+    assert run.parent_id not in ("", CLIENT_SPAN)
