@@ -2,7 +2,8 @@
 
 pyarrow's Flight client has no PollFlightInfo, so polls go over a plain gRPC
 channel to the same endpoint, with the same bearer token and TLS settings,
-asking for Lake's error codes. Result parts are then read with pyarrow's
+asking for Lake's error codes and carrying the caller's W3C trace context
+(the server keeps it with the job, so the worker's span joins the trace). Result parts are then read with pyarrow's
 DoGet like any interactive result, one endpoint after the other.
 
 An :class:`AsyncQueryHandle` holds only the sealed capability bytes the server
@@ -36,6 +37,7 @@ from lake_core.errors import (
     error_from_wire,
 )
 from lake_core.proto import flight_pb2, flight_sql_pb2
+from lake_core.telemetry.propagation import client_span
 from lake_sdk import frames
 from lake_sdk.results import QueryResult
 from lake_sdk.transport import Connection
@@ -51,6 +53,8 @@ SUBMIT_ATTEMPTS = 4
 AsyncState = Literal["pending", "running", "done", "cancelled", "failed"]
 _STATES = ("pending", "running", "done", "cancelled", "failed")
 _POLL = "/arrow.flight.protocol.FlightService/PollFlightInfo"
+#: OpenTelemetry database conventions (as the transport's): a closed operation name, never SQL.
+_DB = {"db.system.name": "lake"}
 
 
 @dataclass(frozen=True, repr=False)
@@ -202,13 +206,16 @@ class Jobs:
             request_serializer=flight_pb2.FlightDescriptor.SerializeToString,
             response_deserializer=flight_pb2.PollInfo.FromString,
         )
-        try:
-            info: flight_pb2.PollInfo = call(
-                descriptor, metadata=self._metadata(job_id), timeout=60
-            )
-        except grpc.RpcError as exc:
-            trailers = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
-            raise error_from_wire(exc.code(), exc.details() or "", trailers) from None
+        # Runs on the thread asyncio.to_thread started, with a copy of the caller's context.
+        operation = "submit" if job_id is not None else "poll"
+        with client_span(_POLL, {**_DB, "db.operation.name": operation}) as headers:
+            try:
+                info: flight_pb2.PollInfo = call(
+                    descriptor, metadata=[*self._metadata(job_id), *headers], timeout=60
+                )
+            except grpc.RpcError as exc:
+                trailers = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+                raise error_from_wire(exc.code(), exc.details() or "", trailers) from None
         return info
 
     async def _poll(

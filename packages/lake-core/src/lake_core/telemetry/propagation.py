@@ -1,13 +1,17 @@
 """W3C trace context across Lake's gRPC hops, with ``opentelemetry-api`` only.
 
 Clients put the current context in their call metadata (:func:`trace_headers`,
-inside :func:`client_span`); servers continue it (:func:`extract`). Without
+inside :func:`client_span`); servers continue it (:func:`extract`). Work
+that runs later in another process (async-query jobs) stores the two W3C
+strings with :func:`durable_context` and continues them with
+:func:`resumed_context`. Without
 an installed tracer provider every span is a no-op and, with no incoming
 ``traceparent``, nothing is added to any call: cheap when tracing is off.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
@@ -17,10 +21,15 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 __all__ = [
+    "MAX_TRACESTATE",
     "TRACE_HEADERS",
+    "checked_traceparent",
+    "checked_tracestate",
     "client_span",
     "current_ids",
+    "durable_context",
     "extract",
+    "resumed_context",
     "rpc_attributes",
     "trace_headers",
     "tracer",
@@ -30,6 +39,11 @@ __all__ = [
 TRACE_HEADERS = frozenset({"traceparent", "tracestate"})
 _PROPAGATOR = TraceContextTextMapPropagator()
 INSTRUMENTATION = "lake"
+#: ``traceparent`` as the propagator writes it (version 00): all a durable record may hold.
+_TRACEPARENT = re.compile(r"00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}")
+#: Longest ``tracestate`` kept in durable records: the size W3C asks every hop to carry.
+MAX_TRACESTATE = 512
+_TRACESTATE = re.compile(r"[\x20-\x7e]+")
 
 
 def tracer() -> trace.Tracer:
@@ -100,3 +114,45 @@ def current_ids() -> tuple[str, str] | None:
     if not ctx.is_valid:
         return None
     return format(ctx.trace_id, "032x"), format(ctx.span_id, "016x")
+
+
+def checked_traceparent(value: object) -> str | None:
+    """``value`` if it is a version-00 ``traceparent``, else None (a bad one is ignored)."""
+    if isinstance(value, str) and _TRACEPARENT.fullmatch(value):
+        return value
+    return None
+
+
+def checked_tracestate(value: object) -> str | None:
+    """``value`` if it is a printable ``tracestate`` of at most :data:`MAX_TRACESTATE`."""
+    if isinstance(value, str) and len(value) <= MAX_TRACESTATE and _TRACESTATE.fullmatch(value):
+        return value
+    return None
+
+
+def durable_context() -> tuple[str | None, str | None]:
+    """``(traceparent, tracestate)`` of the current span, to store with deferred work.
+
+    Only the two W3C strings, re-encoded by the propagator from a valid span
+    (never the caller's raw header) and bounded; ``(None, None)`` without one.
+    """
+    headers = dict(trace_headers())
+    parent = checked_traceparent(headers.get("traceparent"))
+    if parent is None:
+        return None, None
+    return parent, checked_tracestate(headers.get("tracestate"))
+
+
+def resumed_context(traceparent: str | None, tracestate: str | None) -> otel_context.Context | None:
+    """The remote parent a stored context names; None when absent or not valid."""
+    parent = checked_traceparent(traceparent)
+    if parent is None:
+        return None
+    carrier = {"traceparent": parent}
+    state = checked_tracestate(tracestate)
+    if state is not None:
+        carrier["tracestate"] = state
+    resumed = _PROPAGATOR.extract(carrier)
+    if not trace.get_current_span(resumed).get_span_context().is_valid:
+        return None  # e.g. an all-zero trace id: well-formed, but no context
+    return resumed

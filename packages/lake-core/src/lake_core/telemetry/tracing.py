@@ -3,28 +3,31 @@
 :func:`configure_tracing` installs the OpenTelemetry SDK provider with a
 bounded batch exporter when the variable is set, and nothing otherwise.
 :func:`server_span` is the SERVER span the RPC interceptor opens around
-every call, continuing the caller's W3C context.
+every call, continuing the caller's W3C context; :func:`resumed_span` is the
+span of deferred work (an async-query job) continuing a stored one.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from importlib import metadata as distributions
 from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind
+from opentelemetry.util.types import Attributes
 
-from lake_core.telemetry.propagation import extract, rpc_attributes, tracer
+from lake_core.telemetry.propagation import extract, resumed_context, rpc_attributes, tracer
 
 __all__ = [
     "OTLP_TRACES_ENDPOINT",
     "Tracing",
     "configure_tracing",
     "end_server_span",
+    "resumed_span",
     "server_span",
 ]
 
@@ -111,6 +114,29 @@ def end_server_span(started: tuple[Span, object] | None, code: Any) -> None:
     # Fails only for a generator finalized in another context; harmless.
     with contextlib.suppress(Exception):
         otel_context.detach(token)  # type: ignore[arg-type]
+
+
+@contextlib.contextmanager
+def resumed_span(
+    name: str, traceparent: str | None, tracestate: str | None, attributes: Attributes = None
+) -> Iterator[Span | None]:
+    """A CONSUMER span, child of a stored W3C context, active for the block.
+
+    A missing or invalid stored context starts a new trace (when tracing is
+    on); with tracing off and nothing stored it yields None and costs nothing.
+    """
+    parent = resumed_context(traceparent, tracestate)
+    if parent is None and not _on():
+        yield None
+        return
+    # An explicit empty context: never a child of whatever the caller's task holds.
+    with tracer().start_as_current_span(
+        name,
+        context=parent if parent is not None else otel_context.Context(),
+        kind=SpanKind.CONSUMER,
+        attributes=attributes,
+    ) as span:
+        yield span
 
 
 def _on() -> bool:

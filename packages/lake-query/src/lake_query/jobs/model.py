@@ -6,7 +6,9 @@ caller and the statement (principal, grants, SQL, parameters, the pinned
 snapshot) is in ``sealed``: a ticket sealed with the fleet's key ring under
 a job audience, opened only by a worker. The store sees a tenant *key* (a
 keyed digest) for quotas and fairness, never the tenant, the principal or
-the SQL, and never credentials or object bytes.
+the SQL, and never credentials or object bytes. The record may also hold the
+submission's W3C trace context (``traceparent``/``tracestate``: ids, no
+credentials), so the worker that runs the job continues the client's trace.
 
 The client holds a handle: another sealed ticket naming the job, bound to the
 submitting principal and tenant, redeemable on any replica.
@@ -21,10 +23,18 @@ import re
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+)
 
 from lake_core.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from lake_core.principal import Principal
+from lake_core.telemetry.propagation import checked_traceparent, checked_tracestate
 from lake_core.tickets import TicketSealer
 from lake_query.planning import QuerySpec
 
@@ -78,6 +88,28 @@ class JobRecord(BaseModel):
     manifest: str | None = None
     error_code: str | None = None
     error_message: str | None = None
+    #: The submission's W3C context; records of earlier versions have none.
+    traceparent: str | None = None
+    tracestate: str | None = None
+
+    @field_validator("traceparent", mode="before")
+    @classmethod
+    def _traceparent(cls, value: object) -> str | None:
+        return checked_traceparent(value)  # a bad stored value is dropped, never an error
+
+    @field_validator("tracestate", mode="before")
+    @classmethod
+    def _tracestate(cls, value: object) -> str | None:
+        return checked_tracestate(value)
+
+    @model_serializer(mode="wrap")
+    def _without_absent_trace(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # An untraced record is stored exactly as before (older replicas forbid extra keys).
+        data: dict[str, Any] = handler(self)
+        for key in ("traceparent", "tracestate"):
+            if data.get(key) is None:
+                data.pop(key, None)
+        return data
 
     @property
     def terminal(self) -> bool:

@@ -34,6 +34,7 @@ from lake_core.errors import (
 from lake_core.principal import Principal
 from lake_core.proto import flight_pb2 as pb
 from lake_core.schemas import schema_from_base64, schema_to_base64, schema_to_ipc
+from lake_core.telemetry.propagation import durable_context
 from lake_core.tickets import TicketSealer
 from lake_query.jobs.framing import checked_messages
 from lake_query.jobs.model import (
@@ -132,6 +133,8 @@ class AsyncQueries:
             max_result_bytes=ceiling,
         )
         now = time.time()
+        # The PollFlightInfo span's context (a child of the client's): the worker continues it.
+        traceparent, tracestate = durable_context()
         record = JobRecord(
             job_id=job_id,
             tenant_key=tenant,
@@ -140,6 +143,8 @@ class AsyncQueries:
             submitted_at=now,
             expires_at=now + RETENTION_SECS,
             max_result_bytes=ceiling,
+            traceparent=traceparent,
+            tracestate=tracestate,
         )
         # The slot first: a crash after it conservatively holds it until reconciled.
         await self._slots.reserve(tenant, job_id)

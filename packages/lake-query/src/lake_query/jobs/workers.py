@@ -26,11 +26,13 @@ from typing import Any
 
 import pyarrow as pa
 import structlog
+from opentelemetry import trace
 
 from lake_core import faults
 from lake_core.errors import DeadlineExceeded, Internal, LakeError, QueryCancelled
 from lake_core.principal import Principal
 from lake_core.schemas import schema_from_base64
+from lake_core.telemetry.tracing import resumed_span
 from lake_query.jobs.model import JobRecord, JobSeal, ResultManifest
 from lake_query.jobs.parts import write_parts
 from lake_query.jobs.quotas import ExecutionLease, TenantSlots
@@ -39,7 +41,7 @@ from lake_query.jobs.settings import AsyncSettings
 from lake_query.jobs.store import ACTIVE, JOBS, StateStore
 from lake_query.planning import QuerySpec
 
-__all__ = ["SCAN_PAGE", "Jobs", "WorkerPool"]
+__all__ = ["JOB_SPAN", "SCAN_PAGE", "Jobs", "WorkerPool"]
 
 log = structlog.get_logger("lake_query.jobs")
 
@@ -49,6 +51,8 @@ SCAN_PAGE = 64
 SCAN_INTERVAL_S = 0.25
 #: How often a replica deletes jobs past their retention.
 SWEEP_INTERVAL_S = 60.0
+#: The span of one attempt at running a job (no workload identity in name or attributes).
+JOB_SPAN = "lake.async_query.execute"
 
 Execute = Callable[[QuerySpec, Principal], Any]
 
@@ -264,11 +268,28 @@ class WorkerPool:
             attempt=claimed.attempt,
             reclaimed=record.state == "running",
         )
-        task = asyncio.get_running_loop().create_task(self._run(claimed, fleet_token))
+        task = asyncio.get_running_loop().create_task(self._traced(claimed, fleet_token))
         self._running[record.job_id] = (record.tenant_key, task)
         return True
 
     # Running one job.
+
+    async def _traced(self, record: JobRecord, fleet: str | None) -> None:
+        """:meth:`_run` inside the attempt's span, a child of the submission's context.
+
+        Parent-child, not a link, for every attempt, a reclaimed one included:
+        the attempt is caused by that one submission (not by the replica that
+        died), so its trace shows the submission and each attempt (numbered)
+        under it; a dead attempt's span is never exported, so there would be
+        nothing to link to anyway. Links suit work that batches many triggers.
+        """
+        attributes = {
+            "db.system.name": "lake",
+            "db.operation.name": "execute",
+            "lake.async.attempt": record.attempt,
+        }
+        with resumed_span(JOB_SPAN, record.traceparent, record.tracestate, attributes):
+            await self._run(record, fleet)
 
     def _lease_held(self, token: str) -> Callable[[JobRecord], JobRecord | None]:
         def renew(current: JobRecord) -> JobRecord | None:
@@ -400,6 +421,8 @@ class WorkerPool:
             return
         await self._jobs.store.remove(ACTIVE, record.job_id)
         await self._slots.release(record.tenant_key, record.job_id)
+        # The attempt's span (current in this task): the code is a closed set.
+        trace.get_current_span().set_status(trace.StatusCode.ERROR, error.code)
         log.info("async job failed", job=record.job_id, error_code=error.code)
 
     async def _settle_stopped(self, record: JobRecord, prefix: str) -> None:
