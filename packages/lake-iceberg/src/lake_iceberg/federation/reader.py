@@ -9,8 +9,8 @@ bounded: each file in flight holds at most :data:`BUFFERED_BATCHES` decoded
 batches plus the row group pyarrow is decoding.
 
 Only plain scans take this path (:func:`plain_columns`): Parquet files
-without delete files, primitive columns and no identity partition values
-to fill in. Columns are found in each file by Iceberg field id (a renamed
+without delete files, columns of the common primitive types and no
+identity partition values to fill in. Columns are found in each file by Iceberg field id (a renamed
 column reads by id), or in a file written without field ids by the table's
 name mapping, as the spec says; a column a file lacks (added later) reads
 as nulls; values are cast to the type the client was promised
@@ -31,7 +31,20 @@ from pyiceberg.manifest import FileFormat
 from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask
 from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.types import PrimitiveType
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    StringType,
+    TimestampType,
+    TimestamptzType,
+)
 
 __all__ = [
     "BUFFERED_BATCHES",
@@ -49,6 +62,21 @@ BUFFERED_BATCHES = 2
 #: pyarrow's read-coalescing buffer (pyiceberg's to_arrow uses the same).
 BUFFER_BYTES = 8 * 1024 * 1024
 _FIELD_ID = b"PARQUET:field_id"
+#: Iceberg types whose Parquet values pyarrow decodes to what iceberg-rust promises
+#: (others, such as uuid, fixed and time, keep iceberg-rust's scan).
+_DIRECT_TYPES = (
+    BooleanType,
+    IntegerType,
+    LongType,
+    FloatType,
+    DoubleType,
+    DecimalType,
+    DateType,
+    StringType,
+    BinaryType,
+    TimestampType,
+    TimestamptzType,
+)
 
 
 class DataFileError(Exception):
@@ -70,7 +98,7 @@ def plain_columns(
             field = schema.find_field(name)
         except ValueError:
             return None
-        if not isinstance(field.field_type, PrimitiveType):
+        if not isinstance(field.field_type, _DIRECT_TYPES):
             return None
         ids.append(field.field_id)
     specs = metadata.specs()
@@ -78,7 +106,7 @@ def plain_columns(
         if task.delete_files or task.file.file_format != FileFormat.PARQUET:
             return None
         spec = specs.get(task.file.spec_id)
-        if spec is None or any(str(f.transform) == "identity" for f in spec.fields):
+        if spec is None or any(isinstance(f.transform, IdentityTransform) for f in spec.fields):
             return None  # identity values may live only in the manifest, not the file
     return ids
 
@@ -88,7 +116,12 @@ def name_mapping(metadata: TableMetadata) -> dict[str, int]:
     mapping = metadata.name_mapping()
     if mapping is None:
         return {}
-    return {name: field.field_id for field in mapping.root for name in field.names}
+    return {
+        name: field.field_id
+        for field in mapping.root
+        if field.field_id is not None
+        for name in field.names
+    }
 
 
 def read_files(
@@ -194,7 +227,10 @@ def _conform(
             columns.append(pa.nulls(rows, field.type))
             continue
         column = batch.column(position)
-        columns.append(column if column.type == field.type else column.cast(field.type))
+        if column.type != field.type:
+            # Nanosecond (or INT96) timestamps truncate to microseconds, as pyiceberg reads them.
+            column = column.cast(field.type, safe=not pa.types.is_timestamp(field.type))
+        columns.append(column)
     return pa.RecordBatch.from_arrays(columns, schema=schema)
 
 
