@@ -6,7 +6,7 @@ iceberg-rust's DataFusion provider decodes one data file at a time in
 pre-buffered (coalesced) range reads and :data:`READAHEAD_FILES` files in
 flight reads the same files ~1.5x faster than ``to_arrow``. Memory stays
 bounded: each file in flight holds at most :data:`BUFFERED_BATCHES` decoded
-batches plus the row group pyarrow is decoding.
+batches plus the one row group pyarrow is fetching and decoding.
 
 Only plain scans take this path (:func:`plain_columns`): Parquet files
 without delete files, columns of the common primitive types and no
@@ -195,8 +195,13 @@ def _file_batches(
                         yield _conform(None, min(batch_rows, rows - offset), field_ids, {}, schema)
                 return
             positions = {fid: n for n, fid in enumerate(i for i in field_ids if i in by_id)}
-            for batch in parquet.iter_batches(batch_size=batch_rows, columns=present):
-                yield _conform(batch, batch.num_rows, field_ids, positions, schema)
+            # One row group at a time: pre-buffering then holds one group's columns,
+            # never a whole (possibly huge) file.
+            for group in range(parquet.num_row_groups):
+                for batch in parquet.iter_batches(
+                    batch_size=batch_rows, row_groups=[group], columns=present
+                ):
+                    yield _conform(batch, batch.num_rows, field_ids, positions, schema)
     except (OSError, pa.ArrowException, ValueError) as exc:
         raise DataFileError(path, exc) from None
 
