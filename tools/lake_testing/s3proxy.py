@@ -7,7 +7,9 @@ rewrite the upstream's real response:
 - ``"bad_content_range"``: a 206's Content-Range names other bytes;
 - ``"ignore_range"``: a 206 becomes a 200 without Content-Range, as from a
   proxy that dropped the Range header;
-- ``"redirect"``: every answer is a 302 to another location.
+- ``"redirect"``: every answer is a 302 to another location;
+- ``"unavailable"``: every answer is S3's 503 ServiceUnavailable (an
+  outage), without asking the upstream.
 
 Runs its own event loop on a thread; ``stop()`` closes it.
 """
@@ -26,6 +28,10 @@ from tools.lake_testing.servers import free_port
 
 __all__ = ["S3Proxy"]
 
+_UNAVAILABLE = (
+    b'<?xml version="1.0" encoding="UTF-8"?><Error><Code>ServiceUnavailable</Code>'
+    b"<Message>Service is unable to handle request.</Message></Error>"
+)
 _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade"}
 
 
@@ -70,6 +76,8 @@ class S3Proxy:
         self.requests[request.method] += 1
         if self.fault == "redirect":
             raise web.HTTPFound("http://127.0.0.1:9/elsewhere")
+        if self.fault == "unavailable":
+            return web.Response(status=503, body=_UNAVAILABLE, content_type="application/xml")
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         body = await request.read()
         async with self._session.request(

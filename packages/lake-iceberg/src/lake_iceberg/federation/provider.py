@@ -18,14 +18,20 @@ same :class:`~lake_core.errors.TableNotFound`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
-from lake_core.errors import ConfigError, TableNotFound, Unavailable, VersionReclaimed
+from lake_core.errors import (
+    ConfigError,
+    LakeError,
+    TableNotFound,
+    Unavailable,
+    VersionReclaimed,
+)
 from lake_iceberg.federation.cache import SnapshotCache
 from lake_iceberg.federation.config import FederationConfig
 from lake_iceberg.federation.counters import CounterSwitch, FederationCounters
@@ -60,6 +66,16 @@ class IcebergTable:
             schema: pa.Schema = schema_to_pyarrow(self._pinned.schema, include_field_ids=False)
             row_filter = to_iceberg_filter(filters, schema)
         return self._pinned.provider(row_filter)
+
+    def batches(self, schema: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatch] | None:
+        """The columns ``schema`` names, every row, read without DataFusion; None: not plain."""
+        if self._pinned is None:
+            raise TableNotFound(f"{CATALOG}.{self.namespace}.{self.table}")
+        return self._pinned.batches(schema, batch_rows)
+
+    def scan_failure(self, error: BaseException) -> LakeError | None:
+        """DataCorrupted or Unavailable when ``error`` was a storage fault, else None."""
+        return None if self._pinned is None else self._pinned.scan_failure(error)
 
 
 class IcebergFederation:

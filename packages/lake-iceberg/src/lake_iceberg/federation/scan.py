@@ -11,9 +11,17 @@ as pyiceberg's own planner selects them (manifest partition summaries, then
 per-file column bounds). DataFusion applies the whole filter to the rows
 read, so pruning can only skip files that hold no matching row.
 
+A plain projection (no filter, no LIMIT) skips iceberg-rust: :meth:`PinnedSnapshot.batches`
+reads the data files with pyarrow, several at once (:mod:`~lake_iceberg.federation.reader`).
+
 Data files and original manifests are read directly from object storage
 with Query's own storage identity; the local copies are small metadata
 files in a bounded directory of this replica (:class:`PinFiles`).
+
+A failed scan is classified by :meth:`PinnedSnapshot.scan_failure`, from
+the exception's type and a probe of the snapshot's files, never its text:
+a missing or undecodable data file is DataCorrupted, unreachable storage
+Unavailable.
 """
 
 from __future__ import annotations
@@ -24,12 +32,14 @@ import shutil
 import tempfile
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyiceberg.expressions import AlwaysTrue, BooleanExpression
-from pyiceberg.io import load_file_io
+from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.manifest import (
     DataFile,
@@ -38,13 +48,18 @@ from pyiceberg.manifest import (
     write_manifest,
     write_manifest_list,
 )
-from pyiceberg.table import DataScan
+from pyiceberg.table import DataScan, FileScanTask
 from pyiceberg.table.metadata import TableMetadata
+
+from lake_core.errors import DataCorrupted, LakeError, Unavailable
+from lake_iceberg.federation.reader import DataFileError, name_mapping, plain_columns, read_files
 
 __all__ = ["PinFiles", "PinnedSnapshot"]
 
 #: Pinned copies kept per replica (each a few small files).
 PIN_DIRECTORIES = 512
+#: Concurrent existence checks when a failed scan is probed.
+PROBE_THREADS = 8
 
 
 class PinFiles:
@@ -108,6 +123,8 @@ class PinnedSnapshot:
         # None: a table without any snapshot yet (it reads as empty).
         self._snapshot = None if snapshot_id is None else metadata.snapshot_by_id(snapshot_id)
         assert snapshot_id is None or self._snapshot is not None, "the caller checked it exists"
+        #: The data files this statement scans, once planned (what a failure probes).
+        self._scanned: list[FileScanTask] | None = None
 
     def __repr__(self) -> str:
         return f"PinnedSnapshot(iceberg.{self.namespace}.{self.table}@{self.snapshot_id})"
@@ -169,15 +186,8 @@ class PinnedSnapshot:
         self, directory: Path, row_filter: BooleanExpression | None
     ) -> str | None:
         """A local manifest list of the data files that may match; None to scan unpruned."""
-        io = load_file_io(self._file_io, self._location)
-        scan = DataScan(
-            self.metadata,
-            io,
-            row_filter=row_filter if row_filter is not None else AlwaysTrue(),
-            snapshot_id=self.snapshot_id,
-        )
         assert self.snapshot_id is not None
-        tasks = list(scan.plan_files())
+        tasks = self._tasks(row_filter)
         if any(task.delete_files for task in tasks):
             return None  # deletes need their sequence numbers: keep the original manifests
         by_spec: dict[int, list[DataFile]] = {}
@@ -215,3 +225,86 @@ class PinnedSnapshot:
         ) as manifest_list:
             manifest_list.add_manifests(manifests)
         return path
+
+    # -- direct reads and failures --------------------------------------------
+
+    def batches(self, schema: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatch] | None:
+        """Every row of the columns ``schema`` names, read by pyarrow; None: not a plain scan.
+
+        Plans the data files now (manifest reads); the files are read as the
+        iterator is consumed, :data:`~lake_iceberg.federation.reader.READAHEAD_FILES`
+        at a time.
+        """
+        if self._snapshot is None:
+            return iter(())
+        tasks = self._tasks(None)
+        field_ids = plain_columns(self.metadata, self.schema, schema.names, tasks)
+        if field_ids is None:
+            return None
+        return read_files(
+            self._io(), tasks, field_ids, schema, batch_rows, mapping=name_mapping(self.metadata)
+        )
+
+    def scan_failure(self, error: BaseException) -> LakeError | None:
+        """The storage fault behind a failed scan of this snapshot, or None if storage is whole.
+
+        Decided by type (the reader's :class:`DataFileError` carries pyarrow's
+        exception) and by probing the scanned files, never by message text.
+        """
+        if isinstance(error, LakeError) or self._snapshot is None:
+            return None
+        if isinstance(error, DataFileError):
+            paths = [error.path]
+        else:
+            try:
+                paths = [task.file.file_path for task in (self._scanned or self._tasks(None))]
+            except LakeError as typed:
+                return typed
+        try:
+            missing = self._missing(paths)
+        except OSError:
+            return self.unreachable()
+        if missing:
+            return self.corrupted()
+        if isinstance(error, DataFileError):
+            # The file is there: an I/O fault is transient, anything else undecodable.
+            return self.unreachable() if isinstance(error.cause, OSError) else self.corrupted()
+        return None
+
+    def corrupted(self) -> DataCorrupted:
+        return DataCorrupted(
+            f"iceberg.{self.namespace}.{self.table} snapshot {self.snapshot_id}: a data file "
+            "of this snapshot is missing or unreadable in the Iceberg table's storage"
+        )
+
+    def unreachable(self) -> Unavailable:
+        return Unavailable(
+            f"iceberg.{self.namespace}.{self.table}: the Iceberg table's storage is "
+            "unreachable right now; retry"
+        )
+
+    def _io(self) -> FileIO:
+        return load_file_io(self._file_io, self._location)
+
+    def _tasks(self, row_filter: BooleanExpression | None) -> list[FileScanTask]:
+        """The snapshot's data files that may match ``row_filter`` (manifest reads)."""
+        scan = DataScan(
+            self.metadata,
+            self._io(),
+            row_filter=row_filter if row_filter is not None else AlwaysTrue(),
+            snapshot_id=self.snapshot_id,
+        )
+        try:
+            tasks = list(scan.plan_files())
+        except FileNotFoundError:  # a manifest of a retained snapshot is gone
+            raise self.corrupted() from None
+        except OSError:
+            raise self.unreachable() from None
+        self._scanned = tasks
+        return tasks
+
+    def _missing(self, paths: Sequence[str]) -> bool:
+        """Whether any of ``paths`` is gone (OSError: storage unreachable)."""
+        io = self._io()
+        with ThreadPoolExecutor(min(PROBE_THREADS, max(1, len(paths)))) as pool:
+            return not all(pool.map(lambda path: io.new_input(path).exists(), paths))

@@ -27,7 +27,14 @@ from lake_query.planning.pushdown import to_lance_filter
 from lake_query.planning.spec import QuerySpec
 from lake_query.results import TARGET_BATCH_BYTES
 
-__all__ = ["DirectPlans", "DirectScan", "direct_plan", "scan_directly"]
+__all__ = [
+    "DirectPlans",
+    "DirectScan",
+    "batch_rows_for",
+    "direct_plan",
+    "plain_projection",
+    "scan_directly",
+]
 
 
 @dataclass(frozen=True)
@@ -58,9 +65,25 @@ def direct_plan(df: Any, datasets: list[Any], schema: pa.Schema) -> DirectScan |
         row_filter = to_lance_filter([predicate], datasets[0].schema)
         if row_filter is None:
             return None
+    return DirectScan(columns, row_filter, batch_rows_for(schema), schema)
+
+
+def batch_rows_for(schema: pa.Schema) -> int:
+    """Rows per scanned batch so one batch is about a Flight message."""
     row_bytes = sum(_estimated_width(field.type) for field in schema) or 1
-    rows = max(1024, min(1 << 20, int(TARGET_BATCH_BYTES * 1.75) // row_bytes))
-    return DirectScan(columns, row_filter, rows, schema)
+    return max(1024, min(1 << 20, int(TARGET_BATCH_BYTES * 1.75) // row_bytes))
+
+
+def plain_projection(df: Any, schema: pa.Schema) -> bool:
+    """Whether ``df`` is exactly ``schema``'s columns of one table: no filter, no LIMIT."""
+    try:
+        shape = _scan_shape(df)
+    except Exception:  # a plan node the bindings cannot convert: not a plain scan
+        return False
+    if shape is None or shape[1] is not None:
+        return False
+    columns = shape[0]
+    return columns == schema.names and len(set(columns)) == len(columns)
 
 
 def _scan_shape(df: Any) -> tuple[list[str], Any] | None:

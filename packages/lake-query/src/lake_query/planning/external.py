@@ -13,7 +13,12 @@ Per request, :class:`ExternalTables` resolves ``<catalog>.<ns>.<table>``:
 - planning asks the plug-in for its current snapshot (one exact lookup) and
   records an :class:`~lake_query.planning.spec.ExternalPin`;
 - execution asks for exactly the pinned snapshot (a fresh load), and passes
-  the plan's filters above each scan so the plug-in can prune data files.
+  the plan's filters above each scan so the plug-in can prune data files;
+  a plain projection of one external table may be read by the plug-in
+  itself (:meth:`ExternalTables.direct`), without DataFusion;
+- a failure while the query runs is offered to each table's plug-in
+  (:meth:`ExternalTables.scan_failure`): a storage fault is never the
+  caller's mistake, so it comes back typed (DataCorrupted, Unavailable).
 
 Listings never show external tables: the DataFusion catalog names no schemas
 and no tables.
@@ -22,10 +27,11 @@ and no tables.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Protocol
 
+import pyarrow as pa
 from datafusion import SessionContext
 from datafusion.catalog import CatalogProvider, SchemaProvider, Table
 from datafusion.expr import Filter, TableScan
@@ -35,7 +41,7 @@ from lake_core.config import (
     ICEBERG_REST_ENDPOINT,
     ICEBERG_WAREHOUSE,
 )
-from lake_core.errors import ConfigError, InvalidArgument, TableNotFound
+from lake_core.errors import ConfigError, InvalidArgument, LakeError, TableNotFound
 from lake_core.names import TableRef
 from lake_core.principal import Principal
 from lake_query.planning.spec import ExternalPin
@@ -64,6 +70,12 @@ class ExternalTable(Protocol):
 
     def provider(self, filters: Sequence[Any] = ()) -> Any:
         """A DataFusion table provider; ``filters`` are DataFusion exprs above its scan."""
+
+    def batches(self, schema: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatch] | None:
+        """Every row of the columns ``schema`` names, read by the plug-in; None: use provider()."""
+
+    def scan_failure(self, error: BaseException) -> LakeError | None:
+        """The typed storage fault (DataCorrupted, Unavailable) behind ``error``, else None."""
 
 
 class ExternalCatalog(Protocol):
@@ -123,6 +135,9 @@ class ExternalTables:
             None if pins is None else {(str(p.catalog), p.namespace, p.table): p for p in pins}
         )
         self._tables: dict[Key, ExternalTable] = {}
+        #: The Lake error a table lookup raised inside DataFusion's planning (which
+        #: keeps only its text): the planner raises this one instead.
+        self.error: LakeError | None = None
         #: Filters above each table's scan (execution), for the plug-in to prune by.
         self.filters: dict[Key, list[Any]] = {}
         self._lock = threading.Lock()
@@ -136,12 +151,32 @@ class ExternalTables:
 
     def table(self, catalog: str, namespace: str, name: str) -> Table:
         key = (catalog, namespace, name)
+        try:
+            with self._lock:
+                found = self._tables.get(key)
+                if found is None:
+                    found = self._resolve(key)
+                    self._tables[key] = found
+            return Table(found.provider(self.filters.get(key, ())))
+        except LakeError as exc:
+            self.error = self.error or exc
+            raise
+
+    def direct(self, schema: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatch] | None:
+        """The rows of a plain projection of this request's only external table, or None."""
         with self._lock:
-            found = self._tables.get(key)
-            if found is None:
-                found = self._resolve(key)
-                self._tables[key] = found
-        return Table(found.provider(self.filters.get(key, ())))
+            tables = list(self._tables.values())
+        return tables[0].batches(schema, batch_rows) if len(tables) == 1 else None
+
+    def scan_failure(self, error: BaseException) -> LakeError | None:
+        """The first typed storage fault a table's plug-in finds behind ``error``."""
+        with self._lock:
+            tables = list(self._tables.values())
+        for table in tables:
+            found = table.scan_failure(error)
+            if found is not None:
+                return found
+        return None
 
     def _resolve(self, key: Key) -> ExternalTable:
         catalog, namespace, name = key

@@ -29,7 +29,13 @@ from lake_query.planning.catalog import (
     conflicting_metadata,
     session,
 )
-from lake_query.planning.direct import DirectPlans, direct_plan, scan_directly
+from lake_query.planning.direct import (
+    DirectPlans,
+    batch_rows_for,
+    direct_plan,
+    plain_projection,
+    scan_directly,
+)
 from lake_query.planning.external import ExternalCatalog, ExternalTables, scan_filters
 from lake_query.planning.functions import FunctionBudget
 from lake_query.planning.limits import QueryLimits, SqlShape
@@ -213,8 +219,18 @@ class Planner:
         binder = PinnedBinder(principal, self._datasets, spec.pins)
         datasets = binder.open_all(spec.pins)  # authorizes every table
         budget = FunctionBudget(self.limits.max_function_output_bytes)
-        external = self._pinned_external(spec, principal, binder, budget, shape.bounded_functions)
-        on_error = self._execution_errors(binder, budget)
+        external, plain = self._pinned_external(
+            spec, principal, binder, budget, shape.bounded_functions
+        )
+        on_error = self._execution_errors(binder, budget, external)
+        if external is not None and plain is not None and not datasets:
+            # A plain projection of one external table: the plug-in reads it (no DataFusion).
+            try:
+                rows = external.direct(plain, batch_rows_for(plain))
+            except Exception as exc:
+                raise on_error(exc) from None
+            if rows is not None:
+                return ResultStream(plain, coalesce_batches(rows, plain), on_error=on_error)
         known = self._direct.recall(spec)
         if known is not None and len(datasets) == 1 and external is None:
             batches = scan_directly(datasets[0], known, on_error)
@@ -251,20 +267,29 @@ class Planner:
         binder: Binder,
         budget: FunctionBudget,
         functions: frozenset[str],
-    ) -> ExternalTables | None:
+    ) -> tuple[ExternalTables | None, pa.Schema | None]:
         """The ticket's external tables, loaded at their exact snapshots, with scan filters.
 
         A first, metadata-only plan finds the filter above each external scan,
-        so the plug-in can prune data files for the plan that runs.
+        so the plug-in can prune data files for the plan that runs. Also
+        returns the result schema when the statement is a plain projection
+        of one table (no filter, no LIMIT), which the plug-in may read itself.
         """
         if not spec.external:
-            return None
+            return None, None
         external = ExternalTables(principal, self.external, spec.external)
         ctx = session(binder, budget, functions=functions, external=external)
-        df = _plan(ctx, spec, self.limits)
+        try:
+            df = _plan(ctx, spec, self.limits)
+        except Exception:
+            if external.error is not None:
+                raise external.error.with_traceback(None) from None
+            raise
         external.filters = scan_filters(df, self.external)
+        schema = _result_schema(df)
+        plain = schema if len(spec.external) == 1 and plain_projection(df, schema) else None
         del ctx, df
-        return external
+        return external, plain
 
     def execute_partition(
         self, spec: QuerySpec, fragment_ids: list[int], principal: Principal
@@ -322,12 +347,13 @@ class Planner:
         return ResultStream(schema, coalesce_batches(reader, schema), ctx, on_error, reservation)
 
     def _execution_errors(
-        self, binder: Binder, budget: FunctionBudget
+        self, binder: Binder, budget: FunctionBudget, external: ExternalTables | None = None
     ) -> Callable[[BaseException], Exception]:
         """How a failure while the query runs becomes a Lake error.
 
         From what Lake itself recorded (a refused function output) and asked
-        (the storage probe), before DataFusion's own message is used.
+        (the storage probes: native pins, then each external table's plug-in),
+        before DataFusion's own message is used.
         """
 
         def classify(exc: BaseException) -> Exception:
@@ -337,6 +363,8 @@ class Planner:
             if refused is not None:
                 return refused
             storage = self._datasets.scan_failure(binder.opened_pins())
+            if storage is None and external is not None:
+                storage = external.scan_failure(exc)
             return storage if storage is not None else sql_error(exc)
 
         return classify

@@ -1,0 +1,288 @@
+"""A pinned snapshot's data files read straight into Arrow, a few files at once.
+
+iceberg-rust's DataFusion provider decodes one data file at a time in
+1024-row batches: a full scan measured 1.3-1.5x slower than pyiceberg's
+``to_arrow``, before Lake's Flight transfer. pyarrow's Parquet reader with
+pre-buffered (coalesced) range reads and :data:`READAHEAD_FILES` files in
+flight reads the same files ~1.5x faster than ``to_arrow``. Memory stays
+bounded: each file in flight holds at most :data:`BUFFERED_BATCHES` decoded
+batches plus the one row group pyarrow is fetching and decoding.
+
+Only plain scans take this path (:func:`plain_columns`): Parquet files
+without delete files, columns of the common primitive types and no
+identity partition values to fill in. Columns are found in each file by Iceberg field id (a renamed
+column reads by id), or in a file written without field ids by the table's
+name mapping, as the spec says; a column a file lacks (added later) reads
+as nulls; values are cast to the type the client was promised
+(Iceberg's promotions: int to long, float to double, wider decimals).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from pyiceberg.io import FileIO
+from pyiceberg.manifest import FileFormat
+from pyiceberg.schema import Schema
+from pyiceberg.table import FileScanTask
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import (
+    BinaryType,
+    BooleanType,
+    DateType,
+    DecimalType,
+    DoubleType,
+    FloatType,
+    IntegerType,
+    LongType,
+    StringType,
+    TimestampType,
+    TimestamptzType,
+)
+
+__all__ = [
+    "BUFFERED_BATCHES",
+    "READAHEAD_FILES",
+    "DataFileError",
+    "name_mapping",
+    "plain_columns",
+    "read_files",
+]
+
+#: Data files read concurrently ahead of the one being streamed.
+READAHEAD_FILES = 4
+#: Decoded batches a file in flight may hold before its reader waits.
+BUFFERED_BATCHES = 2
+#: pyarrow's read-coalescing buffer (pyiceberg's to_arrow uses the same).
+BUFFER_BYTES = 8 * 1024 * 1024
+_FIELD_ID = b"PARQUET:field_id"
+#: Iceberg types whose Parquet values pyarrow decodes to what iceberg-rust promises
+#: (others, such as uuid, fixed and time, keep iceberg-rust's scan).
+_DIRECT_TYPES = (
+    BooleanType,
+    IntegerType,
+    LongType,
+    FloatType,
+    DoubleType,
+    DecimalType,
+    DateType,
+    StringType,
+    BinaryType,
+    TimestampType,
+    TimestamptzType,
+)
+
+
+class DataFileError(Exception):
+    """Reading one data file failed; ``cause`` is pyarrow's own exception (typed)."""
+
+    def __init__(self, path: str, cause: BaseException) -> None:
+        super().__init__(type(cause).__name__)
+        self.path = path
+        self.cause = cause
+
+
+def plain_columns(
+    metadata: TableMetadata, schema: Schema, names: Sequence[str], tasks: Sequence[FileScanTask]
+) -> list[int] | None:
+    """The field ids of ``names`` when every task can be read directly, else None."""
+    ids = []
+    for name in names:
+        try:
+            field = schema.find_field(name)
+        except ValueError:
+            return None
+        if not isinstance(field.field_type, _DIRECT_TYPES):
+            return None
+        ids.append(field.field_id)
+    specs = metadata.specs()
+    for task in tasks:
+        if task.delete_files or task.file.file_format != FileFormat.PARQUET:
+            return None
+        spec = specs.get(task.file.spec_id)
+        if spec is None or any(isinstance(f.transform, IdentityTransform) for f in spec.fields):
+            return None  # identity values may live only in the manifest, not the file
+    return ids
+
+
+def name_mapping(metadata: TableMetadata) -> dict[str, int]:
+    """Top-level column names to field ids, for files written without field ids."""
+    mapping = metadata.name_mapping()
+    if mapping is None:
+        return {}
+    return {
+        name: field.field_id
+        for field in mapping.root
+        if field.field_id is not None
+        for name in field.names
+    }
+
+
+def read_files(
+    io: FileIO,
+    tasks: Sequence[FileScanTask],
+    field_ids: Sequence[int],
+    schema: pa.Schema,
+    batch_rows: int,
+    *,
+    mapping: Mapping[str, int] | None = None,
+    readahead: int = READAHEAD_FILES,
+) -> Iterator[pa.RecordBatch]:
+    """Every row of ``tasks`` as ``schema`` (its fields are ``field_ids``), file by file.
+
+    ``mapping``: the table's name mapping (:func:`name_mapping`). Closing the
+    iterator stops the readers at their next batch.
+    """
+    names = dict(mapping or {})
+    if not tasks:
+        return
+    pool = ThreadPoolExecutor(max(1, readahead), thread_name_prefix="lake-iceberg-read")
+    flight: deque[_Buffer] = deque()
+    pending = iter(tasks)
+
+    def submit() -> None:
+        task = next(pending, None)
+        if task is not None:
+            buffer = _Buffer(BUFFERED_BATCHES)
+            path = task.file.file_path
+            pool.submit(
+                buffer.fill,
+                lambda: _file_batches(io, path, field_ids, schema, batch_rows, names),
+            )
+            flight.append(buffer)
+
+    try:
+        for _ in range(max(1, readahead)):
+            submit()
+        while flight:
+            buffer = flight.popleft()
+            try:
+                yield from buffer.drain()
+            finally:
+                buffer.close()
+            submit()
+    finally:
+        for buffer in flight:
+            buffer.close()
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _file_batches(
+    io: FileIO,
+    path: str,
+    field_ids: Sequence[int],
+    schema: pa.Schema,
+    batch_rows: int,
+    mapping: Mapping[str, int],
+) -> Iterator[pa.RecordBatch]:
+    try:
+        with io.new_input(path).open() as stream:
+            parquet = pq.ParquetFile(stream, pre_buffer=True, buffer_size=BUFFER_BYTES)
+            by_id = _columns_by_field_id(parquet.schema_arrow, mapping)
+            present = [by_id[i] for i in field_ids if i in by_id]
+            if parquet.metadata.num_rows == 0:
+                return
+            if not present:  # only columns this file predates: count its rows
+                for group in range(parquet.num_row_groups):
+                    rows = parquet.metadata.row_group(group).num_rows
+                    for offset in range(0, rows, batch_rows):
+                        yield _conform(None, min(batch_rows, rows - offset), field_ids, {}, schema)
+                return
+            positions = {fid: n for n, fid in enumerate(i for i in field_ids if i in by_id)}
+            # One row group at a time: pre-buffering then holds one group's columns,
+            # never a whole (possibly huge) file.
+            for group in range(parquet.num_row_groups):
+                for batch in parquet.iter_batches(
+                    batch_size=batch_rows, row_groups=[group], columns=present
+                ):
+                    yield _conform(batch, batch.num_rows, field_ids, positions, schema)
+    except (OSError, pa.ArrowException, ValueError) as exc:
+        raise DataFileError(path, exc) from None
+
+
+def _columns_by_field_id(file_schema: pa.Schema, mapping: Mapping[str, int]) -> dict[int, str]:
+    found = {}
+    for field in file_schema:
+        raw = (field.metadata or {}).get(_FIELD_ID)
+        if raw is not None:
+            found[int(raw)] = field.name
+    if found:
+        return found
+    # Written without field ids: the table's name mapping assigns them.
+    return {mapping[f.name]: f.name for f in file_schema if f.name in mapping}
+
+
+def _conform(
+    batch: pa.RecordBatch | None,
+    rows: int,
+    field_ids: Sequence[int],
+    positions: dict[int, int],
+    schema: pa.Schema,
+) -> pa.RecordBatch:
+    columns = []
+    for field_id, field in zip(field_ids, schema, strict=True):
+        position = positions.get(field_id)
+        if batch is None or position is None:
+            columns.append(pa.nulls(rows, field.type))
+            continue
+        column = batch.column(position)
+        if column.type != field.type:
+            # Nanosecond (or INT96) timestamps truncate to microseconds, as pyiceberg reads them.
+            column = column.cast(field.type, safe=not pa.types.is_timestamp(field.type))
+        columns.append(column)
+    return pa.RecordBatch.from_arrays(columns, schema=schema)
+
+
+class _Buffer:
+    """The decoded batches of one file in flight, at most ``capacity`` at a time."""
+
+    def __init__(self, capacity: int) -> None:
+        self._capacity = capacity
+        self._items: deque[pa.RecordBatch] = deque()
+        self._done = False
+        self._closed = False
+        self._error: BaseException | None = None
+        self._cond = threading.Condition()
+
+    def fill(self, batches: Callable[[], Iterator[pa.RecordBatch]]) -> None:
+        """Run on a reader thread: decode into the buffer until done, failed or closed."""
+        try:
+            for batch in batches():
+                with self._cond:
+                    self._cond.wait_for(lambda: self._closed or len(self._items) < self._capacity)
+                    if self._closed:
+                        return
+                    self._items.append(batch)
+                    self._cond.notify_all()
+        except BaseException as exc:
+            with self._cond:
+                self._error = exc
+        finally:
+            with self._cond:
+                self._done = True
+                self._cond.notify_all()
+
+    def drain(self) -> Iterator[pa.RecordBatch]:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._items) or self._done)
+                if self._items:
+                    batch = self._items.popleft()
+                    self._cond.notify_all()
+                elif self._error is not None:
+                    raise self._error
+                else:
+                    return
+            yield batch
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._items.clear()
+            self._cond.notify_all()
