@@ -1,12 +1,11 @@
 """Fixtures for the training-data tests.
 
-A 2-million-row, multi-fragment table behind two Query replicas (built once);
+A 400,000-row, 40-fragment table behind two Query replicas (built once);
 the local and S3 stages of the file tests live in open_file_support.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -14,10 +13,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from lake_core import protocol
-from lake_core.config import COMPACTION, MANAGED_OBJECT_ROOT, QUERY_TICKET_KEYS_FILE
-from lake_core.ids import new_operation_id
-from lake_core.metaclient import MetaClient
+from lake_core.config import (
+    COMPACTION,
+    MANAGED_OBJECT_ROOT,
+    QUERY_MIN_ENDPOINT_ROWS,
+    QUERY_TICKET_KEYS_FILE,
+)
 from lake_core.names import TableRef
 from tests.training.open_file_support import (  # noqa: F401 (fixtures)
     _local_stage_servers,
@@ -25,12 +26,17 @@ from tests.training.open_file_support import (  # noqa: F401 (fixtures)
     local_stage,
     s3_stage,
 )
+from tools.lake_testing.data import bulk_load
 from tools.lake_testing.plugin import LakeCluster, write_ticket_keys
 from tools.lake_testing.servers import start_meta
 
 SAMPLES = TableRef("training", "samples")
 SAMPLES_SCHEMA = pa.schema([("id", pa.int64()), ("value", pa.float64()), ("label", pa.int32())])
-SAMPLE_ROWS = 2_000_000
+#: Enough rows for many fragments and several endpoints; the size itself is not under test.
+SAMPLE_ROWS = 400_000
+#: Rows per endpoint at the least, scaled with the table so a plain scan splits into
+#: 7 endpoints as 2 M rows do under the default (the defaults have unit tests).
+MIN_ENDPOINT_ROWS = 57_000
 #: Concurrent appenders: appends are capped at MAX_APPEND_ROWS rows (one fragment each).
 WRITERS = 8
 
@@ -51,39 +57,23 @@ class Samples:
     expected: pa.Table
 
 
-def _load(meta_addr: str) -> None:
-    async def load() -> None:
-        async with MetaClient(f"http://{meta_addr}", timeout_s=120) as client:
-            await client.create_table(SAMPLES, SAMPLES_SCHEMA)
-            starts = list(range(0, SAMPLE_ROWS, protocol.MAX_APPEND_ROWS))
-
-            async def writer() -> None:
-                while starts:
-                    start = starts.pop()
-                    command = protocol.AppendCommand(table=SAMPLES, operation_id=new_operation_id())
-                    await client.append(
-                        command, SAMPLES_SCHEMA, [sample_rows(start, protocol.MAX_APPEND_ROWS)]
-                    )
-
-            await asyncio.gather(*(writer() for _ in range(WRITERS)))
-
-    asyncio.run(load())
-
-
 @pytest.fixture(scope="package")
 def samples(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Samples]:
-    """Two replicas sharing a key ring over ``training.samples`` (2 M rows, 200 fragments)."""
+    """Two replicas sharing a key ring over ``training.samples`` (400,000 rows, 40 fragments)."""
     root = tmp_path_factory.mktemp("samples")
     env = {
         QUERY_TICKET_KEYS_FILE: str(write_ticket_keys(root / "ticket-keys.json")),
         MANAGED_OBJECT_ROOT: str(root / "data" / "objects"),
-        # The background compactor would merge the 200 appends into one or two
+        # The background compactor would merge the 40 appends into one or two
         # fragments mid-test; partitions follow fragments.
         COMPACTION: "off",
+        QUERY_MIN_ENDPOINT_ROWS: str(MIN_ENDPOINT_ROWS),
     }
     cluster = LakeCluster(root=root, meta=start_meta(root / "data", root, env=env), env=env)
     try:
-        _load(cluster.meta.addr)
+        bulk_load(
+            cluster.meta.addr, SAMPLES, SAMPLES_SCHEMA, SAMPLE_ROWS, sample_rows, writers=WRITERS
+        )
         cluster.add_query()
         cluster.add_query()
         expected = pa.Table.from_batches([sample_rows(0, SAMPLE_ROWS)])

@@ -31,13 +31,12 @@ import pyarrow as pa
 import pyarrow.flight as flight
 from google.protobuf import any_pb2
 
-from lake_core import protocol
 from lake_core.config import COMPACTION, QUERY_MAX_ENDPOINTS, QUERY_MIN_ENDPOINT_ROWS
-from lake_core.ids import new_operation_id
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2
 from tools.bench.harness import Figure, measure, pairs_for, timed, warmup_for
+from tools.lake_testing.data import bulk_load
 from tools.lake_testing.servers import start_meta, start_query
 
 TABLE = TableRef("bench", "partitioned")
@@ -63,29 +62,19 @@ def _rows(start: int, count: int) -> pa.RecordBatch:
 
 
 def _load(meta_addr: str, rows: int, compact: bool) -> None:
-    async def load() -> None:
-        async with MetaClient(f"http://{meta_addr}", timeout_s=600) as client:
-            await client.create_table(TABLE, SCHEMA)
-            starts = list(range(0, rows, protocol.MAX_APPEND_ROWS))
+    bulk_load(meta_addr, TABLE, SCHEMA, rows, _rows, writers=WRITERS, timeout_s=600)
+    if compact:
+        asyncio.run(_compact(meta_addr))
 
-            async def writer() -> None:
-                while starts:
-                    start = starts.pop()
-                    count = min(protocol.MAX_APPEND_ROWS, rows - start)
-                    command = protocol.AppendCommand(table=TABLE, operation_id=new_operation_id())
-                    await client.append(command, SCHEMA, [_rows(start, count)])
 
-            await asyncio.gather(*(writer() for _ in range(WRITERS)))
-            if compact:
-                result = await client.optimize_table(TABLE)
-                print(
-                    f"# bench.partitioned: fragments {result.fragments_before} -> "
-                    f"{result.fragments_after}",
-                    file=sys.stderr,
-                    flush=True,
-                )
-
-    asyncio.run(load())
+async def _compact(meta_addr: str) -> None:
+    async with MetaClient(f"http://{meta_addr}", timeout_s=600) as client:
+        result = await client.optimize_table(TABLE)
+    print(
+        f"# bench.partitioned: fragments {result.fragments_before} -> {result.fragments_after}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def _command(sql: str) -> flight.FlightDescriptor:

@@ -43,9 +43,7 @@ import pyarrow.flight as flight
 from datafusion import SessionContext
 from google.protobuf import any_pb2
 
-from lake_core import protocol
 from lake_core.config import QUERY_MAX_ENDPOINTS
-from lake_core.ids import new_operation_id
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2
@@ -62,6 +60,7 @@ from tools.bench.harness import (
     pairs_for,
     timed,
 )
+from tools.lake_testing.data import bulk_load
 from tools.lake_testing.servers import LakeProcess, start_meta, start_query
 
 WIDE = TableRef("bench", "wide")
@@ -110,24 +109,8 @@ def _lake(root: Path) -> Iterator[tuple[LakeProcess, LakeProcess]]:
 
 def _load(meta: LakeProcess, rows: int) -> int:
     """Load ``rows`` rows, optimize, and return the Lance version every figure reads."""
-
-    async def load() -> None:
-        async with MetaClient(f"http://{meta.addr}", timeout_s=120) as client:
-            await client.create_table(WIDE, SCHEMA)
-            starts = list(range(0, rows, protocol.MAX_APPEND_ROWS))
-
-            async def writer() -> None:
-                # Several writers, as a bulk load would: appends are capped in rows.
-                while starts:
-                    start = starts.pop()
-                    count = min(protocol.MAX_APPEND_ROWS, rows - start)
-                    command = protocol.AppendCommand(table=WIDE, operation_id=new_operation_id())
-                    await client.append(command, SCHEMA, [_rows(start, count)])
-
-            await asyncio.gather(*(writer() for _ in range(LOAD_WRITERS)))
-
     began = time.perf_counter()
-    asyncio.run(load())
+    bulk_load(meta.addr, WIDE, SCHEMA, rows, _rows, writers=LOAD_WRITERS)
     print(f"# bench.wide loaded in {time.perf_counter() - began:.0f} s", file=sys.stderr)
     return _optimize(meta)
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 
+from lake_core import protocol
+from lake_core.ids import new_operation_id
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 
@@ -86,3 +89,37 @@ def describe_version(meta_addr: str, table: TableRef) -> int:
             return (await client.describe_table(table)).entry.descriptor.version
 
     return asyncio.run(go())
+
+
+def bulk_load(
+    meta_addr: str,
+    table: TableRef,
+    schema: pa.Schema,
+    rows: int,
+    make_rows: Callable[[int, int], pa.RecordBatch],
+    *,
+    writers: int = 8,
+    timeout_s: float = 120,
+) -> None:
+    """Create ``table`` and append rows ``0..rows`` as a bulk load would.
+
+    Appends are capped at ``MAX_APPEND_ROWS`` rows (one fragment each), so
+    ``writers`` concurrent appenders share the chunks; ``make_rows(start,
+    count)`` builds each chunk. The order chunks commit in is not fixed.
+    """
+
+    async def load() -> None:
+        async with MetaClient(f"http://{meta_addr}", timeout_s=timeout_s) as client:
+            await client.create_table(table, schema)
+            starts = list(range(0, rows, protocol.MAX_APPEND_ROWS))
+
+            async def writer() -> None:
+                while starts:
+                    start = starts.pop()
+                    count = min(protocol.MAX_APPEND_ROWS, rows - start)
+                    command = protocol.AppendCommand(table=table, operation_id=new_operation_id())
+                    await client.append(command, schema, [make_rows(start, count)])
+
+            await asyncio.gather(*(writer() for _ in range(writers)))
+
+    asyncio.run(load())

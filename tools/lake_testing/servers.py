@@ -21,6 +21,32 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 __all__ = ["LakeProcess", "free_port", "start_meta", "start_query", "wait_healthy"]
 
 
+#: How a server process is launched from ``-m MODULE ARGS``: as ``python -m`` does,
+#: but without the packages the server image does not install. The test environment
+#: has lake-sdk's DataFrame extras, and pyarrow imports pandas whenever it can (about
+#: a fifth of a server's start-up); a server that needed it would fail when deployed.
+_AS_DEPLOYED = """
+import runpy, sys
+
+class _NotInstalled:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name.partition(".")[0] in ("pandas", "polars"):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, _NotInstalled)
+runpy.run_module(sys.argv.pop(1), run_name="__main__", alter_sys=True)
+"""
+
+
+def server_command(args: list[str]) -> list[str]:
+    """The command line for ``python ARGS``; ``-m MODULE ...`` runs as it would deployed."""
+    if args[:1] == ["-m"]:
+        return [sys.executable, "-c", _AS_DEPLOYED, *args[1:]]
+    return [sys.executable, *args]
+
+
 #: Ports this process handed out: a port picked but not yet listened on can be
 #: handed out again by the kernel, and two servers would then race for it.
 _HANDED_OUT: set[int] = set()
@@ -75,7 +101,7 @@ class LakeProcess:
         env = {**os.environ, **self.env}
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
-                [sys.executable, *self.args],
+                server_command(self.args),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 env=env,

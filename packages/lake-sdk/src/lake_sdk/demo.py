@@ -56,6 +56,16 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _free_ports(count: int) -> list[int]:
+    """``count`` distinct ports: nothing listens on them yet, so the kernel may repeat one."""
+    ports: list[int] = []
+    while len(ports) < count:
+        port = _free_port()
+        if port not in ports:
+            ports.append(port)
+    return ports
+
+
 def _spawn(module: str, args: list[str], log: Path) -> subprocess.Popen[bytes]:
     if importlib.util.find_spec(module) is None:
         package = module.replace("_", "-")
@@ -103,10 +113,7 @@ def _episodes(start: int, count: int, media: Path) -> list[list[object]]:
 
 async def _run(data_dir: Path) -> None:
     say = click.echo
-    meta_port = _free_port()
-    query_port = _free_port()
-    while query_port == meta_port:  # nothing listens yet: the kernel may hand out one port twice
-        query_port = _free_port()
+    meta_port, query_port = _free_ports(2)
     meta_addr = f"127.0.0.1:{meta_port}"
     query_addr = f"127.0.0.1:{query_port}"
     logs = data_dir / "logs"
