@@ -3,8 +3,9 @@
 The encoder runs on a worker thread next to the query: it serializes each
 batch as one IPC message and cuts the part's bytes into fixed 64 KiB chunks
 (views of the serialized buffer, no per-chunk copy) on a four-slot channel.
-The store drains the channel on its own thread, hashing each chunk as it
-writes it, so encoding, hashing and writing overlap; while one part is
+The encoder hashes what it serializes (a batch per call, off the GIL) while
+the store drains the channel and writes on its own thread, so encoding,
+hashing and writing overlap; while one part is
 synced and renamed (or uploaded) the next one already streams. A part is
 closed before a batch would take it past the part ceiling (a batch that
 alone would is sliced), and an encoded part that still crosses it, or a
@@ -47,6 +48,7 @@ _WAIT_S = 0.2
 @dataclass
 class _PartEnd:
     rows: int
+    sha256: str
 
 
 @dataclass
@@ -99,10 +101,14 @@ class _Chunker:
         self._put = put
         self._pending = bytearray()
         self.written = 0
+        # Hashed here, a whole serialized batch per call (the GIL is released), while
+        # the store's thread writes the previous chunks: the two overlap.
+        self.digest = hashlib.sha256()
 
     def write(self, data: Any) -> None:
         view = memoryview(data).cast("B")
         self.written += len(view)
+        self.digest.update(view)
         if self._pending:
             need = CHUNK_BYTES - len(self._pending)
             self._pending += view[:need]
@@ -216,7 +222,7 @@ def _encode(
         if total > max_result_bytes:
             raise ResultTooLarge("the async result is larger than its byte ceiling")
         part.chunker.drain()
-        put(_PartEnd(part.rows))
+        put(_PartEnd(part.rows, part.chunker.digest.hexdigest()))
         part = None
 
     for batch in batches:
@@ -237,14 +243,13 @@ def _encode(
 
 
 class _PartSource:
-    """One part's chunks off the channel, hashed as the store takes them (its thread)."""
+    """One part's chunks off the channel, as the store takes them (on its thread)."""
 
     def __init__(self, first: object, get: Callable[[], object], consumed: Callable[[], None]):
         self._first = first
         self._get = get
         self._consumed = consumed
-        self.digest = hashlib.sha256()
-        self.rows = 0
+        self.end: _PartEnd | None = None
 
     def __iter__(self) -> Iterator[bytes]:
         item = self._first
@@ -253,9 +258,8 @@ class _PartSource:
                 if isinstance(item, _Failed):
                     raise item.error
                 if isinstance(item, _PartEnd):
-                    self.rows = item.rows
+                    self.end = item
                     return
-                self.digest.update(item)  # type: ignore[arg-type]
                 yield item  # type: ignore[misc]
                 item = self._get()
         finally:
@@ -298,9 +302,9 @@ async def write_parts(
 
     async def settle(name: str, source: _PartSource, task: asyncio.Task[int]) -> None:
         size = await task
-        parts.append(
-            ManifestPart(name=name, bytes=size, rows=source.rows, sha256=source.digest.hexdigest())
-        )
+        end = source.end
+        assert end is not None  # the store read the part to its end marker
+        parts.append(ManifestPart(name=name, bytes=size, rows=end.rows, sha256=end.sha256))
         after_part()
 
     tasks: list[asyncio.Task[int]] = []
