@@ -9,7 +9,9 @@ the operators at their next yield point; dropping the stream then aborts the
 tasks it spawned. So each batch is awaited on a private event loop owned by
 the iterating thread, and :meth:`AbortableBatches.abort` (any thread)
 cancels the wait. Async jobs use this; interactive streams keep the C stream
-(a client that leaves ends its stream between batches).
+(a client that leaves ends its stream between batches). Limit: DataFusion
+cannot be preempted, so a plan that rarely yields (several nested cross
+joins) keeps computing until its next yield, after the caller has moved on.
 """
 
 from __future__ import annotations
