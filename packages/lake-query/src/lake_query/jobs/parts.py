@@ -310,7 +310,9 @@ async def write_parts(
     tasks: list[asyncio.Task[int]] = []
     try:
         while True:
-            first = await asyncio.to_thread(channel.get)
+            # Waits on the pool's threads: a job computing its first batch for minutes
+            # must not hold a thread of the loop's default executor meanwhile.
+            first = await loop.run_in_executor(executor, channel.get)
             if first is _DONE:
                 break
             if isinstance(first, _Failed):
@@ -323,7 +325,7 @@ async def write_parts(
                     loop.call_soon_threadsafe(_set, future)
 
             source = _PartSource(first, channel.get, done_reading)
-            task = loop.create_task(store.write_object(f"{prefix}/{name}", iter(source)))
+            task = loop.create_task(store.write_object(f"{prefix}/{name}", iter(source), executor))
             tasks.append(task)
             either: list[asyncio.Future[Any]] = [consumed, task]
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)

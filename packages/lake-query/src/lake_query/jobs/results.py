@@ -19,6 +19,7 @@ import os
 import shutil
 import threading
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
@@ -42,10 +43,14 @@ UPLOAD_PIECE_BYTES = 8 * 1024 * 1024
 
 class ResultStore(abc.ABC):
     @abc.abstractmethod
-    async def write_object(self, key: str, chunks: Iterator[bytes]) -> int:
+    async def write_object(
+        self, key: str, chunks: Iterator[bytes], executor: Executor | None = None
+    ) -> int:
         """Store the chunks as one immutable object, visible only once complete.
 
-        ``chunks`` blocks (it drains the encoder's channel): iterate it off the loop.
+        ``chunks`` blocks (it drains the encoder's channel): iterate it on
+        ``executor`` (the worker pool's threads), never on the loop or its
+        default executor, which polls and submissions need.
         """
 
     @abc.abstractmethod
@@ -104,9 +109,12 @@ class LocalResults(ResultStore):
         fsync_dir(path.parent)
         return written
 
-    async def write_object(self, key: str, chunks: Iterator[bytes]) -> int:
+    async def write_object(
+        self, key: str, chunks: Iterator[bytes], executor: Executor | None = None
+    ) -> int:
         # One thread writes the whole part: no hop back to the loop per chunk.
-        return await asyncio.to_thread(self._write, self._path(key), chunks)
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(executor, self._write, self._path(key), chunks)
 
     def _write_once(self, path: Path, data: bytes) -> bool:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -198,11 +206,14 @@ class S3Results(ResultStore):
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
 
-    async def write_object(self, key: str, chunks: Iterator[bytes]) -> int:
+    async def write_object(
+        self, key: str, chunks: Iterator[bytes], executor: Executor | None = None
+    ) -> int:
         # Streamed in UPLOAD_PIECE_BYTES pieces; a part no larger is one PUT. Either way
         # the object appears only once complete (CompleteMultipartUpload is atomic).
         source = iter(chunks)
-        piece, ended = await asyncio.to_thread(_gather, source, UPLOAD_PIECE_BYTES)
+        loop = asyncio.get_running_loop()
+        piece, ended = await loop.run_in_executor(executor, _gather, source, UPLOAD_PIECE_BYTES)
         name = self._key(key)
         if ended:
             await self._s3("put_object", Bucket=self.bucket, Key=name, Body=piece)
@@ -219,7 +230,9 @@ class S3Results(ResultStore):
                 written += len(piece)
                 if ended:
                     break
-                piece, ended = await asyncio.to_thread(_gather, source, UPLOAD_PIECE_BYTES)
+                piece, ended = await loop.run_in_executor(
+                    executor, _gather, source, UPLOAD_PIECE_BYTES
+                )
             await self._s3("complete_multipart_upload", MultipartUpload={"Parts": done}, **target)
         except BaseException:
             # A failed or cancelled part leaves no object and no billed fragments.

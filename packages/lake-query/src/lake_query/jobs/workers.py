@@ -134,8 +134,10 @@ class WorkerPool:
             if settings.global_concurrency
             else None
         )
+        # Per job: the encoder, the store's writer (or the wait for the next part),
+        # and a part still being synced. Enough that no job waits for a thread.
         self._threads = ThreadPoolExecutor(
-            max_workers=2 * settings.worker_concurrency, thread_name_prefix="lake-async"
+            max_workers=3 * settings.worker_concurrency, thread_name_prefix="lake-async"
         )
         self._running: dict[str, tuple[str, asyncio.Task[None]]] = {}
         self._stops: dict[str, _Stop] = {}
