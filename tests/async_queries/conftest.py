@@ -20,9 +20,9 @@ from tools.lake_testing.servers import LakeProcess, start_meta, start_query
 
 SQL = "SELECT episode_id, steps, reward FROM robots.episodes ORDER BY steps"
 #: Runs for seconds (8e9 joined rows over 2,000 loaded), with a one-row result: long
-#: enough to be cancelled or to hold a worker slot, short enough that a cancelled run
-#: ends (a batch being computed is not interrupted). A sum, not a count: DataFusion
-#: answers count(*) of a cross join from row-count statistics without running it.
+#: enough to be cancelled or to hold a worker slot, short enough to finish when nothing
+#: stops it (a cancel interrupts it mid-batch: test_interrupt.py). A sum, not a count:
+#: DataFusion answers count(*) of a cross join from row-count statistics without running it.
 FOREVER = (
     "SELECT sum(a.steps + b.steps + c.steps) AS n "
     "FROM robots.episodes a, robots.episodes b, robots.episodes c"

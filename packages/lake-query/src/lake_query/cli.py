@@ -9,6 +9,7 @@ Logs are structlog JSON lines on stderr; once serving, the process prints
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import sys
 
@@ -88,7 +89,8 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
                 *stores,
                 seal=seal,
                 tickets=tickets,
-                execute=built.planner.execute,
+                # Interruptible: a cancelled job frees its slot mid-batch.
+                execute=functools.partial(built.planner.execute, abortable=True),
             )
 
         handler = QueryHandler(

@@ -18,12 +18,20 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import struct
-from collections.abc import AsyncIterator
+from collections import deque
+from collections.abc import AsyncIterator, Iterator
 
 from lake_core.errors import DataCorrupted
 from lake_core.flight.encoding import varint
 
-__all__ = ["MAX_METADATA_BYTES", "FramingError", "PartFrames", "check_message"]
+__all__ = [
+    "MAX_METADATA_BYTES",
+    "FramingError",
+    "PartFrames",
+    "check_message",
+    "checked_frames",
+    "checked_messages",
+]
 
 #: Largest flatbuffer metadata of one IPC message in a part.
 MAX_METADATA_BYTES = 1024 * 1024
@@ -122,11 +130,50 @@ def check_message(metadata: bytes, remaining: int) -> tuple[int, int]:
     return kind, body_length
 
 
-def _flight_data(metadata: bytes, body: bytes) -> bytes:
-    parts = [b"\x12", varint(len(metadata)), metadata]
-    if body:
-        parts += [b"\xc2\x3e", varint(len(body)), body]
+def _flight_data(metadata: bytes, body: list[memoryview]) -> bytes:
+    parts: list[bytes | memoryview] = [b"\x12", varint(len(metadata)), metadata]
+    length = sum(len(piece) for piece in body)
+    if length:
+        parts += [b"\xc2\x3e", varint(length), *body]
+    # The views point into the part's chunks: this join is a message's only copy.
     return b"".join(parts)
+
+
+class _Pending:
+    """Bytes received but not yet framed, as views of their chunks (no re-buffering)."""
+
+    def __init__(self) -> None:
+        self._views: deque[memoryview] = deque()
+        self.size = 0
+
+    def append(self, chunk: bytes) -> None:
+        if chunk:
+            self._views.append(memoryview(chunk).cast("B"))
+            self.size += len(chunk)
+
+    def take(self, n: int) -> list[memoryview]:
+        """The first ``n`` bytes (``n`` <= size), removed."""
+        out: list[memoryview] = []
+        while n:
+            view = self._views[0]
+            if len(view) <= n:
+                out.append(self._views.popleft())
+                n -= len(view)
+            else:
+                out.append(view[:n])
+                self._views[0] = view[n:]
+                n = 0
+        self.size -= sum(len(v) for v in out)
+        return out
+
+    def peek(self, n: int) -> bytes:
+        """A copy of the first ``n`` bytes (``n`` <= size), left in place."""
+        out = bytearray()
+        for view in self._views:
+            out += view[: n - len(out)]
+            if len(out) == n:
+                break
+        return bytes(out)
 
 
 class PartFrames:
@@ -136,49 +183,43 @@ class PartFrames:
         self._size = size
         self._sha256 = sha256
         self._hash = hashlib.sha256()
-        self._buffer = bytearray()
+        self._buffer = _Pending()
         self._seen = 0
         self._messages = 0
         self._ended = False
 
-    def _take(self, n: int) -> bytes | None:
-        if len(self._buffer) < n:
-            return None
-        data = bytes(self._buffer[:n])
-        del self._buffer[:n]
-        return data
-
     def _next(self) -> bytes | None:
         """One complete message from the buffer, or None until more bytes arrive."""
+        buffer = self._buffer
         if self._ended:
-            if self._buffer:
+            if buffer.size:
                 raise FramingError("bytes after the end of the IPC stream")
             return None
-        if len(self._buffer) < 8:
+        if buffer.size < 8:
             return None
-        marker, length = struct.unpack_from("<Ii", self._buffer, 0)
+        marker, length = struct.unpack("<Ii", buffer.peek(8))
         if marker != _CONTINUATION:
             raise FramingError("missing IPC continuation marker")
         if length == 0:
-            del self._buffer[:8]
+            buffer.take(8)
             self._ended = True
-            if self._buffer:
+            if buffer.size:
                 raise FramingError("bytes after the end of the IPC stream")
             return None
         if length < 0 or length > MAX_METADATA_BYTES or length > self._size:
             raise FramingError("oversized IPC metadata")
-        if len(self._buffer) < 8 + length:
+        if buffer.size < 8 + length:
             return None
-        metadata = bytes(self._buffer[8 : 8 + length])
-        consumed_before = self._seen - len(self._buffer)
+        metadata = buffer.peek(8 + length)[8:]
+        consumed_before = self._seen - buffer.size
         remaining = self._size - consumed_before - 8 - length
         kind, body_length = check_message(metadata, remaining)
         if (self._messages == 0) != (kind == _SCHEMA):
             raise FramingError("a part must start with its one schema message")
-        if len(self._buffer) < 8 + length + body_length:
+        if buffer.size < 8 + length + body_length:
             return None
-        del self._buffer[: 8 + length]
-        body = self._take(body_length) or b""
+        buffer.take(8 + length)
+        body = buffer.take(body_length)
         self._messages += 1
         return _flight_data(metadata, body)
 
@@ -187,17 +228,38 @@ class PartFrames:
         if self._seen > self._size:
             raise FramingError("the part is longer than its manifest says")
         self._hash.update(chunk)
-        self._buffer += chunk
+        self._buffer.append(chunk)
         out = []
         while (message := self._next()) is not None:
             out.append(message)
         return out
 
     def finish(self) -> None:
-        if self._seen != self._size or not self._ended or self._buffer:
+        if self._seen != self._size or not self._ended or self._buffer.size:
             raise FramingError("the part is shorter than its manifest says")
         if self._hash.hexdigest() != self._sha256:
             raise FramingError("the part's SHA-256 does not match its manifest")
+
+
+def checked_frames(chunks: Iterator[bytes], size: int, sha256: str) -> Iterator[bytes]:
+    """:func:`checked_messages` of a blocking source, on one reader thread.
+
+    Reading, hashing and reframing stay on that thread (no hop per chunk);
+    the consumer bounds how far ahead it runs.
+    """
+    frames = PartFrames(size, sha256)
+    held: bytes | None = None
+    try:
+        for chunk in chunks:
+            for message in frames.feed(chunk):
+                if held is not None:
+                    yield held
+                held = message
+        frames.finish()
+    except FramingError:
+        raise DataCorrupted("an async result part is damaged and was not served") from None
+    if held is not None:
+        yield held
 
 
 async def checked_messages(

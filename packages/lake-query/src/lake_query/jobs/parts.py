@@ -1,28 +1,36 @@
 """Encoding a result into immutable Arrow IPC parts through a bounded channel.
 
-The encoder runs on a worker thread next to the query: it writes each batch
-into an IPC stream whose sink cuts fixed 64 KiB chunks into a four-slot
-channel; the event loop drains the channel into the result store. A part
-is closed before a batch would take it past the part ceiling (a batch that
+The encoder runs on a worker thread next to the query: it serializes each
+batch as one IPC message and cuts the part's bytes into fixed 64 KiB chunks
+(views of the serialized buffer, no per-chunk copy) on a four-slot channel.
+The encoder hashes what it serializes (a batch per call, off the GIL) while
+the store drains the channel and writes on its own thread, so encoding,
+hashing and writing overlap; while one part is
+synced and renamed (or uploaded) the next one already streams. A part is
+closed before a batch would take it past the part ceiling (a batch that
 alone would is sliced), and an encoded part that still crosses it, or a
 result past the job's byte ceiling, fails the job before anything is
 published. Cancellation and the deadline reach the encoder through one
-event checked between batches.
+event checked between batches (a running batch is interrupted by the
+query stream itself, see :mod:`lake_query.planning.abortable`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import queue
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 
 from lake_core.errors import QueryCancelled, ResultTooLarge
+from lake_core.flight.encoding import has_dictionary
 from lake_query.jobs.model import ManifestPart
 from lake_query.jobs.results import CHUNK_BYTES, ResultStore
 
@@ -32,6 +40,9 @@ __all__ = ["CHANNEL_SLOTS", "write_parts"]
 CHANNEL_SLOTS = 4
 # Slack for the end-of-stream marker and a batch's metadata beyond its estimate.
 _TAIL_BYTES = 1024
+_END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+# How often a blocked side of the channel looks at the stop event.
+_WAIT_S = 0.2
 
 
 @dataclass
@@ -48,50 +59,131 @@ class _Failed:
 _DONE = object()
 
 
-class _ChunkSink:
-    """The IPC writer's file: cuts its output into fixed-size chunks on the channel."""
+class _Channel:
+    """The bounded channel: both ends give up once the job is stopped."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        self._items: queue.Queue[object] = queue.Queue(maxsize=CHANNEL_SLOTS)
+        self._stop = stop
+
+    def put(self, item: object) -> None:
+        while True:
+            if self._stop.is_set():
+                raise QueryCancelled("the async query was cancelled")
+            try:
+                self._items.put(item, timeout=_WAIT_S)
+                return
+            except queue.Full:
+                continue
+
+    def final(self, item: object) -> None:
+        """The encoder's last word; dropped if nobody is listening any more."""
+        while not self._stop.is_set():
+            try:
+                self._items.put(item, timeout=_WAIT_S)
+                return
+            except queue.Full:
+                continue
+
+    def get(self) -> object:
+        while True:
+            try:
+                return self._items.get(timeout=_WAIT_S)
+            except queue.Empty:
+                if self._stop.is_set():
+                    return _Failed(QueryCancelled("the async query was cancelled"))
+
+
+class _Chunker:
+    """Cuts one part's bytes into exactly CHUNK_BYTES pieces (the last may be shorter)."""
 
     def __init__(self, put: Callable[[object], None]) -> None:
         self._put = put
-        # Hashed on the encoder thread, off the event loop.
-        self.digest = hashlib.sha256()
         self._pending = bytearray()
         self.written = 0
-        self.closed = False
+        # Hashed here, a whole serialized batch per call (the GIL is released), while
+        # the store's thread writes the previous chunks: the two overlap.
+        self.digest = hashlib.sha256()
 
-    def write(self, data: bytes) -> int:
-        # Cut with a view: no front-deletes of a growing buffer (batches are megabytes).
+    def write(self, data: Any) -> None:
         view = memoryview(data).cast("B")
-        size = len(view)
-        self.written += size
+        self.written += len(view)
+        self.digest.update(view)
         if self._pending:
             need = CHUNK_BYTES - len(self._pending)
             self._pending += view[:need]
             view = view[need:]
             if len(self._pending) < CHUNK_BYTES:
-                return size
-            self._emit(bytes(self._pending))
+                return
+            self._put(bytes(self._pending))
             self._pending.clear()
         while len(view) >= CHUNK_BYTES:
-            self._emit(bytes(view[:CHUNK_BYTES]))
+            # A view of the serialized batch: it stays alive while the chunk does.
+            self._put(view[:CHUNK_BYTES])
             view = view[CHUNK_BYTES:]
         self._pending += view
-        return size
 
-    def _emit(self, chunk: bytes) -> None:
-        self.digest.update(chunk)
-        self._put(chunk)
+    def drain(self) -> None:
+        if self._pending:
+            self._put(bytes(self._pending))
+            self._pending.clear()
+
+
+class _Buffers:
+    """The IPC writer's file for dictionary schemas: collects what it emits."""
+
+    def __init__(self) -> None:
+        self.chunks: list[bytes] = []
+        self.closed = False
+
+    def write(self, data: Any) -> int:
+        self.chunks.append(bytes(data))
+        return len(data)
 
     def flush(self) -> None:
         pass
 
-    def drain(self) -> None:
-        if self._pending:
-            self._emit(bytes(self._pending))
-            self._pending.clear()
-
     def close(self) -> None:
         self.closed = True
+
+    def take(self) -> list[bytes]:
+        taken, self.chunks = self.chunks, []
+        return taken
+
+
+class _PartEncoder:
+    """One part's IPC stream: schema, batches, end marker, onto the chunker."""
+
+    def __init__(self, schema: pa.Schema, header: pa.Buffer, put: Callable[[object], None]):
+        self.chunker = _Chunker(put)
+        self.rows = 0
+        self._writer: pa.ipc.RecordBatchStreamWriter | None = None
+        self._buffers: _Buffers | None = None
+        if has_dictionary(schema):
+            # Dictionary batches must precede the batches using them: pyarrow's writer.
+            self._buffers = _Buffers()
+            self._writer = pa.ipc.new_stream(pa.PythonFile(self._buffers, mode="w"), schema)
+        else:
+            self.chunker.write(header)
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        if self._writer is None:
+            self.chunker.write(batch.serialize())
+        else:
+            assert self._buffers is not None
+            self._writer.write_batch(batch)
+            for data in self._buffers.take():
+                self.chunker.write(data)
+        self.rows += batch.num_rows
+
+    def close(self) -> None:
+        if self._writer is None:
+            self.chunker.write(_END_OF_STREAM)
+        else:
+            assert self._buffers is not None
+            self._writer.close()
+            for data in self._buffers.take():
+                self.chunker.write(data)
 
 
 def _slices(batch: pa.RecordBatch, limit: int) -> Iterator[pa.RecordBatch]:
@@ -111,66 +203,73 @@ def _encode(
     part_bytes: int,
     max_result_bytes: int,
 ) -> None:
-    """Encoder thread: batches -> chunks, part ends and one final marker on the channel."""
+    """Encoder thread: batches -> chunks and part ends on the channel."""
     total = 0
+    header = schema.serialize()
     # Each part repeats the schema message: what is left of the ceiling holds batches.
-    limit = part_bytes - len(schema.serialize()) - _TAIL_BYTES
+    limit = part_bytes - header.size - _TAIL_BYTES
     if limit <= 0:
         raise ResultTooLarge("the result schema alone fills an async result part")
-    sink: _ChunkSink | None = None
-    writer: pa.ipc.RecordBatchStreamWriter | None = None
-    rows = 0
+    part: _PartEncoder | None = None
 
     def close_part() -> None:
-        nonlocal sink, writer, total, rows
-        assert sink is not None
-        assert writer is not None
-        writer.close()
-        if sink.written > part_bytes:
+        nonlocal part, total
+        assert part is not None
+        part.close()
+        if part.chunker.written > part_bytes:
             raise ResultTooLarge("an async result part crossed the part ceiling")
-        total += sink.written
+        total += part.chunker.written
         if total > max_result_bytes:
             raise ResultTooLarge("the async result is larger than its byte ceiling")
-        sink.drain()
-        put(_PartEnd(rows, sink.digest.hexdigest()))
-        sink, writer, rows = None, None, 0
+        part.chunker.drain()
+        put(_PartEnd(part.rows, part.chunker.digest.hexdigest()))
+        part = None
 
     for batch in batches:
         for piece in _slices(batch, limit):
             if stop.is_set():
                 raise QueryCancelled("the async query was cancelled")
             size = pa.ipc.get_record_batch_size(piece)
-            if sink is not None and sink.written + size > part_bytes - _TAIL_BYTES:
+            if part is not None and part.chunker.written + size > part_bytes - _TAIL_BYTES:
                 close_part()
-            if total + (sink.written if sink else 0) + size > max_result_bytes:
+            if total + (part.chunker.written if part else 0) + size > max_result_bytes:
                 raise ResultTooLarge("the async result is larger than its byte ceiling")
-            if sink is None:
-                sink = _ChunkSink(put)
-                writer = pa.ipc.new_stream(pa.PythonFile(sink, mode="w"), schema)
-            assert writer is not None
-            writer.write_batch(piece)
-            rows += piece.num_rows
-    if sink is None:  # an empty result is one part holding only the schema
-        sink = _ChunkSink(put)
-        writer = pa.ipc.new_stream(pa.PythonFile(sink, mode="w"), schema)
+            if part is None:
+                part = _PartEncoder(schema, header, put)
+            part.add(piece)
+    if part is None:  # an empty result is one part holding only the schema
+        part = _PartEncoder(schema, header, put)
     close_part()
 
 
-async def _part_chunks(
-    item: object,
-    next_item: Callable[[], Awaitable[object]],
-    ended: list[_PartEnd],
-) -> AsyncIterator[bytes]:
-    """One part's chunks from the channel, up to its end marker."""
-    while True:
-        if isinstance(item, _Failed):
-            raise item.error
-        if isinstance(item, _PartEnd):
-            ended.append(item)
-            return
-        assert isinstance(item, bytes)
-        yield item
-        item = await next_item()
+class _PartSource:
+    """One part's chunks off the channel, as the store takes them (on its thread)."""
+
+    def __init__(self, first: object, get: Callable[[], object], consumed: Callable[[], None]):
+        self._first = first
+        self._get = get
+        self._consumed = consumed
+        self.end: _PartEnd | None = None
+
+    def __iter__(self) -> Iterator[bytes]:
+        item = self._first
+        try:
+            while True:
+                if isinstance(item, _Failed):
+                    raise item.error
+                if isinstance(item, _PartEnd):
+                    self.end = item
+                    return
+                yield item  # type: ignore[misc]
+                item = self._get()
+        finally:
+            # The channel is the next part's now (or the job is over).
+            self._consumed()
+
+
+def _set(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 async def write_parts(
@@ -186,65 +285,64 @@ async def write_parts(
     after_part: Callable[[], None] = lambda: None,
 ) -> list[ManifestPart]:
     """Run the query and store its parts under ``prefix``; the manifest is the caller's."""
-    items: queue.Queue[object] = queue.Queue(maxsize=CHANNEL_SLOTS)
-
-    def put(item: object) -> None:
-        while True:
-            if stop.is_set():
-                raise QueryCancelled("the async query was cancelled")
-            try:
-                items.put(item, timeout=0.2)
-                return
-            except queue.Full:
-                continue
-
-    def final(item: object) -> None:
-        while not stop.is_set():
-            try:
-                items.put(item, timeout=0.2)
-                return
-            except queue.Full:
-                continue
+    channel = _Channel(stop)
 
     def run() -> None:
         try:
-            _encode(schema, produce(), put, stop, part_bytes, max_result_bytes)
-            final(_DONE)
+            _encode(schema, produce(), channel.put, stop, part_bytes, max_result_bytes)
+            channel.final(_DONE)
         except BaseException as exc:
-            final(_Failed(exc))
+            channel.final(_Failed(exc))
 
     loop = asyncio.get_running_loop()
     encoder = loop.run_in_executor(executor, run)
-
-    async def next_item() -> object:
-        while True:
-            try:
-                return items.get_nowait()
-            except queue.Empty:
-                pass
-            try:
-                return await asyncio.to_thread(items.get, True, 0.5)
-            except queue.Empty:
-                if encoder.done() and items.empty():
-                    return _Failed(QueryCancelled("the async query was cancelled"))
-
     parts: list[ManifestPart] = []
+    # At most two parts in the store at once: one finishing (sync, rename) while the next streams.
+    finishing: tuple[str, _PartSource, asyncio.Task[int]] | None = None
+
+    async def settle(name: str, source: _PartSource, task: asyncio.Task[int]) -> None:
+        size = await task
+        end = source.end
+        assert end is not None  # the store read the part to its end marker
+        parts.append(ManifestPart(name=name, bytes=size, rows=end.rows, sha256=end.sha256))
+        after_part()
+
+    tasks: list[asyncio.Task[int]] = []
     try:
         while True:
-            first = await next_item()
+            # Waits on the pool's threads: a job computing its first batch for minutes
+            # must not hold a thread of the loop's default executor meanwhile.
+            first = await loop.run_in_executor(executor, channel.get)
             if first is _DONE:
                 break
             if isinstance(first, _Failed):
                 raise first.error
-            ended: list[_PartEnd] = []
-            chunks = _part_chunks(first, next_item, ended)
-            name = f"part-{len(parts):05d}.arrows"
-            size = await store.write_object(f"{prefix}/{name}", chunks)
-            parts.append(
-                ManifestPart(name=name, bytes=size, rows=ended[0].rows, sha256=ended[0].sha256)
-            )
-            after_part()
+            name = f"part-{len(parts) + (finishing is not None):05d}.arrows"
+            consumed: asyncio.Future[None] = loop.create_future()
+
+            def done_reading(future: asyncio.Future[None] = consumed) -> None:
+                with contextlib.suppress(RuntimeError):  # the loop is gone (shutdown)
+                    loop.call_soon_threadsafe(_set, future)
+
+            source = _PartSource(first, channel.get, done_reading)
+            task = loop.create_task(store.write_object(f"{prefix}/{name}", iter(source), executor))
+            tasks.append(task)
+            either: list[asyncio.Future[Any]] = [consumed, task]
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if task.done() and task.exception() is not None:
+                await task  # raises the store's error
+            if finishing is not None:
+                await settle(*finishing)
+            finishing = (name, source, task)
+        if finishing is not None:
+            await settle(*finishing)
     finally:
         stop.set()
         await asyncio.wait([encoder])
+        pending = [t for t in tasks if not t.done()]
+        if pending:
+            await asyncio.wait(pending)  # each sees the stop and removes its temporary
+        for task in tasks:
+            if task.done() and not task.cancelled():
+                task.exception()  # retrieved: an error after the first one is not news
     return parts

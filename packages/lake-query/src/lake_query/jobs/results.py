@@ -2,7 +2,8 @@
 
 Keys are ``<job>/<attempt>/part-NNNNN.arrows`` and ``<job>/<attempt>/manifest.json``.
 A part becomes an object only when complete (local: rename of a synced
-temporary file; S3: one PUT); a manifest is written once (local: hard link,
+temporary file; S3: one PUT, or a multipart upload of 8 MiB pieces, so a
+part is never held whole in memory); a manifest is written once (local: hard link,
 which fails if the name exists; S3: ``If-None-Match: *``), so a reader either
 sees a whole result or none. :class:`LocalResults` lives in
 ``async-query-results/`` beside the catalog, :class:`S3Results` under
@@ -16,7 +17,9 @@ import asyncio
 import contextlib
 import os
 import shutil
-from collections.abc import AsyncIterator
+import threading
+from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
 
@@ -24,16 +27,31 @@ from lake_core.durable import fsync_dir
 from lake_core.errors import Unavailable
 from lake_objects.s3 import s3_client
 
-__all__ = ["CHUNK_BYTES", "LocalResults", "ResultStore", "S3Results"]
+__all__ = [
+    "CHUNK_BYTES",
+    "UPLOAD_PIECE_BYTES",
+    "LocalResults",
+    "ResultStore",
+    "S3Results",
+]
 
 #: Parts are written and read in chunks of this size.
 CHUNK_BYTES = 64 * 1024
+#: An S3 part is uploaded in pieces of this size (S3's multipart minimum is 5 MiB).
+UPLOAD_PIECE_BYTES = 8 * 1024 * 1024
 
 
 class ResultStore(abc.ABC):
     @abc.abstractmethod
-    async def write_object(self, key: str, chunks: AsyncIterator[bytes]) -> int:
-        """Store the chunks as one immutable object, visible only once complete."""
+    async def write_object(
+        self, key: str, chunks: Iterator[bytes], executor: Executor | None = None
+    ) -> int:
+        """Store the chunks as one immutable object, visible only once complete.
+
+        ``chunks`` blocks (it drains the encoder's channel): iterate it on
+        ``executor`` (the worker pool's threads), never on the loop or its
+        default executor, which polls and submissions need.
+        """
 
     @abc.abstractmethod
     async def write_once(self, key: str, data: bytes) -> bool:
@@ -46,6 +64,10 @@ class ResultStore(abc.ABC):
     @abc.abstractmethod
     def read_chunks(self, key: str) -> AsyncIterator[bytes]:
         """An object's bytes in chunks; NotFound-like absence raises FileNotFoundError."""
+
+    def read_blocking(self, key: str) -> Iterator[bytes] | None:
+        """The same chunks from a blocking source, for one reader thread; None if remote."""
+        return None
 
     @abc.abstractmethod
     async def delete_prefix(self, prefix: str) -> None:
@@ -69,32 +91,30 @@ class LocalResults(ResultStore):
             raise ValueError("result key escapes the result root")
         return path
 
-    async def write_object(self, key: str, chunks: AsyncIterator[bytes]) -> int:
-        path = self._path(key)
-        await asyncio.to_thread(path.parent.mkdir, parents=True, exist_ok=True)
-        temp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        out = await asyncio.to_thread(open, temp, "wb")
+    def _write(self, path: Path, chunks: Iterator[bytes]) -> int:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_name(path.name + f".{os.getpid()}.{threading.get_ident()}.tmp")
         written = 0
-        batch: list[bytes] = []
         try:
-            async for chunk in chunks:
-                batch.append(chunk)
-                written += len(chunk)
-                if len(batch) >= 16:  # one thread hop per MiB, not per 64 KiB chunk
-                    await asyncio.to_thread(out.writelines, batch)
-                    batch = []
-            await asyncio.to_thread(out.writelines, batch)
-            await asyncio.to_thread(out.flush)
-            await asyncio.to_thread(os.fsync, out.fileno())
+            with open(temp, "wb") as out:
+                for chunk in chunks:
+                    written += out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
         except BaseException:
-            out.close()
             with contextlib.suppress(OSError):
                 temp.unlink()
             raise
-        out.close()
-        await asyncio.to_thread(os.replace, temp, path)
-        await asyncio.to_thread(fsync_dir, path.parent)
+        os.replace(temp, path)
+        fsync_dir(path.parent)
         return written
+
+    async def write_object(
+        self, key: str, chunks: Iterator[bytes], executor: Executor | None = None
+    ) -> int:
+        # One thread writes the whole part: no hop back to the loop per chunk.
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(executor, self._write, self._path(key), chunks)
 
     def _write_once(self, path: Path, data: bytes) -> bool:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -132,8 +152,32 @@ class LocalResults(ResultStore):
         finally:
             handle.close()
 
+    def read_blocking(self, key: str) -> Iterator[bytes]:
+        path = self._path(key)
+        if not path.exists():
+            raise FileNotFoundError(key)
+
+        def chunks() -> Iterator[bytes]:
+            with open(path, "rb") as handle:
+                while chunk := handle.read(16 * CHUNK_BYTES):
+                    yield chunk
+
+        return chunks()
+
     async def delete_prefix(self, prefix: str) -> None:
         await asyncio.to_thread(shutil.rmtree, self._path(prefix), True)
+
+
+def _gather(chunks: Iterator[bytes], limit: int) -> tuple[bytes, bool]:
+    """At least ``limit`` bytes of ``chunks`` (fewer at their end), and whether they ended."""
+    taken: list[bytes] = []
+    size = 0
+    for chunk in chunks:
+        taken.append(chunk)
+        size += len(chunk)
+        if size >= limit:
+            return b"".join(taken), False
+    return b"".join(taken), True
 
 
 class S3Results(ResultStore):
@@ -162,16 +206,46 @@ class S3Results(ResultStore):
     def _key(self, key: str) -> str:
         return f"{self.prefix}/{key}" if self.prefix else key
 
-    async def write_object(self, key: str, chunks: AsyncIterator[bytes]) -> int:
-        # A part is at most 64 MiB: one PUT once it is complete, never a partial object.
-        body = bytearray()
-        async for chunk in chunks:
-            body += chunk
+    async def write_object(
+        self, key: str, chunks: Iterator[bytes], executor: Executor | None = None
+    ) -> int:
+        # Streamed in UPLOAD_PIECE_BYTES pieces; a part no larger is one PUT. Either way
+        # the object appears only once complete (CompleteMultipartUpload is atomic).
+        source = iter(chunks)
+        loop = asyncio.get_running_loop()
+        piece, ended = await loop.run_in_executor(executor, _gather, source, UPLOAD_PIECE_BYTES)
+        name = self._key(key)
+        if ended:
+            await self._s3("put_object", Bucket=self.bucket, Key=name, Body=piece)
+            return len(piece)
+        upload = await self._s3("create_multipart_upload", Bucket=self.bucket, Key=name)
+        target = {"Bucket": self.bucket, "Key": name, "UploadId": upload["UploadId"]}
+        done: list[dict[str, Any]] = []
+        written = 0
         try:
-            await self._client.put_object(Bucket=self.bucket, Key=self._key(key), Body=bytes(body))
+            while piece:
+                number = len(done) + 1
+                reply = await self._s3("upload_part", PartNumber=number, Body=piece, **target)
+                done.append({"PartNumber": number, "ETag": reply["ETag"]})
+                written += len(piece)
+                if ended:
+                    break
+                piece, ended = await loop.run_in_executor(
+                    executor, _gather, source, UPLOAD_PIECE_BYTES
+                )
+            await self._s3("complete_multipart_upload", MultipartUpload={"Parts": done}, **target)
+        except BaseException:
+            # A failed or cancelled part leaves no object and no billed fragments.
+            with contextlib.suppress(Exception):
+                await self._client.abort_multipart_upload(**target)
+            raise
+        return written
+
+    async def _s3(self, operation: str, **params: Any) -> Any:
+        try:
+            return await getattr(self._client, operation)(**params)
         except Exception:
             raise Unavailable("object storage did not accept an async result part") from None
-        return len(body)
 
     async def write_once(self, key: str, data: bytes) -> bool:
         try:

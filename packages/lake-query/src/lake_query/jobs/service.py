@@ -7,16 +7,19 @@
 - Poll (PollFlightInfo of a handle descriptor): one point read; a done job
   answers with one endpoint per part, each a sealed part ticket.
 - Cancel (CancelFlightInfo): marks the job cancelled and removes its results;
-  a worker running it stops at its next batch or lease renewal.
+  a worker of this replica stops at once (mid-batch), one elsewhere at its
+  next lease renewal.
 - DoGet of a part ticket: the framing-checked part, only while the job is done.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
@@ -36,7 +39,7 @@ from lake_core.proto import flight_pb2 as pb
 from lake_core.schemas import schema_from_base64, schema_to_base64, schema_to_ipc
 from lake_core.telemetry.propagation import durable_context
 from lake_core.tickets import TicketSealer
-from lake_query.jobs.framing import checked_messages
+from lake_query.jobs.framing import checked_frames, checked_messages
 from lake_query.jobs.model import (
     JOB_ID,
     RETENTION_SECS,
@@ -51,11 +54,14 @@ from lake_query.jobs.settings import AsyncSettings
 from lake_query.jobs.store import ACTIVE, JOBS, StateStore
 from lake_query.jobs.workers import Execute, Jobs, WorkerPool
 from lake_query.planning import QuerySpec
+from lake_query.results import prefetch
 
 __all__ = ["PART", "AsyncQueries", "is_handle", "open_stores"]
 
 #: Ticket body kind of an async result part.
 PART = "ap"
+#: Messages a part's reader thread runs ahead of the network.
+PART_PREFETCH = 2
 
 #: Plans a descriptor for a principal: (result schema, the pinned statement).
 Plan = Callable[[pb.FlightDescriptor, Principal], Awaitable[tuple[pa.Schema, QuerySpec]]]
@@ -93,6 +99,8 @@ class AsyncQueries:
         self._jobs = Jobs(state)
         self._slots = TenantSlots(state, settings.max_outstanding_per_tenant)
         self.pool = WorkerPool(settings, self._jobs, results, seal, self._slots, execute)
+        # Part streams are bounded by admission; a thread each while they run.
+        self._readers = ThreadPoolExecutor(thread_name_prefix="lake-async-read")
 
     def __repr__(self) -> str:
         return f"AsyncQueries({self._state!r}, {self._results!r}, {self.pool!r})"
@@ -102,6 +110,7 @@ class AsyncQueries:
 
     async def close(self) -> None:
         await self.pool.close()
+        self._readers.shutdown(wait=False, cancel_futures=True)
         await self._state.close()
         await self._results.close()
 
@@ -288,6 +297,7 @@ class AsyncQueries:
         record = await self._jobs.update(job_id, cancel)
         if record is None or record.state != "cancelled":
             return pb.CANCEL_STATUS_NOT_CANCELLABLE
+        self.pool.interrupt(job_id)  # running here: stop it now, not at the next renewal
         await self._results.delete_prefix(job_id)
         await self._state.remove(ACTIVE, job_id)
         await self._slots.release(record.tenant_key, job_id)
@@ -314,12 +324,20 @@ class AsyncQueries:
         record = found[0]
         if record.state != "done" or record.manifest != manifest:
             raise NotFound("the async query's result is gone")
-        prefix = manifest.rsplit("/", 1)[0]
+        key = f"{manifest.rsplit('/', 1)[0]}/{name}"
         try:
-            async for message in checked_messages(
-                self._results.read_chunks(f"{prefix}/{name}"), size, sha
-            ):
-                yield message
+            blocking = self._results.read_blocking(key)
+            if blocking is None:
+                messages = checked_messages(self._results.read_chunks(key), size, sha)
+            else:
+                # One reader thread reads, hashes and reframes, two messages ahead of the
+                # network (at most two batches buffered); a dropped client stops it.
+                messages = prefetch(
+                    checked_frames(blocking, size, sha), self._readers, PART_PREFETCH
+                )
+            async with contextlib.aclosing(messages):
+                async for message in messages:
+                    yield message
         except FileNotFoundError:
             raise NotFound("the async query's result is gone") from None
 

@@ -57,6 +57,29 @@ JOB_SPAN = "lake.async_query.execute"
 Execute = Callable[[QuerySpec, Principal], Any]
 
 
+class _Stop(threading.Event):
+    """A job's stop event; setting it also runs its hooks (aborting the running batch)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._hooks: list[Callable[[], None]] = []
+        self._hooks_lock = threading.Lock()
+
+    def on_set(self, hook: Callable[[], None]) -> None:
+        with self._hooks_lock:
+            if not self.is_set():
+                self._hooks.append(hook)
+                return
+        hook()
+
+    def set(self) -> None:
+        with self._hooks_lock:
+            super().set()
+            hooks, self._hooks = self._hooks, []
+        for hook in hooks:
+            hook()
+
+
 class Jobs:
     """Record reads and compare-and-swap writes shared by the service and the workers."""
 
@@ -115,10 +138,13 @@ class WorkerPool:
             if settings.global_concurrency
             else None
         )
+        # Per job: the encoder, the store's writer (or the wait for the next part),
+        # and a part still being synced. Enough that no job waits for a thread.
         self._threads = ThreadPoolExecutor(
-            max_workers=2 * settings.worker_concurrency, thread_name_prefix="lake-async"
+            max_workers=3 * settings.worker_concurrency, thread_name_prefix="lake-async"
         )
         self._running: dict[str, tuple[str, asyncio.Task[None]]] = {}
+        self._stops: dict[str, _Stop] = {}
         self._wake = asyncio.Event()
         self._rotation = 0
         self._task: asyncio.Task[None] | None = None
@@ -131,6 +157,12 @@ class WorkerPool:
 
     def wake(self) -> None:
         self._wake.set()
+
+    def interrupt(self, job_id: str) -> None:
+        """Stop a job this replica runs now (cancelled here; other replicas see it on renewal)."""
+        stop = self._stops.get(job_id)
+        if stop is not None:
+            stop.set()
 
     async def close(self) -> None:
         tasks = [t for _, t in self._running.values()]
@@ -320,7 +352,7 @@ class WorkerPool:
                 await self._fleet.renew(fleet)
 
     async def _run(self, record: JobRecord, fleet: str | None) -> None:
-        stop = threading.Event()
+        stop = self._stops[record.job_id] = _Stop()
         renewer = asyncio.get_running_loop().create_task(self._renew(record, stop, fleet))
         prefix = f"{record.job_id}/{record.attempt}"
         try:
@@ -329,7 +361,7 @@ class WorkerPool:
             async with asyncio.timeout(self._settings.execution_timeout_ms / 1000):
                 parts = await write_parts(
                     schema,
-                    self._produce(body.spec, body.principal),
+                    self._produce(body.spec, body.principal, stop),
                     self._results,
                     prefix,
                     self._threads,
@@ -362,13 +394,19 @@ class WorkerPool:
             if fleet is not None and self._fleet is not None:
                 await self._fleet.release(fleet)
             self._running.pop(record.job_id, None)
+            self._stops.pop(record.job_id, None)
             self.wake()
 
     def _produce(
-        self, spec: QuerySpec, principal: Principal
+        self, spec: QuerySpec, principal: Principal, stop: _Stop
     ) -> Callable[[], Iterator[pa.RecordBatch]]:
         def batches() -> Iterator[pa.RecordBatch]:
             stream = self._execute(spec, principal)
+            abort = getattr(stream, "abort", None)
+            if abort is not None:
+                # Cancel, deadline or a lost lease stop the batch being computed too:
+                # the worker slot is free as soon as the engine yields.
+                stop.on_set(abort)
             try:
                 yield from stream
             finally:

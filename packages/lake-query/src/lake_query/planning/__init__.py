@@ -18,6 +18,8 @@ Parts:
 - :mod:`~lake_query.planning.amplification` and :mod:`~lake_query.planning.sizes`: how
   large concatenation may make a statement's values, bounded from its plan.
 - :mod:`~lake_query.planning.planner`: :class:`Planner`, plan with pins, run from pins.
+- :mod:`~lake_query.planning.abortable`: DataFusion batches another thread can stop
+  mid-batch (async jobs).
 """
 
 from lake_query.planning.catalog import DEFAULT_SCHEMA

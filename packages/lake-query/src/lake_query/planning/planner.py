@@ -20,6 +20,7 @@ from datafusion import SessionContext, SQLOptions
 
 from lake_core.errors import LakeError
 from lake_core.principal import Principal
+from lake_query.planning.abortable import AbortableBatches
 from lake_query.planning.catalog import (
     Binder,
     Lister,
@@ -60,9 +61,11 @@ class ResultStream:
         session: object = None,
         on_error: Callable[[BaseException], Exception] = sql_error,
         reservation: Reservation | None = None,
+        abortable: AbortableBatches | None = None,
     ) -> None:
         self.schema = schema
         self._batches: Iterator[pa.RecordBatch] | None = batches
+        self._abortable = abortable
         # Lance's FFI scan needs its SessionContext alive while batches flow.
         self._session = session
         self._on_error = on_error
@@ -90,6 +93,15 @@ class ResultStream:
         finally:
             del error
 
+    def abort(self) -> None:
+        """From any thread: stop the batch being computed, if the engine's can be stopped.
+
+        Only DataFusion streams run with ``abortable=True`` can; a direct scan
+        produces each batch quickly and stops between them.
+        """
+        if self._abortable is not None:
+            self._abortable.abort()
+
     def close(self) -> None:
         """Release the session now, on this thread.
 
@@ -99,6 +111,8 @@ class ResultStream:
         which aborts the process.
         """
         self._batches = None
+        if self._abortable is not None:
+            self._abortable.close()
         self._session = None
         if self._reservation is not None:
             self._reservation.release()
@@ -213,8 +227,14 @@ class Planner:
             parts = fragment_ranges(opened[0], direct, self.partitions)
         return PlannedQuery(spec=planned, schema=schema, partitions=parts)
 
-    def execute(self, spec: QuerySpec, principal: Principal) -> ResultStream:
-        """Run a planned query from its pinned set alone."""
+    def execute(
+        self, spec: QuerySpec, principal: Principal, *, abortable: bool = False
+    ) -> ResultStream:
+        """Run a planned query from its pinned set alone.
+
+        ``abortable``: DataFusion's batches come through :class:`AbortableBatches`,
+        so :meth:`ResultStream.abort` interrupts a batch being computed (async jobs).
+        """
         shape = _check(spec, self.limits)
         binder = PinnedBinder(principal, self._datasets, spec.pins)
         datasets = binder.open_all(spec.pins)  # authorizes every table
@@ -254,7 +274,7 @@ class Planner:
             reservation.release()
             raise
         try:
-            return self._run(ctx, spec, datasets, on_error, reservation)
+            return self._run(ctx, spec, datasets, on_error, reservation, abortable)
         except BaseException:
             reservation.release()
             del ctx  # see ResultStream.close: no traceback may keep a session alive
@@ -326,6 +346,7 @@ class Planner:
         datasets: list[Any],
         on_error: Callable[[BaseException], Exception],
         reservation: Reservation,
+        abortable: bool = False,
     ) -> ResultStream:
         df = _plan(ctx, spec, self.limits)
         schema = _result_schema(df)
@@ -335,16 +356,24 @@ class Planner:
             reservation.release()  # a direct scan runs no DataFusion operator
             return ResultStream(schema, coalesce_batches(batches, schema), ctx, on_error)
         error: Exception | None = None
+        reader: Iterator[pa.RecordBatch] | None = None
+        stoppable: AbortableBatches | None = None
         try:
-            # The C stream interface moves batches with less Python per batch
-            # than execute_stream() + to_pyarrow().
-            reader = pa.RecordBatchReader.from_stream(df)
+            if abortable:
+                reader = stoppable = AbortableBatches(df)
+            else:
+                # The C stream interface moves batches with less Python per batch
+                # than execute_stream() + to_pyarrow().
+                reader = pa.RecordBatchReader.from_stream(df)
         except Exception as exc:
             error = on_error(exc)
         if error is not None:
             del ctx, df
             raise error
-        return ResultStream(schema, coalesce_batches(reader, schema), ctx, on_error, reservation)
+        assert reader is not None
+        return ResultStream(
+            schema, coalesce_batches(reader, schema), ctx, on_error, reservation, stoppable
+        )
 
     def _execution_errors(
         self, binder: Binder, budget: FunctionBudget, external: ExternalTables | None = None
