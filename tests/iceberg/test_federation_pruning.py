@@ -27,10 +27,10 @@ from pyiceberg.table import DataScan
 from pyiceberg.types import BooleanType, DoubleType, IntegerType, LongType, NestedField, StringType
 
 from lake_core.principal import DEV_PRINCIPAL
-from lake_iceberg.federation import FederationConfig, IcebergFederation
+from lake_iceberg.federation import IcebergFederation
 from lake_iceberg.federation.filters import to_iceberg_filter
 from lake_query.planning import Planner
-from tools.lake_testing.iceberg import SeaweedIceberg, federation_env
+from tools.lake_testing.iceberg import SeaweedIceberg, in_process_federation
 
 pytestmark = [pytest.mark.iceberg, pytest.mark.s3]
 
@@ -72,19 +72,8 @@ def federation(iceberg_server: SeaweedIceberg) -> Iterator[IcebergFederation]:
     arrow = SCHEMA.as_arrow()
     for part in range(FILES):  # one data file per part: ranges that statistics separate
         table.append(pa.Table.from_pylist(_rows(part), schema=arrow))
-    env = federation_env(iceberg_server, NAMESPACE)
-    file_io = {
-        "s3.access-key-id": env["AWS_ACCESS_KEY_ID"],
-        "s3.secret-access-key": env["AWS_SECRET_ACCESS_KEY"],
-    }
-    config = FederationConfig.from_env(env)
-    assert config is not None
-    fed = IcebergFederation(config, file_io=file_io)
-    fed.start()
-    try:
+    with in_process_federation(iceberg_server, NAMESPACE) as fed:
         yield fed
-    finally:
-        fed.close()
 
 
 def _literal(rng: random.Random, column: str) -> str:

@@ -14,6 +14,8 @@ import json
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -134,6 +136,26 @@ def federation_env(
         "AWS_SECRET_ACCESS_KEY": server.secret_key,
         "AWS_REGION": server.region,
     }
+
+
+@contextmanager
+def in_process_federation(server: SeaweedIceberg, namespaces: str) -> Iterator[Any]:
+    """A started ``IcebergFederation`` over ``server`` in this process, closed on exit."""
+    from lake_iceberg.federation import FederationConfig, IcebergFederation
+
+    env = federation_env(server, namespaces)
+    file_io = {
+        "s3.access-key-id": env["AWS_ACCESS_KEY_ID"],
+        "s3.secret-access-key": env["AWS_SECRET_ACCESS_KEY"],
+    }
+    config = FederationConfig.from_env(env)
+    assert config is not None
+    federation = IcebergFederation(config, file_io=file_io)
+    federation.start()
+    try:
+        yield federation
+    finally:
+        federation.close()
 
 
 #: The rows :func:`write_episodes` appends, one append per robot.
