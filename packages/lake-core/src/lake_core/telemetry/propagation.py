@@ -11,6 +11,7 @@ an installed tracer provider every span is a no-op and, with no incoming
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -46,9 +47,19 @@ MAX_TRACESTATE = 512
 _TRACESTATE = re.compile(r"[\x20-\x7e]+")
 
 
+#: The tracer of the provider it came from: the SDK builds a new Tracer on every
+#: ``get_tracer`` call, and every RPC asks for one.
+_tracer: tuple[trace.TracerProvider, trace.Tracer] | None = None
+
+
 def tracer() -> trace.Tracer:
     """Lake's tracer from the installed provider (a no-op one when tracing is off)."""
-    return trace.get_tracer(INSTRUMENTATION)
+    global _tracer
+    provider = trace.get_tracer_provider()
+    cached = _tracer
+    if cached is None or cached[0] is not provider:
+        cached = _tracer = (provider, provider.get_tracer(INSTRUMENTATION))
+    return cached[1]
 
 
 def trace_headers() -> tuple[tuple[str, str], ...]:
@@ -71,8 +82,9 @@ def extract(metadata: Iterable[tuple[str, str | bytes]]) -> otel_context.Context
     return _PROPAGATOR.extract(carrier)
 
 
-def rpc_attributes(full_method: str) -> dict[str, str]:
-    """OpenTelemetry RPC semantic attributes of ``/package.Service/Method``."""
+@functools.lru_cache(maxsize=256)
+def rpc_attributes(full_method: str) -> Mapping[str, str]:
+    """OpenTelemetry RPC semantic attributes of ``/package.Service/Method`` (shared: read only)."""
     _, _, rest = full_method.partition("/")
     service, _, method = rest.partition("/")
     return {"rpc.system": "grpc", "rpc.service": service, "rpc.method": method}
