@@ -33,12 +33,14 @@ def _batches(count: int, rows: int = 1000) -> list[pa.RecordBatch]:
     ]
 
 
-def _write(root: Path, batches: list[pa.RecordBatch], **limits: int) -> list:  # type: ignore[type-arg]
+def _write(
+    root: Path, batches: list[pa.RecordBatch], schema: pa.Schema = SCHEMA, **limits: int
+) -> list:  # type: ignore[type-arg]
     store = LocalResults(root)
     with ThreadPoolExecutor(2) as pool:
         return asyncio.run(
             write_parts(
-                SCHEMA,
+                schema,
                 lambda: iter(batches),
                 store,
                 "job/1",
@@ -91,6 +93,24 @@ def test_parts_respect_the_part_ceiling_and_round_trip(tmp_path: Path) -> None:
         served.append(_serve(data))
     assert pa.concat_tables(served).equals(pa.Table.from_batches(batches))
     assert not list(tmp_path.rglob("*.tmp"))
+
+
+def test_dictionary_columns_round_trip_with_replacement_dictionaries(tmp_path: Path) -> None:
+    schema = pa.schema([("id", pa.int64()), ("robot", pa.dictionary(pa.int32(), pa.utf8()))])
+    batches = [
+        pa.record_batch(
+            [
+                pa.array(range(i * 100, (i + 1) * 100)),
+                # Each batch encodes its own dictionary: later ones replace earlier ones.
+                pa.array([f"robot-{(i + j) % (i + 2)}" for j in range(100)]).dictionary_encode(),
+            ],
+            schema=schema,
+        )
+        for i in range(5)
+    ]
+    parts = _write(tmp_path, batches, schema)
+    served = pa.concat_tables(_serve((tmp_path / "job/1" / p.name).read_bytes()) for p in parts)
+    assert served.equals(pa.Table.from_batches(batches))
 
 
 def test_a_result_over_its_byte_ceiling_is_refused_before_publication(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from lake_core.errors import InvalidFlightData, PayloadTooLarge
 from lake_core.proto import flight_pb2
 
 __all__ = [
+    "ChunkSink",
     "FlightDataDecoder",
     "InvalidFlightData",
     "PayloadTooLarge",
@@ -108,8 +109,8 @@ def encode_batch(batch: pa.RecordBatch, app_metadata: bytes | None = None) -> by
     return _flight_data(message.metadata, message.body, app_metadata=app_metadata)
 
 
-class _ChunkSink:
-    """Write-only file object collecting what an IPC writer emits."""
+class ChunkSink:
+    """Write-only file object collecting what an IPC writer emits (``pa.PythonFile``)."""
 
     def __init__(self) -> None:
         self.chunks: list[bytes] = []
@@ -125,10 +126,10 @@ class _ChunkSink:
     def close(self) -> None:
         self.closed = True
 
-    def take(self) -> bytes:
-        data = b"".join(self.chunks)
-        self.chunks.clear()
-        return data
+    def take(self) -> list[bytes]:
+        """What was written since the last call, in order."""
+        taken, self.chunks = self.chunks, []
+        return taken
 
 
 def _encode_ipc_messages(data: bytes) -> Iterator[bytes]:
@@ -155,11 +156,11 @@ def encode_stream(
         for batch in batches:
             yield encode_batch(batch)
         return
-    sink = _ChunkSink()
+    sink = ChunkSink()
     with pa.ipc.new_stream(pa.PythonFile(sink, mode="w"), schema) as writer:
         for batch in batches:
             writer.write_batch(batch)
-            yield from _encode_ipc_messages(sink.take())
+            yield from _encode_ipc_messages(b"".join(sink.take()))
 
 
 def _u16(buf: bytes, pos: int) -> int:

@@ -30,7 +30,7 @@ from typing import Any
 import pyarrow as pa
 
 from lake_core.errors import QueryCancelled, ResultTooLarge
-from lake_core.flight.encoding import has_dictionary
+from lake_core.flight.encoding import ChunkSink, has_dictionary
 from lake_query.jobs.model import ManifestPart
 from lake_query.jobs.results import CHUNK_BYTES, ResultStore
 
@@ -129,28 +129,6 @@ class _Chunker:
             self._pending.clear()
 
 
-class _Buffers:
-    """The IPC writer's file for dictionary schemas: collects what it emits."""
-
-    def __init__(self) -> None:
-        self.chunks: list[bytes] = []
-        self.closed = False
-
-    def write(self, data: Any) -> int:
-        self.chunks.append(bytes(data))
-        return len(data)
-
-    def flush(self) -> None:
-        pass
-
-    def close(self) -> None:
-        self.closed = True
-
-    def take(self) -> list[bytes]:
-        taken, self.chunks = self.chunks, []
-        return taken
-
-
 class _PartEncoder:
     """One part's IPC stream: schema, batches, end marker, onto the chunker."""
 
@@ -158,10 +136,10 @@ class _PartEncoder:
         self.chunker = _Chunker(put)
         self.rows = 0
         self._writer: pa.ipc.RecordBatchStreamWriter | None = None
-        self._buffers: _Buffers | None = None
+        self._buffers: ChunkSink | None = None
         if has_dictionary(schema):
             # Dictionary batches must precede the batches using them: pyarrow's writer.
-            self._buffers = _Buffers()
+            self._buffers = ChunkSink()
             self._writer = pa.ipc.new_stream(pa.PythonFile(self._buffers, mode="w"), schema)
         else:
             self.chunker.write(header)
