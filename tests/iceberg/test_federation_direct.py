@@ -21,8 +21,6 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
-from datafusion import SessionContext
-from datafusion.catalog import Table
 from pyiceberg.schema import Schema
 from pyiceberg.types import (
     BinaryType,
@@ -39,10 +37,12 @@ from pyiceberg.types import (
     TimestamptzType,
 )
 
-from lake_core.principal import DEV_PRINCIPAL
 from lake_iceberg.federation import IcebergFederation
-from lake_query.planning import Planner
-from tools.lake_testing.iceberg import SeaweedIceberg, in_process_federation
+from tools.lake_testing.iceberg import (
+    SeaweedIceberg,
+    direct_and_iceberg_rust,
+    in_process_federation,
+)
 
 pytestmark = [pytest.mark.iceberg, pytest.mark.s3]
 
@@ -130,14 +130,6 @@ def _projections() -> list[str]:
 
 @pytest.mark.parametrize("columns", _projections())
 def test_direct_reads_agree_with_iceberg_rust(federation: IcebergFederation, columns: str) -> None:
-    planner = Planner(lambda ref: None, external=[federation])
-    table = federation.plan(NAMESPACE, "t")
-    reference = SessionContext()
-    reference.register_table("t", Table(table.provider()))
-    expected = reference.sql(f"SELECT {columns} FROM t").to_arrow_table()
-    planned = planner.plan(f"SELECT {columns} FROM iceberg.{NAMESPACE}.t", DEV_PRINCIPAL)
-    stream = planner.execute(planned.spec, DEV_PRINCIPAL)
-    assert stream._session is None  # the plug-in read it: no DataFusion session runs it
-    got = pa.Table.from_batches(list(stream), expected.schema)
+    got, expected = direct_and_iceberg_rust(federation, NAMESPACE, "t", columns)
     assert got.num_rows == 4 * 30
     assert _multiset(got) == _multiset(expected), columns

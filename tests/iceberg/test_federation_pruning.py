@@ -30,7 +30,11 @@ from lake_core.principal import DEV_PRINCIPAL
 from lake_iceberg.federation import IcebergFederation
 from lake_iceberg.federation.filters import to_iceberg_filter
 from lake_query.planning import Planner
-from tools.lake_testing.iceberg import SeaweedIceberg, in_process_federation
+from tools.lake_testing.iceberg import (
+    SeaweedIceberg,
+    direct_and_iceberg_rust,
+    in_process_federation,
+)
 
 pytestmark = [pytest.mark.iceberg, pytest.mark.s3]
 
@@ -204,15 +208,7 @@ def test_plain_projections_read_directly_agree_with_iceberg_rust(
     federation: IcebergFederation, columns: str
 ) -> None:
     """The plug-in's pyarrow reader returns iceberg-rust's rows and schema, by field id."""
-    planner = Planner(lambda ref: None, external=[federation])
-    table = federation.plan(NAMESPACE, "t")
-    reference = SessionContext()
-    reference.register_table("t", Table(table.provider()))
-    expected = reference.sql(f"SELECT {columns} FROM t").to_arrow_table()
-    planned = planner.plan(f"SELECT {columns} FROM iceberg.{NAMESPACE}.t", DEV_PRINCIPAL)
-    stream = planner.execute(planned.spec, DEV_PRINCIPAL)
-    assert stream._session is None  # read by the plug-in: no DataFusion session runs it
-    got = pa.Table.from_batches(list(stream), expected.schema)
+    got, expected = direct_and_iceberg_rust(federation, NAMESPACE, "t", columns)
     assert got.schema == expected.schema
     assert got.num_rows == FILES * 40
     assert _multiset(got) == _multiset(expected)

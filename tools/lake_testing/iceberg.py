@@ -158,6 +158,30 @@ def in_process_federation(server: SeaweedIceberg, namespaces: str) -> Iterator[A
         federation.close()
 
 
+def direct_and_iceberg_rust(federation: Any, namespace: str, table: str, columns: str) -> Any:
+    """``SELECT columns`` of an Iceberg table two ways: (Lake's direct read, iceberg-rust's).
+
+    The first goes through a :class:`~lake_query.planning.Planner` and must be read
+    by the plug-in itself (no DataFusion session runs it); the second scans
+    iceberg-rust's provider of the same table in DataFusion.
+    """
+    import pyarrow as pa
+    from datafusion import SessionContext
+    from datafusion.catalog import Table
+
+    from lake_core.principal import DEV_PRINCIPAL
+    from lake_query.planning import Planner
+
+    reference = SessionContext()
+    reference.register_table("t", Table(federation.plan(namespace, table).provider()))
+    expected = reference.sql(f"SELECT {columns} FROM t").to_arrow_table()
+    planner = Planner(lambda ref: None, external=[federation])
+    sql = f"SELECT {columns} FROM iceberg.{namespace}.{table}"
+    stream = planner.execute(planner.plan(sql, DEV_PRINCIPAL).spec, DEV_PRINCIPAL)
+    assert stream._session is None  # read by the plug-in: no DataFusion session runs it
+    return pa.Table.from_batches(list(stream), expected.schema), expected
+
+
 #: The rows :func:`write_episodes` appends, one append per robot.
 EPISODE_ROWS: list[dict[str, Any]] = [
     {"episode_id": robot * 100 + i, "robot_id": name, "reward": float(i) / 2}
