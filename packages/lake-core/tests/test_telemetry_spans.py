@@ -1,5 +1,8 @@
 """Lean server spans (lake_core.telemetry.spans) export what the SDK's own spans export.
 
+And :meth:`RpcObservation.begin`, the per-RPC entry point of servers that are
+not grpc.aio, measures the call and leaves the caller's context as it was.
+
 Differential: the same call traced through the SDK tracer and through
 :class:`ServerSpans`, with the same ids, for every parent kind (none, sampled,
 not sampled, with a tracestate, invalid), several samplers and a failed
@@ -14,6 +17,7 @@ from collections.abc import Iterator
 
 import grpc
 import pytest
+import structlog
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
@@ -30,7 +34,9 @@ from opentelemetry.sdk.trace.sampling import (
     TraceIdRatioBased,
 )
 
+from lake_core.telemetry.metrics import REGISTRY
 from lake_core.telemetry.propagation import INSTRUMENTATION, extract, rpc_attributes, trace_headers
+from lake_core.telemetry.rpc import RpcObservation
 from lake_core.telemetry.spans import ServerSpans
 from lake_core.telemetry.tracing import _SdkServerSpan, end_server_span
 
@@ -166,3 +172,34 @@ def test_the_default_sampler_exports_one_span_with_the_grpc_conventions() -> Non
     assert span.instrumentation_scope is not None
     assert span.instrumentation_scope.name == INSTRUMENTATION
     assert dict(inside)["traceparent"].startswith(f"00-{PARENT}-{span.context.span_id:016x}-")
+
+
+def _rpc_count(code: str) -> float:
+    labels = {"service": "flight", "method": "DoGet", "code": code}
+    return REGISTRY.get_sample_value("lake_rpc_duration_seconds_count", labels) or 0.0
+
+
+@pytest.mark.parametrize("activate", [True, False])
+def test_an_observation_begun_outside_grpc_aio_is_measured_and_restores_context(
+    activate: bool,
+) -> None:
+    """What a server that is not grpc.aio (a pyarrow data plane) calls per RPC."""
+    before = otel_context.get_current()
+    count = _rpc_count("UNAVAILABLE")
+    in_flight = REGISTRY.get_sample_value("lake_rpc_in_flight")
+    observed = RpcObservation.begin(METHOD, PARENTS["sampled"], activate=activate)
+    assert REGISTRY.get_sample_value("lake_rpc_in_flight") == (in_flight or 0) + 1
+    inside = dict(trace_headers())
+    request_id = structlog.contextvars.get_contextvars().get("request_id")
+    if activate:  # the caller's trace continues in whatever the call does
+        assert inside["traceparent"].split("-")[1] == PARENT
+        assert isinstance(request_id, str)
+        assert len(request_id) == 16
+    else:
+        assert inside == {}
+        assert request_id is None
+    observed.end(grpc.StatusCode.UNAVAILABLE)
+    assert _rpc_count("UNAVAILABLE") == count + 1
+    assert REGISTRY.get_sample_value("lake_rpc_in_flight") == in_flight
+    assert otel_context.get_current() == before
+    assert "request_id" not in structlog.contextvars.get_contextvars()

@@ -12,7 +12,7 @@ import contextlib
 import functools
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextvars import Token
 from typing import Any
 
@@ -56,28 +56,67 @@ class RpcObservation:
     __slots__ = ("_counted", "_labels", "_span", "_start", "_token")
 
     def __init__(self, method: str, context: Any, *, counted: bool) -> None:
+        """Open the observation of a grpc.aio call (``context`` is its ServicerContext)."""
+        self._open(method, context.invocation_metadata() or (), counted, activate=True)
+
+    @classmethod
+    def begin(
+        cls,
+        method: str,
+        metadata: Iterable[tuple[str, str | bytes]],
+        *,
+        counted: bool = True,
+        activate: bool = True,
+    ) -> RpcObservation:
+        """Open the observation of a call served outside grpc.aio; :meth:`end` closes it.
+
+        ``method`` is the gRPC path (``/arrow.flight.protocol.FlightService/DoGet``),
+        ``metadata`` the call's headers as ``(key, value)`` pairs (a ``traceparent``
+        among them is continued). With ``activate`` the span and the request id
+        are made current until :meth:`end`, which must then run in the same
+        thread or task; ``activate=False`` changes no context (a server whose
+        call ends elsewhere, such as a pyarrow middleware's ``call_completed``).
+        """
+        observation = cls.__new__(cls)
+        observation._open(method, metadata, counted, activate=activate)
+        return observation
+
+    def _open(
+        self,
+        method: str,
+        metadata: Iterable[tuple[str, str | bytes]],
+        counted: bool,
+        *,
+        activate: bool,
+    ) -> None:
         self._start = time.perf_counter()
         self._labels = series.rpc_labels(method)
         self._counted = counted
         if counted:
             series.RPC_IN_FLIGHT.inc()
-        metadata = context.invocation_metadata() or ()
-        self._span = server_span(method, metadata)
+        self._span = server_span(method, metadata, activate=activate)
         # A request id on every log line of this call (the RPC runs in its own task);
         # 64 random bits as 16 hex digits, without uuid4's object and formatting.
-        self._token: Mapping[str, Token[Any]] = structlog.contextvars.bind_contextvars(
-            request_id=os.urandom(8).hex()
+        self._token: Mapping[str, Token[Any]] | None = (
+            structlog.contextvars.bind_contextvars(request_id=os.urandom(8).hex())
+            if activate
+            else None
         )
 
     def close(self, exc: BaseException | None, context: Any) -> None:
-        code = final_code(exc, context)
+        """Close with the outcome of a grpc.aio call: its exception (or None) and context."""
+        self.end(final_code(exc, context))
+
+    def end(self, code: grpc.StatusCode) -> None:
+        """Close with the call's final status: latency, in-flight count, span (call once)."""
         service, method = self._labels
         _rpc_seconds(service, method, code.name)(time.perf_counter() - self._start)
         if self._counted:
             series.RPC_IN_FLIGHT.dec()
         end_server_span(self._span, code)
-        with contextlib.suppress(ValueError):
-            structlog.contextvars.reset_contextvars(**self._token)
+        if self._token is not None:
+            with contextlib.suppress(ValueError):
+                structlog.contextvars.reset_contextvars(**self._token)
 
 
 @functools.lru_cache(maxsize=1024)  # services x methods x codes: a closed, bounded set

@@ -44,7 +44,7 @@ class ActiveServerSpan:
         context: SpanContext,
         parent: SpanContext | None,
         attributes: Mapping[str, AttributeValue],
-        token: object,
+        token: object | None,
     ) -> None:
         self._spans = spans  # None when the sampler did not record it
         self._name = name
@@ -55,8 +55,8 @@ class ActiveServerSpan:
         self._token = token
 
     @property
-    def token(self) -> object:
-        """The context token to detach when the call ends."""
+    def token(self) -> object | None:
+        """The context token to detach when the call ends (None: never made current)."""
         return self._token
 
     def end(self, status_code: int, error: str | None) -> None:
@@ -95,8 +95,10 @@ class ServerSpans:
         name: str,
         parent: otel_context.Context | None,
         attributes: Mapping[str, AttributeValue],
+        *,
+        activate: bool = True,
     ) -> ActiveServerSpan:
-        """Start ``name`` as a child of ``parent`` (a new trace when None) and activate it."""
+        """Start ``name`` as a child of ``parent`` (a new trace when None), current if ``activate``."""
         remote = trace.get_current_span(parent).get_span_context() if parent is not None else None
         if remote is not None and not remote.is_valid:
             remote = None
@@ -120,7 +122,11 @@ class ServerSpans:
             trace_flags=TraceFlags(flags),
             trace_state=sampled.trace_state,
         )
-        token = otel_context.attach(trace.set_span_in_context(NonRecordingSpan(context), parent))
+        token = (
+            otel_context.attach(trace.set_span_in_context(NonRecordingSpan(context), parent))
+            if activate
+            else None
+        )
         recording = decision != Decision.DROP
         return ActiveServerSpan(
             self if recording else None,

@@ -100,7 +100,7 @@ class ServerSpan(Protocol):
     """A started server span (:func:`server_span`); pass it to :func:`end_server_span`."""
 
     @property
-    def token(self) -> object: ...
+    def token(self) -> object | None: ...
 
     def end(self, status_code: int, error: str | None) -> None: ...
 
@@ -110,7 +110,7 @@ class _SdkServerSpan:
 
     __slots__ = ("_span", "token")
 
-    def __init__(self, span: Span, token: object) -> None:
+    def __init__(self, span: Span, token: object | None) -> None:
         self._span = span
         self.token = token
 
@@ -122,22 +122,23 @@ class _SdkServerSpan:
         self._span.end()
 
 
-def server_span(full_method: str, metadata: Any) -> ServerSpan | None:
-    """Start and activate the SERVER span of one RPC; None when there is nothing to trace.
+def server_span(full_method: str, metadata: Any, *, activate: bool = True) -> ServerSpan | None:
+    """Start (and, with ``activate``, make current) the SERVER span of one RPC.
 
-    Continues the W3C context ``metadata`` carries. Cheap when tracing is off
-    (no span, no context change unless the caller sent a ``traceparent``) and
-    lean when on (:mod:`lake_core.telemetry.spans`).
+    None when there is nothing to trace. Continues the W3C context
+    ``metadata`` carries. Cheap when tracing is off (no span, no context
+    change unless the caller sent a ``traceparent``) and lean when on
+    (:mod:`lake_core.telemetry.spans`).
     """
     parent = extract(metadata)
     provider = trace.get_tracer_provider()
     lean = getattr(provider, "server_spans", None)
     if lean is not None:
         started: ServerSpan = lean.start(
-            _span_name(full_method), parent, rpc_attributes(full_method)
+            _span_name(full_method), parent, rpc_attributes(full_method), activate=activate
         )
         return started
-    if parent is None and not _on():
+    if parent is None and not _on(provider):
         return None
     span = tracer().start_span(
         _span_name(full_method),
@@ -145,7 +146,7 @@ def server_span(full_method: str, metadata: Any) -> ServerSpan | None:
         kind=SpanKind.SERVER,
         attributes=rpc_attributes(full_method),
     )
-    token = otel_context.attach(trace.set_span_in_context(span, parent))
+    token = otel_context.attach(trace.set_span_in_context(span, parent)) if activate else None
     return _SdkServerSpan(span, token)
 
 
@@ -155,9 +156,11 @@ def end_server_span(started: ServerSpan | None, code: Any) -> None:
         return
     name = code.name
     started.end(int(code.value[0]), None if name == "OK" else name)
-    # Fails only for a generator finalized in another context; harmless.
-    with contextlib.suppress(Exception):
-        otel_context.detach(started.token)  # type: ignore[arg-type]
+    token = started.token
+    if token is not None:
+        # Fails only for a generator finalized in another context; harmless.
+        with contextlib.suppress(Exception):
+            otel_context.detach(token)  # type: ignore[arg-type]
 
 
 @functools.lru_cache(maxsize=256)  # grpc routes only registered methods: a bounded set
@@ -188,6 +191,7 @@ def resumed_span(
         yield span
 
 
-def _on() -> bool:
-    provider = trace.get_tracer_provider()
+def _on(provider: trace.TracerProvider | None = None) -> bool:
+    if provider is None:
+        provider = trace.get_tracer_provider()
     return not isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider)
