@@ -122,6 +122,18 @@ class _SdkServerSpan:
         self._span.end()
 
 
+class _Continued:
+    """A caller's context made current, with no span of this process to record."""
+
+    __slots__ = ("token",)
+
+    def __init__(self, token: object | None) -> None:
+        self.token = token
+
+    def end(self, status_code: int, error: str | None) -> None:
+        return None
+
+
 def server_span(full_method: str, metadata: Any, *, activate: bool = True) -> ServerSpan | None:
     """Start (and, with ``activate``, make current) the SERVER span of one RPC.
 
@@ -138,8 +150,12 @@ def server_span(full_method: str, metadata: Any, *, activate: bool = True) -> Se
             _span_name(full_method), parent, rpc_attributes(full_method), activate=activate
         )
         return started
-    if parent is None and not _on(provider):
-        return None
+    if not _on(provider):
+        if parent is None:
+            return None
+        # No SDK: the caller's context continues as it came (what the API's no-op
+        # tracer would make current), so outgoing calls still carry it.
+        return _Continued(otel_context.attach(parent) if activate else None)
     span = tracer().start_span(
         _span_name(full_method),
         context=parent,
