@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import os
+import random
 import time
 from collections.abc import Callable, Iterable, Mapping
 from contextvars import Token
@@ -95,10 +95,11 @@ class RpcObservation:
         if counted:
             series.RPC_IN_FLIGHT.inc()
         self._span = server_span(method, metadata, activate=activate)
-        # A request id on every log line of this call (the RPC runs in its own task);
-        # 64 random bits as 16 hex digits, without uuid4's object and formatting.
+        # A request id on every log line of this call (the RPC runs in its own task):
+        # 16 hex digits from the process's PRNG, as the SDK's span ids. Not uuid4:
+        # os.urandom releases the GIL, and a busy exporter thread then holds the call.
         self._token: Mapping[str, Token[Any]] | None = (
-            structlog.contextvars.bind_contextvars(request_id=os.urandom(8).hex())
+            structlog.contextvars.bind_contextvars(request_id=f"{random.getrandbits(64):016x}")
             if activate
             else None
         )

@@ -21,13 +21,14 @@ from collections.abc import Mapping
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import Decision
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 from opentelemetry.util.types import AttributeValue
 
-__all__ = ["ActiveServerSpan", "LakeTracerProvider", "ServerSpans"]
+__all__ = ["ActiveServerSpan", "HashedResource", "LakeTracerProvider", "ServerSpans"]
 
 _UNSET = trace.Status(trace.StatusCode.UNSET)
 
@@ -145,3 +146,21 @@ class LakeTracerProvider(TracerProvider):
     """
 
     server_spans: ServerSpans | None = None
+
+
+class HashedResource(Resource):
+    """A resource that hashes once: the OTLP encoder hashes every span's resource.
+
+    ``Resource.__hash__`` serializes the attributes to JSON on each call; a
+    resource never changes, so its hash is computed here once.
+    """
+
+    def __init__(self, resource: Resource) -> None:
+        super().__init__(resource.attributes, resource.schema_url)
+        self._hash = super().__hash__()
+
+    def __eq__(self, other: object) -> bool:
+        return super().__eq__(other)
+
+    def __hash__(self) -> int:
+        return self._hash

@@ -74,9 +74,11 @@ def configure_tracing(service: str, env: Mapping[str, str] = os.environ) -> Trac
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from lake_core.telemetry.spans import LakeTracerProvider, ServerSpans
+    from lake_core.telemetry.spans import HashedResource, LakeTracerProvider, ServerSpans
 
-    resource = Resource.create({"service.name": service, "service.version": _version()})
+    resource = HashedResource(
+        Resource.create({"service.name": service, "service.version": _version()})
+    )
     provider = LakeTracerProvider(resource=resource)
     exporter = OTLPSpanExporter(endpoint=endpoint, insecure=endpoint.startswith("http://"))
     processor = BatchSpanProcessor(
