@@ -37,7 +37,7 @@ from opentelemetry.sdk.trace.sampling import (
 from lake_core.telemetry.metrics import REGISTRY
 from lake_core.telemetry.propagation import INSTRUMENTATION, extract, rpc_attributes, trace_headers
 from lake_core.telemetry.rpc import RpcObservation
-from lake_core.telemetry.spans import ServerSpans
+from lake_core.telemetry.spans import HashedResource, ServerSpans
 from lake_core.telemetry.tracing import _SdkServerSpan, end_server_span
 
 METHOD = "/arrow.flight.protocol.FlightService/DoGet"
@@ -203,3 +203,32 @@ def test_an_observation_begun_outside_grpc_aio_is_measured_and_restores_context(
     assert REGISTRY.get_sample_value("lake_rpc_in_flight") == in_flight
     assert otel_context.get_current() == before
     assert "request_id" not in structlog.contextvars.get_contextvars()
+
+
+def test_a_hashed_resource_is_the_resource_it_wraps_for_the_encoder() -> None:
+    plain = Resource.create({"service.name": "lake-test", "service.version": "1"})
+    hashed = HashedResource(plain)
+    assert hashed == plain
+    assert hash(hashed) == hash(plain)
+    assert dict(hashed.attributes) == dict(plain.attributes)
+    assert hashed.schema_url == plain.schema_url
+    provider, exported = _provider(ParentBased(ALWAYS_ON), 9)
+    spans = ServerSpans(provider, SimpleSpanProcessor(exported), INSTRUMENTATION)
+    for _ in range(3):
+        end_server_span(spans.start("x", None, rpc_attributes(METHOD)), grpc.StatusCode.OK)
+    finished = exported.get_finished_spans()
+    relabelled = tuple(
+        ReadableSpan(
+            name=s.name,
+            context=s.context,
+            resource=hashed if i % 2 else plain,
+            attributes=s.attributes,
+            kind=s.kind,
+            start_time=s.start_time,
+            end_time=s.end_time,
+            instrumentation_scope=s.instrumentation_scope,
+        )
+        for i, s in enumerate(finished)
+    )
+    (resource_spans,) = encode_spans(relabelled).resource_spans  # one resource, not two
+    assert len(resource_spans.scope_spans[0].spans) == 3
