@@ -2,7 +2,9 @@
 
 :class:`RpcObservation` is opened by :mod:`lake_core.flight.server` once per
 call and closed with the call's outcome, so every service is measured and
-traced in one place (method and status code labels only).
+traced in one place (method and status code labels only). A server that is
+not grpc.aio (a pyarrow Flight data plane) opens one per call with
+:meth:`RpcObservation.begin` and closes it with :meth:`RpcObservation.end`.
 """
 
 from __future__ import annotations
