@@ -111,11 +111,20 @@ def test_storage_timeout_bounds_every_s3_request() -> None:
         _refused({**BASE, "LAKE_ICEBERG_S3_TIMEOUT_MS": bad}, "LAKE_ICEBERG_S3_TIMEOUT_MS")
     default = FederationConfig.from_env(BASE)
     assert default is not None
-    assert default.storage_bounds() == {"s3.connect-timeout": "10.0", "s3.request-timeout": "10.0"}
+    pyarrow_io = {"py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}
+    assert default.storage_bounds() == {
+        **pyarrow_io,
+        "s3.connect-timeout": "10.0",
+        "s3.request-timeout": "10.0",
+    }
     config = FederationConfig.from_env({**BASE, "LAKE_ICEBERG_S3_TIMEOUT_MS": "2500"})
     assert config is not None
     assert config.s3_timeout_s == 2.5
-    assert config.storage_bounds() == {"s3.connect-timeout": "2.5", "s3.request-timeout": "2.5"}
+    assert config.storage_bounds() == {
+        **pyarrow_io,
+        "s3.connect-timeout": "2.5",
+        "s3.request-timeout": "2.5",
+    }
 
 
 def test_auth_rules() -> None:

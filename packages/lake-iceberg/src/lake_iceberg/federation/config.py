@@ -53,6 +53,8 @@ __all__ = ["REQUIRED", "FederationConfig", "OAuthSettings", "check_external_url"
 REQUIRED = (ICEBERG_REST_ENDPOINT, ICEBERG_WAREHOUSE, ICEBERG_NAMESPACES)
 DEFAULT_TIMEOUT_MS = 10_000
 DEFAULT_S3_TIMEOUT_MS = 10_000
+#: pyiceberg's file I/O over pyarrow's filesystems (the one the timeouts reach).
+PYARROW_FILE_IO = "pyiceberg.io.pyarrow.PyArrowFileIO"
 DEFAULT_SCOPE = "catalog"
 
 
@@ -169,10 +171,16 @@ class FederationConfig:
         """File-I/O properties bounding each S3 request by ``LAKE_ICEBERG_S3_TIMEOUT_MS``.
 
         pyarrow's S3 filesystem (direct reads, manifests, failure probes) honours
-        them; iceberg-rust's reader ignores them and keeps its own fixed I/O timeout.
+        them, so pyiceberg's file I/O is pinned to it: a catalog's config may not
+        swap in another implementation with other (or no) timeouts. iceberg-rust's
+        reader ignores them and keeps its own fixed I/O timeout.
         """
         seconds = str(self.s3_timeout_s)
-        return {"s3.connect-timeout": seconds, "s3.request-timeout": seconds}
+        return {
+            "py-io-impl": PYARROW_FILE_IO,
+            "s3.connect-timeout": seconds,
+            "s3.request-timeout": seconds,
+        }
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> FederationConfig | None:
