@@ -46,6 +46,7 @@ from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.manifest import (
     DataFile,
+    ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
     write_manifest,
@@ -277,9 +278,11 @@ class PinnedSnapshot:
             return self.unreachable()  # probing a silent store would only wait again
         if isinstance(error, DataFileError):
             paths = [error.path]
+        elif self._scanned is not None:
+            paths = [task.file.file_path for task in self._scanned]
         else:
             try:
-                paths = [task.file.file_path for task in (self._scanned or self._tasks(None))]
+                paths = self._first_data_files(PROBE_LIMIT)
             except LakeError as typed:
                 return typed
         found = self.probe(paths)
@@ -339,6 +342,30 @@ class PinnedSnapshot:
             f"iceberg.{self.namespace}.{self.table}: the Iceberg table's storage is "
             "unreachable right now; retry"
         )
+
+    def _first_data_files(self, count: int) -> list[str]:
+        """Up to ``count`` live data files of the snapshot, in manifest order.
+
+        For a scan Lake never planned (iceberg-rust's, unpruned): only the first
+        manifests are read, not the whole snapshot's, and iceberg-rust reads
+        data files in this same order.
+        """
+        assert self._snapshot is not None
+        io = self._io()
+        found: list[str] = []
+        try:
+            for manifest in self._snapshot.manifests(io):
+                if manifest.content != ManifestContent.DATA:
+                    continue
+                for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+                    found.append(entry.data_file.file_path)
+                    if len(found) >= count:
+                        return found
+        except FileNotFoundError:  # a manifest (list) of a retained snapshot is gone
+            raise self.corrupted() from None
+        except OSError:
+            raise self.unreachable() from None
+        return found
 
     def _io(self) -> FileIO:
         return load_file_io(self._file_io, self._location)
