@@ -106,6 +106,27 @@ def test_s3_override_rules() -> None:
     }
 
 
+def test_storage_timeout_bounds_every_s3_request() -> None:
+    for bad in ("99", "300001", "ten", "-1"):
+        _refused({**BASE, "LAKE_ICEBERG_S3_TIMEOUT_MS": bad}, "LAKE_ICEBERG_S3_TIMEOUT_MS")
+    default = FederationConfig.from_env(BASE)
+    assert default is not None
+    pyarrow_io = {"py-io-impl": "pyiceberg.io.pyarrow.PyArrowFileIO"}
+    assert default.storage_bounds() == {
+        **pyarrow_io,
+        "s3.connect-timeout": "10.0",
+        "s3.request-timeout": "10.0",
+    }
+    config = FederationConfig.from_env({**BASE, "LAKE_ICEBERG_S3_TIMEOUT_MS": "2500"})
+    assert config is not None
+    assert config.s3_timeout_s == 2.5
+    assert config.storage_bounds() == {
+        **pyarrow_io,
+        "s3.connect-timeout": "2.5",
+        "s3.request-timeout": "2.5",
+    }
+
+
 def test_auth_rules() -> None:
     _refused(
         {**BASE, "LAKE_ICEBERG_REST_TOKEN": TOKEN, "LAKE_ICEBERG_REST_CREDENTIAL": f"id:{SECRET}"},
@@ -185,6 +206,7 @@ def _start_query(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
             "LAKE_ICEBERG_NAMESPACES",
         ),
         ({**BASE, "LAKE_ICEBERG_REST_CREDENTIAL": SECRET}, "LAKE_ICEBERG_REST_CREDENTIAL"),
+        ({**BASE, "LAKE_ICEBERG_S3_TIMEOUT_MS": "0"}, "LAKE_ICEBERG_S3_TIMEOUT_MS"),
     ],
 )
 def test_lake_query_refuses_to_start(env: dict[str, str], variable: str) -> None:

@@ -14,6 +14,10 @@ covers one id range. Two figures, Lake and reference alternating run by run:
   Lake against pyiceberg's ``scan(row_filter=...)``, which prunes by manifest
   statistics; Lake prunes the same way before iceberg-rust reads
   (lake_iceberg.federation.scan). Seconds per query; goal: Lake <= 1.5x.
+- the plug-in's reader alone (``iceberg_scan_reader``): in this process, the
+  fresh pinned load DoGet makes plus the pyarrow reader's batches of every
+  column, without Flight, planner or client, against ``to_arrow``: how much
+  of the full-scan gap is the reader's. Goal: >= 1.0x.
 
 Both sides load the table from the catalog on every run, as Lake's DoGet does.
 """
@@ -31,8 +35,9 @@ from pyiceberg.expressions import LessThan
 from pyiceberg.schema import Schema
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
+from lake_query.planning.direct import batch_rows_for
 from tools.bench.harness import Figure, at_least, at_most, measure, pairs_for, warmup_for
-from tools.lake_testing.iceberg import SeaweedIceberg, federation_env
+from tools.lake_testing.iceberg import SeaweedIceberg, federation_env, in_process_federation
 from tools.lake_testing.servers import start_meta, start_query
 
 NAMESPACE = "bench"
@@ -43,6 +48,16 @@ SCHEMA = Schema(
     NestedField(2, "robot_id", StringType(), required=False),
     NestedField(3, "reward", DoubleType(), required=False),
     NestedField(4, "steps", LongType(), required=False),
+)
+
+#: SCHEMA's columns as Lake promises them to clients (what a ``SELECT *`` streams).
+READ_SCHEMA = pa.schema(
+    [
+        ("episode_id", pa.int64()),
+        ("robot_id", pa.string()),
+        ("reward", pa.float64()),
+        ("steps", pa.int64()),
+    ]
 )
 
 
@@ -76,13 +91,49 @@ def run(quick: bool) -> list[Figure]:
             try:
                 query = start_query(meta.addr, root, env=federation_env(server, NAMESPACE))
                 try:
-                    return _measure(server, catalog, query.url, quick, rows, selective)
+                    figures = _measure(server, catalog, query.url, quick, rows, selective)
                 finally:
                     query.stop()
             finally:
                 meta.stop()
+            return [*figures, _measure_reader(server, catalog, quick, rows)]
         finally:
             server.stop()
+
+
+def _measure_reader(server: SeaweedIceberg, catalog: Any, quick: bool, rows: int) -> Figure:
+    """The plug-in's pyarrow reader alone, in this process, against ``to_arrow``."""
+    schema = READ_SCHEMA
+    batch_rows = batch_rows_for(schema)
+    with in_process_federation(server, NAMESPACE) as federation:
+        snapshot = federation.plan(NAMESPACE, TABLE).snapshot_id
+
+        def reader() -> float:
+            start = time.perf_counter()
+            table = federation.pinned(NAMESPACE, TABLE, snapshot)  # a fresh load, as DoGet
+            batches = table.batches(schema, batch_rows)
+            assert batches is not None  # a plain projection
+            got = sum(batch.num_rows for batch in batches)
+            elapsed = time.perf_counter() - start
+            assert got == rows, got
+            return rows / elapsed
+
+        def reference() -> float:
+            start = time.perf_counter()
+            got = catalog.load_table((NAMESPACE, TABLE)).scan().to_arrow()
+            elapsed = time.perf_counter() - start
+            assert got.num_rows == rows, got.num_rows
+            return rows / elapsed
+
+        return measure(
+            "iceberg_scan_reader",
+            reader,
+            reference,
+            unit="rows/s",
+            goal=at_least(1.0, ">= 1.0x pyiceberg to_arrow in-process (the reader alone)"),
+            pairs=pairs_for(quick),
+            warmup=warmup_for(quick),
+        )
 
 
 def _measure(

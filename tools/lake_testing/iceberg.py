@@ -14,7 +14,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -139,11 +139,16 @@ def federation_env(
 
 
 @contextmanager
-def in_process_federation(server: SeaweedIceberg, namespaces: str) -> Iterator[Any]:
-    """A started ``IcebergFederation`` over ``server`` in this process, closed on exit."""
+def in_process_federation(
+    server: SeaweedIceberg, namespaces: str, env: Mapping[str, str] | None = None
+) -> Iterator[Any]:
+    """A started ``IcebergFederation`` over ``server`` in this process, closed on exit.
+
+    ``env``: variables over :func:`federation_env`'s (an S3 proxy, a timeout).
+    """
     from lake_iceberg.federation import FederationConfig, IcebergFederation
 
-    env = federation_env(server, namespaces)
+    env = {**federation_env(server, namespaces), **(env or {})}
     file_io = {
         "s3.access-key-id": env["AWS_ACCESS_KEY_ID"],
         "s3.secret-access-key": env["AWS_SECRET_ACCESS_KEY"],

@@ -9,7 +9,15 @@ rewrite the upstream's real response:
   proxy that dropped the Range header;
 - ``"redirect"``: every answer is a 302 to another location;
 - ``"unavailable"``: every answer is S3's 503 ServiceUnavailable (an
-  outage), without asking the upstream.
+  outage), without asking the upstream;
+- ``"stall"``: the connection is accepted and the request read, but no
+  answer ever comes (a silent store);
+- ``"stall_body"``: the upstream's status and headers, then the first few
+  bytes of the body, then silence.
+
+``fault_paths``: when set, the fault hits only requests whose path contains
+it (``".parquet"``: data files only); every other request is forwarded.
+Stalled requests are counted in ``stalled`` and released by ``stop()``.
 
 Runs its own event loop on a thread; ``stop()`` closes it.
 """
@@ -40,7 +48,12 @@ class S3Proxy:
     upstream: str
     port: int = field(default_factory=free_port)
     fault: str | None = None
+    fault_paths: str | None = None
     requests: Counter[str] = field(default_factory=Counter)
+    #: Requests a stall fault is holding (or held) unanswered.
+    stalled: int = 0
+    #: Requests per (method, object path): what a failure probe's cap is counted by.
+    paths: Counter[tuple[str, str]] = field(default_factory=Counter)
 
     @property
     def endpoint(self) -> str:
@@ -65,6 +78,7 @@ class S3Proxy:
         self._loop.run_forever()
 
     async def _serve(self) -> None:
+        self._released = asyncio.Event()  # set by stop(): stalled requests end
         self._session = aiohttp.ClientSession(auto_decompress=False)
         app = web.Application(client_max_size=1024**3)
         app.router.add_route("*", "/{path:.*}", self._handle)
@@ -74,10 +88,19 @@ class S3Proxy:
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests[request.method] += 1
-        if self.fault == "redirect":
+        self.paths[request.method, request.path] += 1
+        fault = self.fault
+        if self.fault_paths is not None and self.fault_paths not in request.path:
+            fault = None
+        if fault == "redirect":
             raise web.HTTPFound("http://127.0.0.1:9/elsewhere")
-        if self.fault == "unavailable":
+        if fault == "unavailable":
             return web.Response(status=503, body=_UNAVAILABLE, content_type="application/xml")
+        if fault == "stall":
+            self.stalled += 1
+            await request.read()
+            await self._released.wait()
+            raise web.HTTPServiceUnavailable()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
         body = await request.read()
         async with self._session.request(
@@ -105,10 +128,25 @@ class S3Proxy:
             if request.method == "HEAD":
                 out_headers["Content-Length"] = upstream.headers.get("Content-Length", "0")
                 return web.Response(status=status, headers=out_headers)
+            if fault == "stall_body" and len(payload) > 1:
+                return await self._stall_body(request, status, out_headers, payload)
             return web.Response(status=status, body=payload, headers=out_headers)
+
+    async def _stall_body(
+        self, request: web.Request, status: int, headers: dict[str, str], payload: bytes
+    ) -> web.StreamResponse:
+        """Promise the whole body, send a sliver of it, then go silent until stop()."""
+        self.stalled += 1
+        response = web.StreamResponse(status=status, headers=headers)
+        response.content_length = len(payload)
+        await response.prepare(request)
+        await response.write(payload[: min(16, len(payload) - 1)])
+        await self._released.wait()
+        return response
 
     def stop(self) -> None:
         async def close() -> None:
+            self._released.set()
             await self._runner.cleanup()
             await self._session.close()
 

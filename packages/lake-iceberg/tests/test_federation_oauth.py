@@ -91,3 +91,50 @@ def test_an_interrupted_renewal_leader_hands_its_failure_to_followers() -> None:
         outcomes = sorted(f.result(30) for f in futures)
     assert outcomes == ["follower"] * 4 + ["leader"]
     assert session.posts == 2  # the first token, then one renewal for all five
+
+
+class LateRefusal(requests.Session):
+    """Refuses every token; the read of table ``late`` answers only once released."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.posts = 0
+        self.late_sent = threading.Event()
+        self.late_release = threading.Event()
+
+    def request(self, method: str, url: str, **kwargs: Any) -> requests.Response:  # type: ignore[override]
+        if url.endswith("/v1/config"):
+            return _response(200, {"defaults": {}, "overrides": {}})
+        if url.endswith("/late"):
+            self.late_sent.set()
+            assert self.late_release.wait(30)
+        return _response(401, {"error": {"code": 401}})
+
+    def post(self, url: str, **kwargs: Any) -> requests.Response:  # type: ignore[override]
+        self.posts += 1
+        if self.posts == 1:
+            return _response(200, {"access_token": "first"})
+        return _response(401, {"error": "invalid_client"})  # every renewal fails
+
+
+def test_a_refusal_arriving_after_the_renewal_failed_shares_that_failure() -> None:
+    config = FederationConfig.from_env(ENV)
+    assert config is not None
+    session = LateRefusal()
+    client = RestClient(config, session=session)
+    client.handshake()
+    client._bearer()  # the first token
+    assert session.posts == 1
+    with ThreadPoolExecutor(1) as pool:
+        late = pool.submit(client.load_table, "ns", "late")  # sent with the first token
+        assert session.late_sent.wait(30)
+        with pytest.raises(Unavailable):
+            client.load_table("ns", "early")  # refused, leads the renewal, which fails
+        assert session.posts == 2
+        session.late_release.set()  # its refusal of the same token arrives now
+        with pytest.raises(Unavailable):
+            late.result(30)
+    assert session.posts == 2  # the failed renewal was its answer too
+    with pytest.raises(Unavailable):
+        client.load_table("ns", "later")  # a read sent after the failure tries afresh
+    assert session.posts == 3

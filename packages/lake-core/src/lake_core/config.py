@@ -51,6 +51,7 @@ __all__ = [
     "ICEBERG_S3_ENDPOINT",
     "ICEBERG_S3_PATH_STYLE",
     "ICEBERG_S3_REGION",
+    "ICEBERG_S3_TIMEOUT_MS",
     "ICEBERG_WAREHOUSE",
     "LANCE_RETAIN_VERSIONS",
     "LOG_FORMAT",
@@ -659,6 +660,18 @@ ASYNC_MAX_RESULT_BYTES = EnvVar(
     owner=QUERY,
     default="17179869184 (16 GiB)",
     range="67108864..=274877906944, bytes",
+)
+
+# -- Iceberg object-store bounds ------------------------------------------------
+
+ICEBERG_S3_TIMEOUT_MS = EnvVar(
+    "LAKE_ICEBERG_S3_TIMEOUT_MS",
+    doc="Bound on Iceberg object reads by Query: the connect and request timeout of each S3 "
+    "request (manifests, data files, failure probes), and the longest the direct Parquet "
+    "reader waits for the next batch. A silent store fails the scan with Unavailable.",
+    owner=QUERY,
+    default="10000",
+    range="100..=300000, milliseconds",
 )
 
 # -- tests ---------------------------------------------------------------------

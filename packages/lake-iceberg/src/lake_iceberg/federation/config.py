@@ -13,6 +13,8 @@ variable, never its value when the value is a secret or the warehouse):
 - ``LAKE_ICEBERG_REST_TOKEN`` and ``LAKE_ICEBERG_REST_CREDENTIAL`` exclude each
   other; the credential is ``client-id:client-secret``; the OAuth options
   require the credential.
+- ``LAKE_ICEBERG_REST_TIMEOUT_MS`` and ``LAKE_ICEBERG_S3_TIMEOUT_MS``: integers
+  in range (milliseconds).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from lake_core.config import (
     ICEBERG_S3_ENDPOINT,
     ICEBERG_S3_PATH_STYLE,
     ICEBERG_S3_REGION,
+    ICEBERG_S3_TIMEOUT_MS,
     ICEBERG_WAREHOUSE,
     env_int,
 )
@@ -49,6 +52,9 @@ __all__ = ["REQUIRED", "FederationConfig", "OAuthSettings", "check_external_url"
 #: The triple that turns federation on.
 REQUIRED = (ICEBERG_REST_ENDPOINT, ICEBERG_WAREHOUSE, ICEBERG_NAMESPACES)
 DEFAULT_TIMEOUT_MS = 10_000
+DEFAULT_S3_TIMEOUT_MS = 10_000
+#: pyiceberg's file I/O over pyarrow's filesystems (the one the timeouts reach).
+PYARROW_FILE_IO = "pyiceberg.io.pyarrow.PyArrowFileIO"
 DEFAULT_SCOPE = "catalog"
 
 
@@ -128,6 +134,7 @@ class FederationConfig:
     s3_region: str | None = None
     s3_path_style: bool | None = None
     s3_anonymous: bool = False
+    s3_timeout_ms: int = DEFAULT_S3_TIMEOUT_MS
     extra_file_io: Mapping[str, str] = field(default_factory=dict)
 
     def __repr__(self) -> str:
@@ -143,6 +150,10 @@ class FederationConfig:
     def timeout_s(self) -> float:
         return self.timeout_ms / 1000
 
+    @property
+    def s3_timeout_s(self) -> float:
+        return self.s3_timeout_ms / 1000
+
     def file_io_overrides(self) -> dict[str, str]:
         """Client-side S3 properties that take precedence over the catalog's (no credentials)."""
         props: dict[str, str] = dict(self.extra_file_io)
@@ -155,6 +166,21 @@ class FederationConfig:
         if self.s3_anonymous:
             props["s3.anonymous"] = "true"
         return props
+
+    def storage_bounds(self) -> dict[str, str]:
+        """File-I/O properties bounding each S3 request by ``LAKE_ICEBERG_S3_TIMEOUT_MS``.
+
+        pyarrow's S3 filesystem (direct reads, manifests, failure probes) honours
+        them, so pyiceberg's file I/O is pinned to it: a catalog's config may not
+        swap in another implementation with other (or no) timeouts. iceberg-rust's
+        reader ignores them and keeps its own fixed I/O timeout.
+        """
+        seconds = str(self.s3_timeout_s)
+        return {
+            "py-io-impl": PYARROW_FILE_IO,
+            "s3.connect-timeout": seconds,
+            "s3.request-timeout": seconds,
+        }
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> FederationConfig | None:
@@ -192,6 +218,9 @@ class FederationConfig:
             s3_region=s3_region,
             s3_path_style=_strict_bool(source, ICEBERG_S3_PATH_STYLE),
             s3_anonymous=bool(_strict_bool(source, ICEBERG_S3_ANONYMOUS)),
+            s3_timeout_ms=env_int(
+                ICEBERG_S3_TIMEOUT_MS, DEFAULT_S3_TIMEOUT_MS, 100, 300_000, source
+            ),
         )
 
 

@@ -190,7 +190,12 @@ class IcebergFederation:
                 f"{CATALOG}.{namespace}.{table} snapshot {snapshot_id} is no longer retained "
                 "by the Iceberg catalog; run the query again"
             )
-        properties = {**loaded.config, **self._file_io, **self.config.file_io_overrides()}
+        properties = {
+            **loaded.config,
+            **self._file_io,
+            **self.config.file_io_overrides(),
+            **self.config.storage_bounds(),  # Lake's bound, whatever the catalog says
+        }
         return PinnedSnapshot(
             namespace,
             table,
@@ -199,4 +204,5 @@ class IcebergFederation:
             loaded.metadata_location,
             properties,
             self.files,
+            storage_timeout_s=self.config.s3_timeout_s,
         )

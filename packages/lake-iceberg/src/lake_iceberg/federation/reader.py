@@ -50,6 +50,7 @@ __all__ = [
     "BUFFERED_BATCHES",
     "READAHEAD_FILES",
     "DataFileError",
+    "StorageStalled",
     "name_mapping",
     "plain_columns",
     "read_files",
@@ -86,6 +87,14 @@ class DataFileError(Exception):
         super().__init__(type(cause).__name__)
         self.path = path
         self.cause = cause
+
+
+class StorageStalled(DataFileError):
+    """A data file in flight gave no batch within the stall bound: the store went silent."""
+
+    def __init__(self, path: str, stall_s: float) -> None:
+        super().__init__(path, TimeoutError(f"no data for {stall_s} s"))
+        self.stall_s = stall_s
 
 
 def plain_columns(
@@ -133,11 +142,17 @@ def read_files(
     *,
     mapping: Mapping[str, int] | None = None,
     readahead: int = READAHEAD_FILES,
+    stall_s: float | None = None,
 ) -> Iterator[pa.RecordBatch]:
     """Every row of ``tasks`` as ``schema`` (its fields are ``field_ids``), file by file.
 
     ``mapping``: the table's name mapping (:func:`name_mapping`). Closing the
-    iterator stops the readers at their next batch.
+    iterator stops the readers at their next batch. ``stall_s``: the longest
+    the stream waits for the next batch of the file being streamed before it
+    fails with :class:`StorageStalled`. The S3 client's own timeouts bound each
+    request, but a body that stalls after its headers can hold a read through
+    several of the client's retries; this bound does not depend on them. A
+    reader thread still blocked then ends at the client's timeout, unobserved.
     """
     names = dict(mapping or {})
     if not tasks:
@@ -149,8 +164,8 @@ def read_files(
     def submit() -> None:
         task = next(pending, None)
         if task is not None:
-            buffer = _Buffer(BUFFERED_BATCHES)
             path = task.file.file_path
+            buffer = _Buffer(BUFFERED_BATCHES, path, stall_s)
             pool.submit(
                 buffer.fill,
                 lambda: _file_batches(io, path, field_ids, schema, batch_rows, names),
@@ -242,8 +257,10 @@ def _conform(
 class _Buffer:
     """The decoded batches of one file in flight, at most ``capacity`` at a time."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, path: str, stall_s: float | None) -> None:
         self._capacity = capacity
+        self._path = path
+        self._stall_s = stall_s
         self._items: deque[pa.RecordBatch] = deque()
         self._done = False
         self._closed = False
@@ -271,7 +288,10 @@ class _Buffer:
     def drain(self) -> Iterator[pa.RecordBatch]:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: bool(self._items) or self._done)
+                if not self._cond.wait_for(
+                    lambda: bool(self._items) or self._done, timeout=self._stall_s
+                ):
+                    raise StorageStalled(self._path, self._stall_s or 0.0)
                 if self._items:
                     batch = self._items.popleft()
                     self._cond.notify_all()

@@ -61,6 +61,11 @@ class _Token:
         self.value: str | None = None
         self.generation = 0
         self.pending: Future[None] | None = None
+        #: Failed renewals so far, and the last one's error: a reader whose request
+        #: went out before a renewal failed shares that failure instead of starting
+        #: another exchange (its 401 may arrive after the leader has finished).
+        self.failures = 0
+        self.failure: BaseException | None = None
         self.lock = threading.Lock()
 
 
@@ -149,9 +154,10 @@ class RestClient:
         **kwargs: Any,
     ) -> tuple[int, requests.Response | None]:
         generation, token = self._bearer()
+        failures = self._token.failures
         response = self._send(method, path, token, **kwargs)
         if response.status_code in _REFUSED_TOKEN and self._config.oauth is not None:
-            self._renew(generation)
+            self._renew(generation, failures=failures)
             _, token = self._bearer()
             response = self._send(method, path, token, **kwargs)
         status = response.status_code
@@ -197,12 +203,23 @@ class RestClient:
         with state.lock:
             return state.generation, state.value
 
-    def _renew(self, seen: int, *, first: bool = False) -> None:
-        """Replace the token refused at generation ``seen``: one exchange for all its readers."""
+    def _renew(self, seen: int, *, first: bool = False, failures: int | None = None) -> None:
+        """Replace the token refused at generation ``seen``: one exchange for all its readers.
+
+        ``failures``: the failed-renewal count when the refused request was sent;
+        a renewal of the same token that failed since then is this reader's answer too.
+        """
         state = self._token
         with state.lock:
             if state.generation > seen and state.value is not None:
                 return  # someone already renewed it
+            if (
+                failures is not None
+                and state.failures > failures
+                and state.generation == seen
+                and state.failure is not None
+            ):
+                raise state.failure
             pending = state.pending
             leader = pending is None
             if leader:
@@ -223,6 +240,8 @@ class RestClient:
             )
             with state.lock:
                 state.pending = None
+                state.failures += 1
+                state.failure = failure
             pending.set_exception(failure)
             raise
         with state.lock:

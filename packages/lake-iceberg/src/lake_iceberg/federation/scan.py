@@ -20,8 +20,10 @@ files in a bounded directory of this replica (:class:`PinFiles`).
 
 A failed scan is classified by :meth:`PinnedSnapshot.scan_failure`, from
 the exception's type and a probe of the snapshot's files, never its text:
-a missing or undecodable data file is DataCorrupted, unreachable storage
-Unavailable.
+a missing or undecodable data file is DataCorrupted, unreachable or silent
+storage Unavailable. The probe is bounded (:meth:`PinnedSnapshot.probe`):
+at most :data:`PROBE_LIMIT` existence checks, never more than the files
+scanned, all under one storage timeout, ending at the first decisive answer.
 """
 
 from __future__ import annotations
@@ -31,9 +33,10 @@ import json
 import shutil
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +46,7 @@ from pyiceberg.io import FileIO, load_file_io
 from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.manifest import (
     DataFile,
+    ManifestContent,
     ManifestEntry,
     ManifestEntryStatus,
     write_manifest,
@@ -52,14 +56,22 @@ from pyiceberg.table import DataScan, FileScanTask
 from pyiceberg.table.metadata import TableMetadata
 
 from lake_core.errors import DataCorrupted, LakeError, Unavailable
-from lake_iceberg.federation.reader import DataFileError, name_mapping, plain_columns, read_files
+from lake_iceberg.federation.reader import (
+    DataFileError,
+    StorageStalled,
+    name_mapping,
+    plain_columns,
+    read_files,
+)
 
 __all__ = ["PinFiles", "PinnedSnapshot"]
 
 #: Pinned copies kept per replica (each a few small files).
 PIN_DIRECTORIES = 512
-#: Concurrent existence checks when a failed scan is probed.
-PROBE_THREADS = 8
+#: Most existence checks one failed scan may make (all at once).
+PROBE_LIMIT = 8
+#: How long a probe and a direct read wait on storage, unless configured.
+DEFAULT_STORAGE_TIMEOUT_S = 10.0
 
 
 class PinFiles:
@@ -112,6 +124,7 @@ class PinnedSnapshot:
         metadata_location: str,
         file_io: Mapping[str, str],
         files: PinFiles,
+        storage_timeout_s: float = DEFAULT_STORAGE_TIMEOUT_S,
     ) -> None:
         self.namespace = namespace
         self.table = table
@@ -120,6 +133,8 @@ class PinnedSnapshot:
         self._location = metadata_location
         self._file_io = dict(file_io)
         self._files = files
+        #: The stall bound of direct reads and of the whole failure probe.
+        self._timeout_s = storage_timeout_s
         # None: a table without any snapshot yet (it reads as empty).
         self._snapshot = None if snapshot_id is None else metadata.snapshot_by_id(snapshot_id)
         assert snapshot_id is None or self._snapshot is not None, "the caller checked it exists"
@@ -242,7 +257,13 @@ class PinnedSnapshot:
         if field_ids is None:
             return None
         return read_files(
-            self._io(), tasks, field_ids, schema, batch_rows, mapping=name_mapping(self.metadata)
+            self._io(),
+            tasks,
+            field_ids,
+            schema,
+            batch_rows,
+            mapping=name_mapping(self.metadata),
+            stall_s=self._timeout_s,
         )
 
     def scan_failure(self, error: BaseException) -> LakeError | None:
@@ -253,23 +274,62 @@ class PinnedSnapshot:
         """
         if isinstance(error, LakeError) or self._snapshot is None:
             return None
+        if isinstance(error, StorageStalled):
+            return self.unreachable()  # probing a silent store would only wait again
         if isinstance(error, DataFileError):
             paths = [error.path]
+        elif self._scanned is not None:
+            paths = [task.file.file_path for task in self._scanned]
         else:
             try:
-                paths = [task.file.file_path for task in (self._scanned or self._tasks(None))]
+                paths = self._first_data_files(PROBE_LIMIT)
             except LakeError as typed:
                 return typed
-        try:
-            missing = self._missing(paths)
-        except OSError:
-            return self.unreachable()
-        if missing:
-            return self.corrupted()
+        found = self.probe(paths)
+        if found is not None:
+            return found
         if isinstance(error, DataFileError):
             # The file is there: an I/O fault is transient, anything else undecodable.
             return self.unreachable() if isinstance(error.cause, OSError) else self.corrupted()
         return None
+
+    def probe(self, paths: Sequence[str]) -> LakeError | None:
+        """DataCorrupted if one of the first :data:`PROBE_LIMIT` ``paths`` is gone,
+        Unavailable if storage fails or stays silent, None if every file checked is there.
+
+        The checks run at once, one existence request each, and the first
+        decisive answer ends the probe; those not yet answered are abandoned
+        (each still ends at the S3 client's own timeout). A failed scan of many
+        files therefore costs at most :data:`PROBE_LIMIT` requests and one
+        storage timeout; a missing file beyond the first few goes unnamed
+        (None: the caller keeps the scan's own error).
+        """
+        checked = list(paths[:PROBE_LIMIT])
+        if not checked:
+            return None
+        io = self._io()
+        pool = ThreadPoolExecutor(len(checked), thread_name_prefix="lake-iceberg-probe")
+        try:
+            pending: set[Future[bool]] = {
+                pool.submit(lambda path=path: io.new_input(path).exists()) for path in checked
+            }
+            deadline = time.monotonic() + self._timeout_s
+            while pending:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return self.unreachable()  # a silent store answers nothing in time
+                done, pending = wait(pending, timeout=left, return_when=FIRST_COMPLETED)
+                for future in done:
+                    error = future.exception()
+                    if isinstance(error, OSError):
+                        return self.unreachable()
+                    if error is not None:
+                        raise error
+                    if not future.result():
+                        return self.corrupted()
+            return None
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
 
     def corrupted(self) -> DataCorrupted:
         return DataCorrupted(
@@ -282,6 +342,30 @@ class PinnedSnapshot:
             f"iceberg.{self.namespace}.{self.table}: the Iceberg table's storage is "
             "unreachable right now; retry"
         )
+
+    def _first_data_files(self, count: int) -> list[str]:
+        """Up to ``count`` live data files of the snapshot, in manifest order.
+
+        For a scan Lake never planned (iceberg-rust's, unpruned): only the first
+        manifests are read, not the whole snapshot's, and iceberg-rust reads
+        data files in this same order.
+        """
+        assert self._snapshot is not None
+        io = self._io()
+        found: list[str] = []
+        try:
+            for manifest in self._snapshot.manifests(io):
+                if manifest.content != ManifestContent.DATA:
+                    continue
+                for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+                    found.append(entry.data_file.file_path)
+                    if len(found) >= count:
+                        return found
+        except FileNotFoundError:  # a manifest (list) of a retained snapshot is gone
+            raise self.corrupted() from None
+        except OSError:
+            raise self.unreachable() from None
+        return found
 
     def _io(self) -> FileIO:
         return load_file_io(self._file_io, self._location)
@@ -302,9 +386,3 @@ class PinnedSnapshot:
             raise self.unreachable() from None
         self._scanned = tasks
         return tasks
-
-    def _missing(self, paths: Sequence[str]) -> bool:
-        """Whether any of ``paths`` is gone (OSError: storage unreachable)."""
-        io = self._io()
-        with ThreadPoolExecutor(min(PROBE_THREADS, max(1, len(paths)))) as pool:
-            return not all(pool.map(lambda path: io.new_input(path).exists(), paths))
