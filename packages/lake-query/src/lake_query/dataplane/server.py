@@ -31,7 +31,7 @@ from lake_core.security import ServerSecurity
 from lake_query.admission import Admission, Permit
 from lake_query.dataplane.middleware import MIDDLEWARE, Call, CallGuard
 from lake_query.dataplane.settings import DataPlaneSettings
-from lake_query.dataplane.streams import ServedStream, Watchdog, failure
+from lake_query.dataplane.streams import ServedStream, Watchdog, failure, one_batch
 from lake_query.flightsql import wire
 from lake_query.flightsql.endpoints import PARTITION
 
@@ -99,7 +99,7 @@ class DataPlane(flight.FlightServerBase):  # type: ignore[misc]
             raise Unauthenticated("invalid ticket")
         if kind == wire.METADATA:
             batch = self._handler.metadata_batch(body, principal)
-            return flight.GeneratorStream(batch.schema, iter([batch]))
+            return flight.GeneratorStream(batch.schema, one_batch(batch))
         query = self._handler.query_of(body)  # refused before admission
         permit = self._admit(principal)
         release = self._releaser(permit)

@@ -30,7 +30,7 @@ from lake_query.planning.planner import ResultStream
 from lake_query.results import counted_rows
 from lake_query.stall import STALL_TIMEOUT_MS
 
-__all__ = ["ServedStream", "Watchdog", "failure"]
+__all__ = ["ServedStream", "Watchdog", "failure", "one_batch"]
 
 log = structlog.get_logger("lake_query.dataplane")
 
@@ -44,6 +44,14 @@ def failure(context: Any, wants_codes: bool, error: LakeError) -> Exception:
         for key, value in wire_trailers(error):
             context.add_trailer(key, value)
     return flight_error(error)
+
+
+def one_batch(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
+    """A metadata ticket's stream (no admission, as on the grpcio path)."""
+    try:
+        yield batch
+    finally:
+        log.info("data plane stream ended", batches=1, ended=None)
 
 
 def _drop(port: int, peer: str) -> bool:
@@ -110,7 +118,8 @@ class ServedStream:
         finally:
             self.close()
             # Tests and operators see which listener served a stream.
-            log.info("data plane stream ended", batches=sent, ended=type(self.ended).__name__)
+            ended = None if self.ended is None else self.ended.code
+            log.info("data plane stream ended", batches=sent, ended=ended)
 
     def _check(self, context: Any, wants_codes: bool) -> None:
         if self.ended is not None:
