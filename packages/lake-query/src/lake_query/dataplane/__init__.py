@@ -1,0 +1,1 @@
+"""Lake Query's native DoGet data plane (pyarrow's C++ Flight server in the Query process)."""
