@@ -167,6 +167,11 @@ class SecureCluster:
             process.stop()
 
 
+def on_data_plane(process: LakeProcess) -> bool:
+    """Whether ``process`` serves DoGet on a native data plane."""
+    return QUERY_DATA_ADDR in process.env
+
+
 def data_plane_env() -> dict[str, str]:
     """The setting that turns a replica's native data plane on, on a free loopback port."""
     return {QUERY_DATA_ADDR: f"127.0.0.1:{free_port()}"}

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow.flight as flight
 import structlog
 
-from lake_core.errors import LakeError, Unauthenticated, Unavailable
+from lake_core.errors import Internal, LakeError, Unauthenticated, Unavailable
 from lake_core.flight.binding import ensure_address_free
 from lake_core.flight.encoding import has_dictionary
 from lake_core.principal import Principal
@@ -88,6 +88,10 @@ class DataPlane(flight.FlightServerBase):  # type: ignore[misc]
             return self._stream(context, call, ticket.ticket)
         except LakeError as exc:
             raise failure(context, call.wants_codes, exc) from None
+        except Exception as exc:
+            # Never a non-Flight exception: pyarrow would send its traceback.
+            log.exception("data plane DoGet failed", error_type=type(exc).__name__)
+            raise failure(context, call.wants_codes, Internal("the query failed")) from None
 
     def _stream(self, context: Any, call: Call, ticket: bytes) -> flight.FlightDataStream:
         if self._draining:

@@ -1,11 +1,18 @@
 """Lake errors as pyarrow Flight errors, and back to gRPC status codes.
 
 pyarrow's C++ server turns a Python exception into a gRPC status by its
-class, and only a few classes have a status of their own (measured against
-pyarrow 26, see docs/dataplane.md): RESOURCE_EXHAUSTED, FAILED_PRECONDITION,
-ABORTED, ALREADY_EXISTS and DATA_LOSS cannot be produced and arrive as
-UNKNOWN. Lake's own clients still rebuild the exact class: the
-``lake-error-code`` / ``lake-retryable`` trailers travel with any status.
+class (measured against pyarrow 26, see docs/dataplane.md). Only the
+``Flight*Error`` classes are safe to raise: any other exception (ArrowInvalid,
+ArrowKeyError, ...) sends the Python traceback, with source paths, to the
+client in ``x-arrow-status-detail-bin``. So INVALID_ARGUMENT, NOT_FOUND and
+UNIMPLEMENTED, which have no Flight class, and RESOURCE_EXHAUSTED,
+FAILED_PRECONDITION, ABORTED, ALREADY_EXISTS and DATA_LOSS, which pyarrow
+cannot produce at all, reach foreign clients (ADBC, pyarrow) as their
+nearest safe status; a retryable ResourceExhausted (a full admission queue)
+as UNAVAILABLE, which tells every client to retry. CANCELLED is never sent:
+pyarrow's ``read_all`` turns a CANCELLED stream into a KeyboardInterrupt in
+the reader's main thread. Lake's own clients rebuild the exact class from the
+``lake-error-code`` / ``lake-retryable`` trailers, which travel with any status.
 """
 
 from __future__ import annotations
@@ -18,17 +25,14 @@ from lake_core.errors import LakeError
 
 __all__ = ["flight_error", "grpc_code"]
 
-#: The pyarrow exception class pyarrow's server sends as each status.
+#: The Flight exception class sent for each status; others are FlightServerError (UNKNOWN).
 _CLASS_BY_STATUS: dict[grpc.StatusCode, type[Exception]] = {
-    grpc.StatusCode.INVALID_ARGUMENT: pa.ArrowInvalid,
-    grpc.StatusCode.NOT_FOUND: pa.ArrowKeyError,
-    grpc.StatusCode.UNIMPLEMENTED: pa.ArrowNotImplementedError,
     grpc.StatusCode.UNAUTHENTICATED: flight.FlightUnauthenticatedError,
     grpc.StatusCode.PERMISSION_DENIED: flight.FlightUnauthorizedError,
     grpc.StatusCode.DEADLINE_EXCEEDED: flight.FlightTimedOutError,
     grpc.StatusCode.UNAVAILABLE: flight.FlightUnavailableError,
-    grpc.StatusCode.CANCELLED: flight.FlightCancelledError,
     grpc.StatusCode.INTERNAL: flight.FlightInternalError,
+    grpc.StatusCode.DATA_LOSS: flight.FlightInternalError,
 }
 
 #: Most specific first: the status each pyarrow exception family arrives as.
@@ -46,8 +50,11 @@ _STATUS_BY_CLASS: tuple[tuple[type[BaseException], grpc.StatusCode], ...] = (
 
 
 def flight_error(error: LakeError) -> Exception:
-    """The pyarrow exception whose status is closest to ``error``'s (UNKNOWN if none)."""
-    cls = _CLASS_BY_STATUS.get(error.grpc_status, flight.FlightServerError)
+    """The Flight exception whose status is closest to ``error``'s (UNKNOWN if none)."""
+    status = error.grpc_status
+    if status is grpc.StatusCode.RESOURCE_EXHAUSTED and error.retryable:
+        return flight.FlightUnavailableError(str(error))
+    cls = _CLASS_BY_STATUS.get(status, flight.FlightServerError)
     return cls(str(error))
 
 

@@ -25,6 +25,7 @@ import structlog
 
 from lake_core.errors import DeadlineExceeded, Internal, LakeError, Unavailable, wire_trailers
 from lake_core.telemetry import series
+from lake_query.dataplane.sockets import drop_connection
 from lake_query.dataplane.statuses import flight_error
 from lake_query.planning.planner import ResultStream
 from lake_query.results import counted_rows
@@ -52,12 +53,6 @@ def one_batch(batch: pa.RecordBatch) -> Iterator[pa.RecordBatch]:
         yield batch
     finally:
         log.info("data plane stream ended", batches=1, ended=None)
-
-
-def _drop(port: int, peer: str) -> bool:
-    from lake_query.dataplane.sockets import drop_connection
-
-    return drop_connection(port, peer)
 
 
 class ServedStream:
@@ -110,7 +105,7 @@ class ServedStream:
             self._check(context, wants_codes)
         except LakeError as exc:
             raise failure(context, wants_codes, self.ended or exc) from None
-        except (flight.FlightError, pa.ArrowException):
+        except flight.FlightError:
             raise
         except Exception as exc:
             log.exception("data plane stream failed", error_type=type(exc).__name__)
@@ -166,7 +161,7 @@ class Watchdog:
 
     def end(self, stream: ServedStream, error: LakeError) -> None:
         """End ``stream`` with ``error``, cutting its connection if a write is blocked."""
-        if stream.end(error) and not _drop(self._port, stream.peer):
+        if stream.end(error) and not drop_connection(self._port, stream.peer):
             log.warning("data plane connection not found to drop", peer=stream.peer)
 
     def drain(self) -> int:
