@@ -38,8 +38,8 @@ from tests.security.cluster import (
     runs,
     statement,
 )
-from tools.lake_testing.servers import LakeProcess, free_port
 from tools.lake_testing.dataplane import data_plane_streams
+from tools.lake_testing.servers import LakeProcess, free_port
 
 SQL = "SELECT run_id, robot, score FROM acme_ops.runs ORDER BY run_id"
 

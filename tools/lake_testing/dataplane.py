@@ -13,7 +13,7 @@ def data_plane_streams(process: LakeProcess) -> int:
     """How many DoGet streams ``process``'s data plane has ended (its own log says)."""
     count = 0
     for line in process.log().splitlines():
-        if line.startswith("{") and '"data plane stream ended"' in line:
-            if json.loads(line).get("event") == "data plane stream ended":
-                count += 1
+        marked = line.startswith("{") and '"data plane stream ended"' in line
+        if marked and json.loads(line).get("event") == "data plane stream ended":
+            count += 1
     return count
