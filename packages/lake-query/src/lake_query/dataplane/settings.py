@@ -71,9 +71,6 @@ class DataPlaneSettings:
         host, port = _host_port(addr, QUERY_DATA_ADDR)
         if addr == main_addr:
             raise ConfigError(f"{QUERY_DATA_ADDR} {addr} is the main listener's address (--addr)")
-        # The same policy as the main listener: credentials off loopback, TLS or an explicit
-        # opt-out (both listeners share the credentials and the certificate).
-        ServerSecurity.load(addr, env, addr_flag=QUERY_DATA_ADDR)
         if advertise:
             if _wildcard(_host_port(advertise, QUERY_DATA_ADVERTISE)[0]):
                 raise ConfigError(
@@ -86,4 +83,7 @@ class DataPlaneSettings:
             )
         else:
             advertise = f"{host}:{port}"
+        # The same policy as the main listener: credentials off loopback, TLS or an explicit
+        # opt-out (both listeners share the credentials and the certificate).
+        ServerSecurity.load(addr, env, addr_flag=QUERY_DATA_ADDR)
         return cls(addr=addr, advertise=advertise)
