@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
@@ -125,7 +126,10 @@ class DataPlane(flight.FlightServerBase):  # type: ignore[misc]
             on_end=self.watchdog.remove,
         )
         self.watchdog.add(stream)
-        return flight.GeneratorStream(result.schema, stream.batches(context, call.wants_codes))
+        batches = stream.batches(context, call.wants_codes)
+        # A generator pyarrow drops before its first batch never enters its ``finally``.
+        weakref.finalize(batches, stream.close)
+        return flight.GeneratorStream(result.schema, batches)
 
     def _admit(self, principal: Principal) -> Permit:
         """The tenant's admission permit, taken on the event loop (admission is asyncio)."""
