@@ -78,9 +78,17 @@ class Served:
     server: EndlessServer
     client_uri: str
     client_options: dict[str, object]
+    readers: list[flight.FlightStreamReader] = field(default_factory=list)
 
     def client(self) -> flight.FlightClient:
         return flight.FlightClient(self.client_uri, **self.client_options)
+
+    def close(self) -> None:
+        # shutdown() waits for every stream, so a test that failed with a stalled
+        # reader must not leave it for the teardown to hang on.
+        for reader in self.readers:
+            reader.cancel()
+        self.server.shutdown()
 
 
 def has_ipv6_loopback() -> bool:
@@ -124,16 +132,18 @@ def served(request: pytest.FixtureRequest, ca: TestCA, tmp_path: Path) -> Iterat
         client_options["tls_root_certs"] = ca.cert_pem
         scheme = "grpc+tls"
     server = EndlessServer(f"{scheme}://{bind}:0", **server_options)
+    served = Served(server, f"{scheme}://{host}:{server.port}", client_options)
     try:
-        yield Served(server, f"{scheme}://{host}:{server.port}", client_options)
+        yield served
     finally:
-        server.shutdown()
+        served.close()
 
 
 def stall(served: Served) -> tuple[flight.FlightClient, flight.FlightStreamReader, Stream]:
     """A client that read one batch and stopped, and the server stream blocked writing to it."""
     client = served.client()
     reader = client.do_get(flight.Ticket(b"endless"))
+    served.readers.append(reader)
     reader.read_chunk()
     stream = served.server.next_stream()
     # Blocked once the generator is no longer asked for batches (windows and buffers
