@@ -95,8 +95,8 @@ def test_fetches_20000_rows_in_several_batches_with_exact_types(
     assert (data_plane_streams(loaded_paths.query) > before) == on_data_plane
 
 
-def test_get_objects_lists_tables_with_real_schemas(loaded_paths: LakeCluster) -> None:
-    loaded = loaded_paths
+def test_get_objects_lists_tables_with_real_schemas(loaded: LakeCluster) -> None:
+    # (Through the data plane: tests/security/test_tls_auth.py lists objects over TLS.)
     with flightsql.connect(loaded.query.url) as conn:
         objects = conn.adbc_get_objects(depth="all").read_all().to_pylist()
         schema = conn.adbc_get_table_schema(
