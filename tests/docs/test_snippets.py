@@ -75,6 +75,7 @@ def test_files_guide_runs_twice(
 #: start the servers each needs (a secured cluster, a video, two replicas).
 RUN_ELSEWHERE = {
     "security.md": "tests/security/test_docs.py",
+    "dataplane.md": "tests/security/test_docs.py",
     "time-travel.md": "tests/timetravel/test_time_travel.py",
     "training.md": "tests/training/test_video.py",
     "async-queries.md": "tests/async_queries/test_docs.py",

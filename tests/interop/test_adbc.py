@@ -9,6 +9,7 @@ import pyarrow.compute as pc
 import pytest
 
 import lake_sdk
+from lake_core.config import QUERY_DATA_ADDR
 from tools.lake_testing.data import (
     EPISODES,
     EPISODES_SCHEMA,
@@ -18,6 +19,7 @@ from tools.lake_testing.data import (
     episodes,
     robots,
 )
+from tools.lake_testing.dataplane import data_plane_streams
 from tools.lake_testing.plugin import LakeCluster
 
 JOIN_SQL = """
@@ -32,8 +34,7 @@ ORDER BY g.episode_id
 """
 
 
-@pytest.fixture
-def loaded(lake_cluster: LakeCluster) -> LakeCluster:
+def _load(lake_cluster: LakeCluster) -> LakeCluster:
     create_table(lake_cluster.meta.addr, EPISODES, EPISODES_SCHEMA)
     create_table(lake_cluster.meta.addr, ROBOTS, ROBOTS_SCHEMA)
     with lake_sdk.connect(lake_cluster.query.url) as client:
@@ -41,6 +42,17 @@ def loaded(lake_cluster: LakeCluster) -> LakeCluster:
         assert client.append_batches(EPISODES, [episodes(10_000, 10_000)]) == 2
         assert client.append_batches(ROBOTS, [robots()]) == 1
     return lake_cluster
+
+
+@pytest.fixture
+def loaded(lake_cluster: LakeCluster) -> LakeCluster:
+    return _load(lake_cluster)
+
+
+@pytest.fixture
+def loaded_paths(doget_cluster: LakeCluster) -> LakeCluster:
+    """``loaded``, once per DoGet path (ADBC follows the data plane's endpoint location)."""
+    return _load(doget_cluster)
 
 
 def _expected_join() -> pa.Table:
@@ -63,8 +75,11 @@ def test_join_subquery_cte_through_adbc(loaded: LakeCluster) -> None:
         assert got[name].combine_chunks().equals(expected[name].combine_chunks()), name
 
 
-def test_fetches_20000_rows_in_several_batches_with_exact_types(loaded: LakeCluster) -> None:
-    with flightsql.connect(loaded.query.url) as conn, conn.cursor() as cur:
+def test_fetches_20000_rows_in_several_batches_with_exact_types(
+    loaded_paths: LakeCluster,
+) -> None:
+    before = data_plane_streams(loaded_paths.query)
+    with flightsql.connect(loaded_paths.query.url) as conn, conn.cursor() as cur:
         cur.execute("SELECT * FROM lake.robots.episodes ORDER BY steps")
         reader = cur.fetch_record_batch()
         batches = list(reader)
@@ -75,9 +90,13 @@ def test_fetches_20000_rows_in_several_batches_with_exact_types(loaded: LakeClus
         assert (got.name, got.type) == (want.name, want.type)
     expected = pa.Table.from_batches([episodes(0, 20_000)])
     assert table.select(EPISODES_SCHEMA.names).cast(EPISODES_SCHEMA).equals(expected)
+    on_data_plane = QUERY_DATA_ADDR in loaded_paths.query.env
+    # ADBC's own GetSqlInfo at connect is a data-plane stream too.
+    assert (data_plane_streams(loaded_paths.query) > before) == on_data_plane
 
 
 def test_get_objects_lists_tables_with_real_schemas(loaded: LakeCluster) -> None:
+    # (Through the data plane: tests/security/test_tls_auth.py lists objects over TLS.)
     with flightsql.connect(loaded.query.url) as conn:
         objects = conn.adbc_get_objects(depth="all").read_all().to_pylist()
         schema = conn.adbc_get_table_schema(

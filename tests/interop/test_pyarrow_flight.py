@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
@@ -19,31 +21,53 @@ def command(message: object) -> flight.FlightDescriptor:
     return flight.FlightDescriptor.for_command(wrapper.SerializeToString())
 
 
+def redeem(
+    client: flight.FlightClient, endpoint: flight.FlightEndpoint
+) -> flight.FlightStreamReader:
+    """DoGet where the endpoint says: pyarrow does not follow locations by itself."""
+    if not endpoint.locations:
+        return client.do_get(endpoint.ticket)
+    return flight.FlightClient(endpoint.locations[0]).do_get(endpoint.ticket)
+
+
 def fetch(client: flight.FlightClient, descriptor: flight.FlightDescriptor) -> pa.Table:
     info = client.get_flight_info(descriptor)
     assert len(info.endpoints) >= 1
-    tables = [client.do_get(ep.ticket).read_all() for ep in info.endpoints]
+    tables = [redeem(client, ep).read_all() for ep in info.endpoints]
     table = pa.concat_tables(tables)
     assert table.schema.equals(info.schema)
     return table
 
 
-@pytest.fixture
-def client(lake_cluster: LakeCluster) -> flight.FlightClient:
-    create_table(lake_cluster.meta.addr, EPISODES, EPISODES_SCHEMA)
-    with lake_sdk.connect(lake_cluster.query.url) as sdk:
+def _client(cluster: LakeCluster) -> Iterator[flight.FlightClient]:
+    create_table(cluster.meta.addr, EPISODES, EPISODES_SCHEMA)
+    with lake_sdk.connect(cluster.query.url) as sdk:
         sdk.append_batches(EPISODES, [episodes(0, 10_000)])
         sdk.append_batches(EPISODES, [episodes(10_000, 10_000)])
-    with flight.FlightClient(f"grpc+tcp://{lake_cluster.query.addr}") as c:
+    with flight.FlightClient(f"grpc+tcp://{cluster.query.addr}") as c:
         yield c
 
 
-def test_statement_query_returns_all_rows_in_several_batches(client: flight.FlightClient) -> None:
+@pytest.fixture
+def client(lake_cluster: LakeCluster) -> Iterator[flight.FlightClient]:
+    yield from _client(lake_cluster)
+
+
+@pytest.fixture
+def client_paths(doget_cluster: LakeCluster) -> Iterator[flight.FlightClient]:
+    """``client``, once per DoGet path (grpcio, the native data plane)."""
+    yield from _client(doget_cluster)
+
+
+def test_statement_query_returns_all_rows_in_several_batches(
+    client_paths: flight.FlightClient,
+) -> None:
+    client = client_paths
     descriptor = command(
         flight_sql_pb2.CommandStatementQuery(query="SELECT * FROM robots.episodes")
     )
     info = client.get_flight_info(descriptor)
-    reader = client.do_get(info.endpoints[0].ticket)
+    reader = redeem(client, info.endpoints[0])
     batches = [chunk.data for chunk in reader]
     assert len(batches) > 1
     table = pa.Table.from_batches(batches).sort_by("steps")
@@ -57,7 +81,8 @@ def test_group_by(client: flight.FlightClient) -> None:
     assert table.to_pydict() == {"robot_id": [f"robot-{i}" for i in range(5)], "n": [4000] * 5}
 
 
-def test_catalog_commands(client: flight.FlightClient) -> None:
+def test_catalog_commands(client_paths: flight.FlightClient) -> None:
+    client = client_paths
     catalogs = fetch(client, command(flight_sql_pb2.CommandGetCatalogs()))
     assert catalogs.column("catalog_name").to_pylist() == ["lake"]
     schemas = fetch(client, command(flight_sql_pb2.CommandGetDbSchemas()))

@@ -29,10 +29,11 @@ import pyarrow as pa
 import pyarrow.flight as flight
 from google.protobuf import any_pb2
 
+from lake_core.config import QUERY_DATA_ADDR
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2
-from tools.lake_testing.servers import LakeProcess, start_meta, start_query
+from tools.lake_testing.servers import LakeProcess, free_port, start_meta, start_query
 from tools.lake_testing.tls import TestCA
 
 META_NAME = "lake-meta.test"
@@ -118,6 +119,18 @@ class SecureCluster:
             return flight.FlightClient(f"grpc+tls://{target.addr}", tls_root_certs=self.ca.cert_pem)
         return flight.FlightClient(f"grpc+tls://{target.addr}")
 
+    def doget(self, process: LakeProcess | None = None) -> flight.FlightClient:
+        """Where ``process`` redeems tickets: its native data plane when on, else its listener."""
+        target = process or self.query
+        data = target.env.get(QUERY_DATA_ADDR)
+        if data is None:
+            return self.flight(target)
+        return flight.FlightClient(f"grpc+tls://{data}", tls_root_certs=self.ca.cert_pem)
+
+    def add_data_plane(self, name: str, env: dict[str, str] | None = None) -> LakeProcess:
+        """A replica serving DoGet on a native data plane too (``LAKE_QUERY_DATA_ADDR``)."""
+        return self.add_query(name, {**(env or {}), **data_plane_env()})
+
     def admin(self) -> MetaClient:
         return MetaClient(
             self.meta.http_url,
@@ -152,6 +165,16 @@ class SecureCluster:
     def stop(self) -> None:
         for process in [*self.extra, self.query, self.meta]:
             process.stop()
+
+
+def on_data_plane(process: LakeProcess) -> bool:
+    """Whether ``process`` serves DoGet on a native data plane."""
+    return QUERY_DATA_ADDR in process.env
+
+
+def data_plane_env() -> dict[str, str]:
+    """The setting that turns a replica's native data plane on, on a free loopback port."""
+    return {QUERY_DATA_ADDR: f"127.0.0.1:{free_port()}"}
 
 
 def start_secure_cluster(root: Path) -> SecureCluster:

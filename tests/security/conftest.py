@@ -18,6 +18,10 @@ from tests.security.cluster import (
     runs,
     start_secure_cluster,
 )
+from tools.lake_testing.servers import LakeProcess
+
+#: The two ways a replica serves DoGet: grpcio on its listener, or the native data plane.
+DOGET_PATHS = ["grpcio", "dataplane"]
 
 
 def sdk(cluster: SecureCluster, user: str) -> lake_sdk.Client:
@@ -47,3 +51,22 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureCluster]:
     assert logs, "the servers wrote no logs"
     for name, value in cluster.tokens.items():
         assert value not in logs, f"the {name} token appears in a server log"
+
+
+@pytest.fixture(scope="session")
+def data_plane(secure: SecureCluster) -> Iterator[LakeProcess]:
+    """A replica of the secure fleet (same key ring) with its native data plane on."""
+    replica = secure.add_data_plane("dataplane")
+    try:
+        yield replica
+    finally:
+        replica.stop()
+
+
+@pytest.fixture(params=DOGET_PATHS)
+def serving(request: pytest.FixtureRequest, secure: SecureCluster) -> LakeProcess:
+    """The replica that redeems a test's tickets, once per DoGet path (redeem with ``doget``)."""
+    if request.param == "grpcio":
+        return secure.query
+    replica: LakeProcess = request.getfixturevalue("data_plane")
+    return replica

@@ -2,7 +2,8 @@
 
 Results are ~20 MB, larger than everything gRPC and Query buffer, so a client
 that stops reading keeps its query running: the tests control exactly how
-long each permit is held.
+long each permit is held. Every test runs on both DoGet paths: grpcio, and the
+native data plane (``limited`` is a replica of each kind).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import pyarrow.flight as flight
 import pytest
 
 from lake_core.names import TableRef
-from tests.security.cluster import SecureCluster, bearer, statement
-from tests.security.conftest import sdk
+from tests.security.cluster import SecureCluster, bearer, on_data_plane, statement
+from tests.security.conftest import DOGET_PATHS, sdk
 from tools.lake_testing.servers import LakeProcess
 
 QUEUE_TIMEOUT_MS = 100
@@ -47,14 +48,23 @@ def big_batch(start: int) -> pa.RecordBatch:
 
 
 @pytest.fixture(scope="module")
-def limited(secure: SecureCluster) -> Iterator[LakeProcess]:
+def tables(secure: SecureCluster) -> None:
     for tenant, table in BIG.items():
         secure.admin_call(lambda c, t=table: c.create_table(t, SCHEMA))
         user = "alice" if tenant == "acme" else "bob"
         with sdk(secure, user) as client:
             for i in range(APPENDS):
                 client.append_batches(table, [big_batch(i * ROWS_PER_APPEND)])
-    replica = secure.add_query("limited", LIMITS)
+
+
+@pytest.fixture(scope="module", params=DOGET_PATHS)
+def limited(
+    secure: SecureCluster, tables: None, request: pytest.FixtureRequest
+) -> Iterator[LakeProcess]:
+    if request.param == "grpcio":
+        replica = secure.add_query("limited", LIMITS)
+    else:
+        replica = secure.add_data_plane("limited-dataplane", LIMITS)
     try:
         yield replica
     finally:
@@ -69,9 +79,10 @@ class Holder:
     """A DoGet stream that has received its first batch and then stops reading."""
 
     def __init__(self, secure: SecureCluster, replica: LakeProcess, user: str) -> None:
-        self.client = secure.flight(replica)
         options = bearer(secure.tokens[user])
-        info = self.client.get_flight_info(statement(sql(user)), options)
+        with secure.flight(replica) as planner:
+            info = planner.get_flight_info(statement(sql(user)), options)
+        self.client = secure.doget(replica)
         self.reader = self.client.do_get(info.endpoints[0].ticket, options)
         first = self.reader.read_chunk().data
         self.rows, self.id_sum = first.num_rows, sum(first.column("id").to_pylist())
@@ -97,9 +108,10 @@ def admitted_at_once(secure: SecureCluster, replica: LakeProcess, user: str = "b
 
 def exhausted(secure: SecureCluster, replica: LakeProcess, user: str) -> float:
     """Seconds from DoGet to RESOURCE_EXHAUSTED, with no data received."""
-    with secure.flight(replica) as client:
-        options = bearer(secure.tokens[user])
-        info = client.get_flight_info(statement(sql(user)), options)
+    options = bearer(secure.tokens[user])
+    with secure.flight(replica) as planner:
+        info = planner.get_flight_info(statement(sql(user)), options)
+    with secure.doget(replica) as client:
         start = time.monotonic()
         try:
             client.do_get(info.endpoints[0].ticket, options).read_chunk()
@@ -112,8 +124,12 @@ def exhausted(secure: SecureCluster, replica: LakeProcess, user: str) -> float:
 
 
 def is_exhausted(error: str) -> bool:
-    # pyarrow raises ArrowInvalid("gRPC returned resource exhausted error ...").
-    return "returned resource exhausted error" in error
+    # pyarrow raises ArrowInvalid("gRPC returned resource exhausted error ...") on the
+    # grpcio path; pyarrow's server cannot send RESOURCE_EXHAUSTED, so the data plane
+    # answers a full queue with UNAVAILABLE, which says "retry" to every client.
+    return "returned resource exhausted error" in error or (
+        "UNAVAILABLE:" in error and "retry later" in error
+    )
 
 
 def admission_log(replica: LakeProcess) -> list[dict[str, object]]:
@@ -143,14 +159,14 @@ def test_a_storm_of_32_clients(secure: SecureCluster, limited: LakeProcess) -> N
 
     def client(outcome: Outcome) -> None:
         options = bearer(secure.tokens[outcome.user])
-        with secure.flight(limited) as flight_client:
+        with secure.flight(limited) as flight_client, secure.doget(limited) as data:
             try:
                 info = flight_client.get_flight_info(statement(sql(outcome.user)), options)
             finally:
                 planned.wait(60)  # every client asks DoGet at the same moment
             start = time.monotonic()
             try:
-                reader = flight_client.do_get(info.endpoints[0].ticket, options)
+                reader = data.do_get(info.endpoints[0].ticket, options)
                 first = reader.read_chunk().data
             except FAILURES as exc:
                 outcome.refused_after_s = time.monotonic() - start
@@ -234,8 +250,14 @@ def test_execution_timeout_ends_the_stream_and_frees_the_slot(
     time.sleep(EXECUTION_TIMEOUT_MS / 1000 + 0.5)
     # Both slots are free again although the stalled client never read on.
     first, second = admitted_at_once(secure, limited), admitted_at_once(secure, limited, "amy")
-    with pytest.raises(flight.FlightTimedOutError, match="execution timeout"):
-        stalled.finish()
+    if on_data_plane(limited):
+        # A write blocked in pyarrow's C++ server ends only with its connection
+        # (lake_query.dataplane.sockets): the client reads what arrived, then UNAVAILABLE.
+        with pytest.raises(flight.FlightUnavailableError, match="Socket closed"):
+            stalled.finish()
+    else:
+        with pytest.raises(flight.FlightTimedOutError, match="execution timeout"):
+            stalled.finish()
     stalled.client.close()
     first.finish()
     second.finish()

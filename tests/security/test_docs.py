@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.security.cluster import SecureCluster, private_file
+from tests.security.cluster import ROWS, SecureCluster, private_file
+from tools.lake_testing.dataplane import data_plane_streams
+from tools.lake_testing.servers import LakeProcess
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "security.md"
 
@@ -38,3 +40,29 @@ def test_the_sdk_builder_example_runs(
         out = capsys.readouterr().out
         assert out.count("pyarrow.Table") == 2  # the SDK and ADBC results
         assert "lake.table_schema" in out
+
+
+DATA_PLANE_DOC = DOC.parent / "dataplane.md"
+
+
+def test_the_data_plane_pyarrow_example_runs(
+    secure: SecureCluster,
+    data_plane: LakeProcess,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/dataplane.md's pyarrow example follows the data plane's location, twice."""
+    (block,) = re.findall(r"```python\n(.*?)```", DATA_PLANE_DOC.read_text(), re.S)
+    token_file = private_file(tmp_path / "query-token", secure.tokens["alice"] + "\n")
+    code = (
+        block.replace("/run/secrets/query-token", str(token_file))
+        .replace("/run/tls/ca.crt", str(secure.ca.cert_file))
+        .replace("grpc+tls://query.internal:50051", f"grpc+tls://{data_plane.addr}")
+        .replace("acme_episodes.runs", "acme_ops.runs")
+    )
+    before = data_plane_streams(data_plane)
+    for _ in (1, 2):
+        exec(compile(code, str(DATA_PLANE_DOC), "exec"), {})
+        out = capsys.readouterr().out
+        assert f"{ROWS} rows from [<pyarrow.flight.Location b'grpc+tls://127.0.0.1:" in out
+    assert data_plane_streams(data_plane) - before == 2

@@ -42,7 +42,7 @@ def redeem(
 ) -> tuple[int, BaseException | None]:
     """(rows received, the error that ended the stream, if any)."""
     rows = 0
-    with secure.flight(process) as client:
+    with secure.doget(process) as client:
         try:
             reader = client.do_get(flight.Ticket(ticket), bearer(secure.tokens[user]))
             for chunk in reader:
@@ -70,42 +70,59 @@ def sealer(secure: SecureCluster) -> TicketSealer:
     return TicketSealer(ring, "lake-query", 300)
 
 
-def test_a_genuine_ticket_is_redeemed_by_its_principal(secure: SecureCluster) -> None:
-    assert redeem(secure, ticket_for(secure, "alice"), "alice") == (ROWS, None)
+# ``serving`` runs a test once per DoGet path: grpcio, and the native data plane
+# (a replica of the same fleet redeems the tickets the first replica sealed).
+
+
+def test_a_genuine_ticket_is_redeemed_by_its_principal(
+    secure: SecureCluster, serving: LakeProcess
+) -> None:
+    assert redeem(secure, ticket_for(secure, "alice"), "alice", serving) == (ROWS, None)
 
 
 @pytest.mark.parametrize("where", ["header", "nonce", "middle", "tag"])
-def test_a_ticket_with_one_flipped_byte_is_refused(secure: SecureCluster, where: str) -> None:
+def test_a_ticket_with_one_flipped_byte_is_refused(
+    secure: SecureCluster, where: str, serving: LakeProcess
+) -> None:
     raw = bytearray(ticket_for(secure, "alice"))
     index = {"header": 2, "nonce": 8, "middle": len(raw) // 2, "tag": len(raw) - 1}[where]
     raw[index] ^= 0x01
-    refused_before_data(secure, bytes(raw), "alice", flight.FlightUnauthenticatedError)
+    refused_before_data(secure, bytes(raw), "alice", flight.FlightUnauthenticatedError, serving)
 
 
-def test_an_expired_ticket_is_refused(secure: SecureCluster) -> None:
+def test_an_expired_ticket_is_refused(secure: SecureCluster, serving: LakeProcess) -> None:
     # Reseal a genuine body as issued an hour ago, with the replicas' own key ring.
     seal = sealer(secure)
     body = seal.open(ticket_for(secure, "alice"), ALICE)
     expired = seal.seal(ALICE, body, now=time.time() - 3600)
-    assert redeem(secure, seal.seal(ALICE, body), "alice") == (ROWS, None)
-    message = refused_before_data(secure, expired, "alice", flight.FlightUnauthenticatedError)
+    assert redeem(secure, seal.seal(ALICE, body), "alice", serving) == (ROWS, None)
+    message = refused_before_data(
+        secure, expired, "alice", flight.FlightUnauthenticatedError, serving
+    )
     assert "expired" in message
 
 
-def test_another_principals_ticket_is_refused(secure: SecureCluster) -> None:
+def test_another_principals_ticket_is_refused(secure: SecureCluster, serving: LakeProcess) -> None:
     ticket = ticket_for(secure, "alice")
     # amy: same tenant, same grants, different principal.
-    refused_before_data(secure, ticket, "amy", flight.FlightUnauthorizedError)
+    refused_before_data(secure, ticket, "amy", flight.FlightUnauthorizedError, serving)
 
 
-def test_another_tenants_ticket_is_refused(secure: SecureCluster) -> None:
+def test_another_tenants_ticket_is_refused(secure: SecureCluster, serving: LakeProcess) -> None:
     ticket = ticket_for(secure, "alice")
-    refused_before_data(secure, ticket, "bob", flight.FlightUnauthorizedError)
+    refused_before_data(secure, ticket, "bob", flight.FlightUnauthorizedError, serving)
     # The same principal id under another tenant does not redeem it either.
     impostor = Principal(principal_id="alice", tenant_id="globex", role="user", namespaces=None)
     seal = sealer(secure)
     forged = seal.seal(impostor, seal.open(ticket, ALICE))
-    refused_before_data(secure, forged, "alice", flight.FlightUnauthorizedError)
+    refused_before_data(secure, forged, "alice", flight.FlightUnauthorizedError, serving)
+
+
+def test_another_audiences_ticket_is_refused(secure: SecureCluster, serving: LakeProcess) -> None:
+    ring = TicketKeyRing.from_file(Path(secure.query_env["LAKE_QUERY_TICKET_KEYS_FILE"]))
+    body = sealer(secure).open(ticket_for(secure, "alice"), ALICE)
+    foreign = TicketSealer(ring, "another-fleet", 300).seal(ALICE, body)
+    refused_before_data(secure, foreign, "alice", flight.FlightUnauthenticatedError, serving)
 
 
 def test_an_oversized_ticket_is_refused_unopened(secure: SecureCluster) -> None:

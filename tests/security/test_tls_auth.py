@@ -38,6 +38,7 @@ from tests.security.cluster import (
     runs,
     statement,
 )
+from tools.lake_testing.dataplane import data_plane_streams
 from tools.lake_testing.servers import LakeProcess, free_port
 
 SQL = "SELECT run_id, robot, score FROM acme_ops.runs ORDER BY run_id"
@@ -47,31 +48,56 @@ def expected_runs() -> pa.Table:
     return pa.Table.from_batches([runs(0, ROWS)])
 
 
-def test_pyarrow_flight_over_tls_with_a_token_reads_rows(secure: SecureCluster) -> None:
+# ``serving`` runs a test once per DoGet path: grpcio, and the native data plane,
+# whose location the FlightInfo names; data_plane_streams proves where rows came from.
+
+
+def test_pyarrow_flight_over_tls_with_a_token_reads_rows(
+    secure: SecureCluster, serving: LakeProcess
+) -> None:
     options = bearer(secure.tokens["alice"])
-    with secure.flight() as client:
+    before = data_plane_streams(serving)
+    with secure.flight(serving) as client:
         info = client.get_flight_info(statement(SQL), options)
-        table = client.do_get(info.endpoints[0].ticket, options).read_all()
+        locations = info.endpoints[0].locations
+        if not locations:
+            table = client.do_get(info.endpoints[0].ticket, options).read_all()
+        else:
+            # pyarrow's client does not follow locations itself: the caller dials the
+            # location with the same CA bundle and sends the same token.
+            with flight.FlightClient(locations[0], tls_root_certs=secure.ca.cert_pem) as data:
+                table = data.do_get(info.endpoints[0].ticket, options).read_all()
     assert table.equals(expected_runs())
+    assert data_plane_streams(serving) - before == len(locations)
 
 
-def _adbc(secure: SecureCluster, token: str | None, *, ca: bool = True) -> flightsql.Connection:
+def _adbc(
+    secure: SecureCluster,
+    token: str | None,
+    *,
+    ca: bool = True,
+    process: LakeProcess | None = None,
+) -> flightsql.Connection:
     kwargs: dict[str, str] = {}
     if token is not None:
         kwargs["adbc.flight.sql.authorization_header"] = f"Bearer {token}"
     if ca:
         kwargs["adbc.flight.sql.client_option.tls_root_certs"] = secure.ca.cert_pem.decode()
-    return flightsql.connect(secure.query.url, db_kwargs=kwargs)
+    return flightsql.connect((process or secure.query).url, db_kwargs=kwargs)
 
 
 def test_adbc_over_tls_with_a_token_reads_rows_and_lists_only_its_tables(
-    secure: SecureCluster,
+    secure: SecureCluster, serving: LakeProcess
 ) -> None:
-    with _adbc(secure, secure.tokens["alice"]) as conn, conn.cursor() as cur:
+    before = data_plane_streams(serving)
+    with _adbc(secure, secure.tokens["alice"], process=serving) as conn, conn.cursor() as cur:
         cur.execute(SQL)
         table = cur.fetch_arrow_table()
         objects = conn.adbc_get_objects(depth="tables").read_all().to_pylist()
     assert table.select(RUNS_SCHEMA.names).cast(RUNS_SCHEMA).equals(expected_runs())
+    # ADBC followed the data plane's location with its token and CA (metadata too).
+    if serving is not secure.query:
+        assert data_plane_streams(serving) - before >= 2
     listed = {
         (schema["db_schema_name"], t["table_name"])
         for catalog in objects
@@ -194,6 +220,22 @@ def test_every_query_rpc_needs_a_valid_token(secure: SecureCluster, token: str |
         _every_rpc(client, bearer(token), ticket)
 
 
+@pytest.mark.parametrize("token", [None, "lk_not-a-bound-token-0000000000"])
+def test_data_plane_doget_needs_a_valid_token(
+    secure: SecureCluster, data_plane: LakeProcess, token: str | None
+) -> None:
+    good = bearer(secure.tokens["alice"])
+    with secure.flight(data_plane) as client:
+        ticket = client.get_flight_info(statement(SQL), good).endpoints[0].ticket
+    with secure.doget(data_plane) as client:
+        with pytest.raises(flight.FlightUnauthenticatedError):
+            client.do_get(ticket, bearer(token)).read_all()
+        # Refused before any ticket work: a garbage ticket gets the same answer.
+        with pytest.raises(flight.FlightUnauthenticatedError, match="bearer token"):
+            client.do_get(flight.Ticket(b"garbage"), bearer(token)).read_all()
+        assert client.do_get(ticket, good).read_all().equals(expected_runs())
+
+
 def _health(process: LakeProcess, token: str | None, server_name: str | None) -> int:
     options = [("grpc.ssl_target_name_override", server_name)] if server_name else []
     creds = grpc.ssl_channel_credentials(root_certificates=process.ca_pem)
@@ -279,8 +321,8 @@ def test_metasrv_authenticates_and_authorizes_by_role(secure: SecureCluster) -> 
     asyncio.run(go())
 
 
-def test_sdk_builder_over_tls(secure: SecureCluster) -> None:
-    url = secure.query.url.replace("grpc+tls://", "https://")
+def test_sdk_builder_over_tls(secure: SecureCluster, serving: LakeProcess) -> None:
+    url = serving.url.replace("grpc+tls://", "https://")
     token = secure.tokens["alice"]
     builder = (
         lake_sdk.Client.builder(url)
@@ -289,10 +331,13 @@ def test_sdk_builder_over_tls(secure: SecureCluster) -> None:
         .with_server_name("lake-query.test")
     )
     assert token not in repr(builder)
+    before = data_plane_streams(serving)
     with builder.connect() as client:
         assert token not in repr(client)
         table = client.query_table(SQL)
         assert table.equals(expected_runs())
+        # The SDK followed the data plane's location with its token, CA and server name.
+        assert data_plane_streams(serving) - before == (serving is not secure.query)
         assert client.table_schema(RUNS).names == RUNS_SCHEMA.names
         with pytest.raises(PermissionDenied) as caught:
             client.query_table("SELECT * FROM globex_ops.plans")

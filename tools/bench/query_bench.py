@@ -1,7 +1,9 @@
 """Query benchmarks through Lake Query, each against an in-process or C++ reference.
 
 - ``doget_pinned_table``: a pinned Lance table of 4 numeric columns (512 MiB
-  in full mode) fetched through Lake Query, against pyarrow's C++ Flight
+  in full mode) fetched through Lake Query (planned on its listener, streamed
+  by its native data plane, ``LAKE_QUERY_DATA_ADDR``, as clients follow the
+  endpoint location), against pyarrow's C++ Flight
   server in another process streaming the same pinned Lance version through
   Lance's scanner at Lake's batch size. Goal: >= 1.0.
 - ``doget_server_cpu_per_gib``: server CPU seconds per GiB served, Lake's
@@ -43,7 +45,7 @@ import pyarrow.flight as flight
 from datafusion import SessionContext
 from google.protobuf import any_pb2
 
-from lake_core.config import QUERY_MAX_ENDPOINTS
+from lake_core.config import QUERY_DATA_ADDR, QUERY_MAX_ENDPOINTS
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2
@@ -61,7 +63,7 @@ from tools.bench.harness import (
     timed,
 )
 from tools.lake_testing.data import bulk_load
-from tools.lake_testing.servers import LakeProcess, start_meta, start_query
+from tools.lake_testing.servers import LakeProcess, free_port, start_meta, start_query
 
 WIDE = TableRef("bench", "wide")
 SCHEMA = pa.schema(
@@ -98,7 +100,10 @@ def _lake(root: Path) -> Iterator[tuple[LakeProcess, LakeProcess]]:
     try:
         # One endpoint per query: every figure here measures a single stream
         # (partitioned scans have their own benchmark, partitions_bench).
-        query = start_query(meta.addr, root, env={QUERY_MAX_ENDPOINTS: "1"})
+        # Lake's DoGet goes through the native data plane, as a client following the
+        # endpoint location would.
+        env = {QUERY_MAX_ENDPOINTS: "1", QUERY_DATA_ADDR: f"127.0.0.1:{free_port()}"}
+        query = start_query(meta.addr, root, env=env)
         try:
             yield meta, query
         finally:
@@ -141,9 +146,17 @@ def _optimize(meta: LakeProcess) -> int:
     return version
 
 
+#: Clients of the endpoint locations Query named (its data plane), by URI.
+_LOCATED: dict[str, flight.FlightClient] = {}
+
+
 def _sql(client: flight.FlightClient, sql: str) -> pa.Table:
     info = client.get_flight_info(_command(sql))
-    return client.do_get(info.endpoints[0].ticket).read_all()
+    endpoint = info.endpoints[0]
+    if endpoint.locations:
+        uri = endpoint.locations[0].uri.decode()
+        client = _LOCATED.get(uri) or _LOCATED.setdefault(uri, flight.FlightClient(uri))
+    return client.do_get(endpoint.ticket).read_all()
 
 
 def run(quick: bool) -> list[Figure]:
@@ -166,6 +179,9 @@ def run(quick: bool) -> list[Figure]:
             figures.append(_random_access(client, dataset, doget_rows, lookups))
             figures.append(_point_query_latency(client, dataset, doget_rows, pairs))
             client.close()
+            for located in _LOCATED.values():
+                located.close()
+            _LOCATED.clear()
     return figures
 
 

@@ -23,11 +23,13 @@ import pytest
 from google.protobuf import any_pb2
 
 from lake_core import protocol
-from lake_core.errors import READ_ONLY_MESSAGE
+from lake_core.config import QUERY_DATA_ADDR
+from lake_core.errors import READ_ONLY_MESSAGE, VersionReclaimed
 from lake_core.ids import new_operation_id
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2 as sql_pb
+from lake_sdk._errors import TrailerCapture, calling, lake_error
 from tools.lake_testing.plugin import LakeCluster
 from tools.lake_testing.servers import free_port, start_meta, start_query
 
@@ -190,9 +192,10 @@ def test_ticket_from_one_replica_served_by_another_across_an_append(
         assert counted.column("n").to_pylist() == [ROWS + 500]
 
 
-@pytest.fixture
-def short_retention(tmp_path: Path) -> Iterator[LakeCluster]:
+def _short_retention(tmp_path: Path, data_plane: bool) -> Iterator[LakeCluster]:
     env = {"LAKE_LANCE_RETAIN_VERSIONS": "1"}
+    if data_plane:
+        env[QUERY_DATA_ADDR] = f"127.0.0.1:{free_port()}"
     meta = start_meta(tmp_path / "data", tmp_path, env=env)
     cluster = LakeCluster(root=tmp_path, meta=meta, env=env)
     try:
@@ -202,8 +205,20 @@ def short_retention(tmp_path: Path) -> Iterator[LakeCluster]:
         cluster.stop()
 
 
-def test_reclaimed_version_fails_explicitly(short_retention: LakeCluster) -> None:
-    cluster = short_retention
+@pytest.fixture
+def short_retention(tmp_path: Path) -> Iterator[LakeCluster]:
+    """Versions reclaimed at once."""
+    yield from _short_retention(tmp_path, data_plane=False)
+
+
+@pytest.fixture(params=["grpcio", "dataplane"])
+def short_retention_paths(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[LakeCluster]:
+    """Versions reclaimed at once; Query serves DoGet on grpcio or on its native data plane."""
+    yield from _short_retention(tmp_path, data_plane=request.param == "dataplane")
+
+
+def test_reclaimed_version_fails_explicitly(short_retention_paths: LakeCluster) -> None:
+    cluster = short_retention_paths
 
     async def create() -> None:
         async with MetaClient(f"http://{cluster.meta.addr}") as meta:
@@ -215,9 +230,22 @@ def test_reclaimed_version_fails_explicitly(short_retention: LakeCluster) -> Non
         info = client.get_flight_info(statement("SELECT * FROM robots.rewards"))
         append(cluster.query.url, "robots.rewards", rewards_batch(100, 100))
         append(cluster.query.url, "robots.rewards", rewards_batch(200, 100))
-        # pyarrow raises FAILED_PRECONDITION as ArrowInvalid.
-        with pytest.raises(pa.ArrowInvalid) as caught:
-            client.do_get(info.endpoints[0].ticket).read_all()
+        endpoint = info.endpoints[0]
+        if not endpoint.locations:
+            # pyarrow raises FAILED_PRECONDITION as ArrowInvalid.
+            with pytest.raises(pa.ArrowInvalid) as caught:
+                client.do_get(endpoint.ticket).read_all()
+    if endpoint.locations:
+        # The data plane: pyarrow's server cannot send FAILED_PRECONDITION (UNKNOWN
+        # instead), and Lake's clients rebuild the exact class from the trailers.
+        capture = TrailerCapture()
+        with (
+            flight.FlightClient(endpoint.locations[0], middleware=[capture]) as data,
+            calling() as trailers,
+            pytest.raises(flight.FlightServerError) as caught,
+        ):
+            data.do_get(endpoint.ticket).read_all()
+        assert isinstance(lake_error(caught.value, trailers), VersionReclaimed)
     assert "no longer available" in str(caught.value)
     assert "lake.robots.rewards" in str(caught.value)
 

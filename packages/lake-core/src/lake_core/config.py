@@ -69,6 +69,8 @@ __all__ = [
     "PEER_CA_FILE",
     "PEER_SERVER_NAME",
     "QUERY_CATALOG_REFRESH_MS",
+    "QUERY_DATA_ADDR",
+    "QUERY_DATA_ADVERTISE",
     "QUERY_EXECUTION_TIMEOUT_MS",
     "QUERY_MAX_CONCURRENT",
     "QUERY_MAX_CONCURRENT_PER_TENANT",
@@ -672,6 +674,25 @@ ICEBERG_S3_TIMEOUT_MS = EnvVar(
     owner=QUERY,
     default="10000",
     range="100..=300000, milliseconds",
+)
+
+# -- native DoGet data plane ---------------------------------------------------
+
+QUERY_DATA_ADDR = EnvVar(
+    "LAKE_QUERY_DATA_ADDR",
+    doc="Listen address (host:port) of Query's native DoGet data plane: pyarrow's C++ Flight "
+    "server in the same process, under the same bearer auth, TLS, tickets and admission. "
+    "GetFlightInfo then points each query endpoint's location at it. Off when unset.",
+    owner=QUERY,
+    range="host:port, same rules as --addr",
+)
+QUERY_DATA_ADVERTISE = EnvVar(
+    "LAKE_QUERY_DATA_ADVERTISE",
+    doc="host:port clients dial for the data plane (endpoint locations); required when "
+    "LAKE_QUERY_DATA_ADDR binds a wildcard (0.0.0.0 or [::]). Defaults to the bind address.",
+    owner=QUERY,
+    default="LAKE_QUERY_DATA_ADDR",
+    range="host:port",
 )
 
 # -- tests ---------------------------------------------------------------------

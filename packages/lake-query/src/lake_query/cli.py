@@ -3,7 +3,9 @@
 Startup order: parse and validate the whole configuration, connect the
 catalog source (the first ``catalog_snapshot`` must succeed), then bind.
 Logs are structlog JSON lines on stderr; once serving, the process prints
-``lake query listening on ADDR`` to stderr.
+``lake query listening on ADDR`` to stderr. The native data plane
+(``LAKE_QUERY_DATA_ADDR``) binds just before the main listener and drains
+beside it on SIGTERM, within the same grace.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import click
 import structlog
 
 from lake_core.errors import LakeError
-from lake_core.flight.server import FlightServer, UncleanShutdown, serve
+from lake_core.flight.server import FlightServer, UncleanShutdown, serve, shutdown_grace_ms
 from lake_core.integrity import DataFileReader
 from lake_core.logs import banner, configure_logging
 from lake_core.metaclient import MetaClient
@@ -26,6 +28,7 @@ from lake_core.tickets import TicketSealer
 from lake_query.admission import Admission
 from lake_query.catalog_cache import CatalogCache
 from lake_query.config import DEFAULT_ADDR, DEFAULT_METADATA_ADDR, QueryConfig
+from lake_query.dataplane.server import DataPlane
 from lake_query.flightsql import QueryHandler
 from lake_query.jobs import AsyncQueries, JobSeal, open_stores
 from lake_query.jobs.model import RETENTION_SECS
@@ -60,6 +63,9 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
     stage = QueryStage(config.stage)
     handler: QueryHandler | None = None
     stores = None
+    plane: DataPlane | None = None
+    drained: asyncio.Task[int] | None = None
+    stop = stop if stop is not None else asyncio.Event()
     try:
         # Bounded external checks (Iceberg namespaces) before the listener binds.
         for catalog in config.external:
@@ -93,6 +99,7 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
                 execute=functools.partial(built.planner.execute, abortable=True),
             )
 
+        admission = Admission(config.admission)
         handler = QueryHandler(
             cache=cache,
             sealer=tickets,
@@ -100,7 +107,7 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
                 config.ticket_ring, f"{config.audience}/prepared", HANDLE_TTL_SECS
             ),
             appends=meta,
-            admission=Admission(config.admission),
+            admission=admission,
             max_sql_bytes=config.admission.max_sql_bytes,
             stage=stage,
             datasets=DatasetOpener(
@@ -116,6 +123,17 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
         )
         if handler.async_queries is not None:
             handler.async_queries.start()
+        if config.data_plane is not None:
+            plane = DataPlane(
+                config.data_plane,
+                handler,
+                admission,
+                config.security,
+                asyncio.get_running_loop(),
+            )
+            handler.data_location = plane.uri
+            log.info("data plane serving", addr=config.data_plane.addr, uri=plane.uri)
+            drained = asyncio.create_task(_drain_on_stop(plane, stop))
 
         def started(server: FlightServer) -> None:
             log.info(
@@ -136,7 +154,15 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             on_started=started,
             stop=stop,
         )
+        if drained is not None:
+            left = await drained
+            drained = None
+            if left:
+                raise UncleanShutdown(left, shutdown_grace_ms())
     finally:
+        if drained is not None:  # serve failed: stop the data plane too
+            stop.set()
+            await drained
         collector.cancel()
         await cache.close()
         await meta.close()
@@ -150,6 +176,16 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
                 await store.close()
         for catalog in config.external:
             catalog.close()
+
+
+async def _drain_on_stop(plane: DataPlane, stop: asyncio.Event) -> int:
+    """On stop (SIGTERM), drain the data plane beside the main listener, same grace."""
+    await stop.wait()
+    grace_s = shutdown_grace_ms() / 1000
+    left = await asyncio.to_thread(plane.drain, grace_s)
+    if left:
+        log.error("data plane drain cut off streams", streams=left, grace_s=grace_s)
+    return left
 
 
 @click.command("query")

@@ -32,6 +32,8 @@ partitioned scans (``LAKE_QUERY_MAX_ENDPOINTS``, ``LAKE_QUERY_MIN_ENDPOINT_ROWS`
 :class:`lake_query.planning.partitions.PartitionLimits`;
 ``LAKE_ICEBERG_*``: the Iceberg plug-in validates them (:mod:`lake_query.planning.external`).
 ``LAKE_ASYNC_QUERIES`` and the other ``LAKE_ASYNC_*`` (:mod:`lake_query.jobs.settings`).
+``LAKE_QUERY_DATA_ADDR`` and ``LAKE_QUERY_DATA_ADVERTISE``: the native DoGet data plane
+(:mod:`lake_query.dataplane.settings`), off when unset.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ from lake_core.tickets import TicketKeyRing
 from lake_core.tls import METADATA_CA_FILE, METADATA_SERVER_NAME, ClientTLS, load_client_tls
 from lake_objects.settings import StageSettings
 from lake_query.admission import AdmissionLimits
+from lake_query.dataplane.settings import DataPlaneSettings
 from lake_query.jobs.settings import AsyncSettings
 from lake_query.planning.external import ExternalCatalog, load_external_catalogs
 from lake_query.planning.limits import QueryLimits
@@ -132,6 +135,8 @@ class QueryConfig:
     external: tuple[ExternalCatalog, ...] = ()
     #: ``LAKE_ASYNC_*``: durable async queries (None: PollFlightInfo answers at once).
     async_queries: AsyncSettings | None = None
+    #: ``LAKE_QUERY_DATA_ADDR``: the native DoGet data plane (None: off).
+    data_plane: DataPlaneSettings | None = None
 
     @property
     def loopback(self) -> bool:
@@ -208,4 +213,5 @@ class QueryConfig:
             partitions=PartitionLimits.from_env(source),
             external=load_external_catalogs(source),
             async_queries=AsyncSettings.from_env(source, data_dir=data_dir),
+            data_plane=DataPlaneSettings.from_env(source, addr),
         )

@@ -233,8 +233,11 @@ class AsyncClient:
         connection = self._state.connection
         if not endpoints:
             return QueryResult(None, info.schema, {})
-        openers = [functools.partial(connection.stream, e.ticket) for e in endpoints[1:]]
-        reader, trailers = await connection.stream(endpoints[0].ticket)
+        # Each endpoint is redeemed where its location says (Query's data plane, if on).
+        openers = [
+            functools.partial(connection.at(e.locations).stream, e.ticket) for e in endpoints[1:]
+        ]
+        reader, trailers = await connection.at(endpoints[0].locations).stream(endpoints[0].ticket)
         return QueryResult(reader, info.schema, trailers, openers)
 
     async def query_table(self, sql: str, *, as_of: AsOf | None = None) -> pa.Table:

@@ -5,13 +5,17 @@
 log line), the CA bundle and the expected server name. :class:`Connection`
 is the one pyarrow ``FlightClient`` a client and its clones share; every
 call it makes runs inside :func:`~lake_sdk._errors.calling` and turns a
-pyarrow failure into the exact Lake error class the server sent.
+pyarrow failure into the exact Lake error class the server sent. An
+endpoint whose ``location`` names another server (Query's native data plane)
+is read through a connection to it with the same token, CA bundle and
+server name (:meth:`Connection.at`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import re
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -105,6 +109,8 @@ class _TraceFactory(flight.ClientMiddlewareFactory):  # type: ignore[misc]
 
 
 _FLIGHT = "/arrow.flight.protocol.FlightService/"
+#: Flight's location meaning "the connection the FlightInfo came from".
+_REUSE = "arrow-flight-reuse-connection:"
 #: OpenTelemetry database conventions: the system and a closed operation name, never SQL.
 _DB = {"db.system.name": "lake"}
 
@@ -170,6 +176,9 @@ class Connection:
         self.options = options
         self._client = options.flight_client(url, flight_location(url))
         self._closed = False
+        #: Connections to the servers endpoint locations named, by location URI.
+        self._located: dict[str, Connection] = {}
+        self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return f"Connection({self.url!r}, {self.options!r})"
@@ -226,6 +235,36 @@ class Connection:
         with client_span(_FLIGHT + "GetFlightInfo", {**_DB, "db.operation.name": "plan"}):
             return await self.call(self._client.get_flight_info, descriptor)
 
+    def at(self, locations: Sequence[flight.Location]) -> Connection:
+        """The connection that redeems an endpoint with ``locations`` (none: this one).
+
+        The first location is used, with this connection's credentials and
+        TLS settings. A TLS connection never follows a plaintext location: the
+        bearer token would cross the network in the clear.
+        """
+        if not locations:
+            return self
+        uri = locations[0].uri
+        uri = uri.decode() if isinstance(uri, bytes) else str(uri)
+        if uri.startswith(_REUSE):
+            return self
+        with self._lock:
+            found = self._located.get(uri)
+            if found is not None:
+                return found
+            endpoint = parse_endpoint(uri)
+            if endpoint is None:
+                raise InvalidArgument(
+                    f"Query named an endpoint location the SDK cannot dial: {uri!r}"
+                )
+            mine = parse_endpoint(self.url)
+            if mine is not None and mine.tls and not endpoint.tls:
+                raise InvalidArgument(
+                    f"Query at {self.url} (TLS) named a plaintext endpoint location {uri!r}"
+                )
+            found = self._located[uri] = Connection(uri, self.options)
+            return found
+
     async def stream(self, ticket: flight.Ticket) -> tuple[flight.FlightStreamReader, Trailers]:
         """A DoGet stream and the trailer sink its later failures fill."""
         with (
@@ -275,4 +314,8 @@ class Connection:
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
+            with self._lock:
+                located, self._located = list(self._located.values()), {}
+            for connection in located:
+                await connection.close()
             await asyncio.to_thread(self._client.close)

@@ -9,6 +9,9 @@ the key ring. Prepared-statement handles are sealed too
 (:mod:`~lake_query.flightsql.statements`).
 A plain scan over many fragments gets one endpoint per fragment range
 (:mod:`~lake_query.flightsql.endpoints`), each its own sealed ticket.
+When the native data plane runs (:mod:`lake_query.dataplane`), each query
+and metadata endpoint's ``location`` names it; DoGet here still redeems
+every ticket.
 
 Catalog discovery and GetSqlInfo are answered from memory
 (:mod:`~lake_query.flightsql.discovery`). Updates of any kind get the one
@@ -39,7 +42,7 @@ from lake_core.errors import (
     Unavailable,
     Unimplemented,
 )
-from lake_core.flight.encoding import encode_stream
+from lake_core.flight.encoding import encode_stream, has_dictionary
 from lake_core.flight.server import Context, FlightHandler
 from lake_core.models import CatalogEntry
 from lake_core.names import TableRef
@@ -61,6 +64,7 @@ from lake_query.jobs.service import PART, AsyncQueries, is_handle
 from lake_query.planning import DatasetOpener, PlannedQuery, Planner, QueryLimits, QuerySpec
 from lake_query.planning.external import ExternalCatalog
 from lake_query.planning.partitions import PartitionLimits
+from lake_query.planning.planner import ResultStream
 from lake_query.results import counted_rows, prefetch
 from lake_query.stage import QueryStage
 
@@ -141,6 +145,9 @@ class QueryHandler(FlightHandler):
         )
         #: Durable async queries (LAKE_ASYNC_QUERIES=true), built around this planner.
         self.async_queries = None if async_queries is None else async_queries(self)
+        #: The native data plane's URI (lake_query.dataplane), advertised in endpoint
+        #: locations once it serves; None: clients redeem tickets here.
+        self.data_location: str | None = None
 
     def __repr__(self) -> str:
         return f"QueryHandler({self._cache!r})"
@@ -216,8 +223,11 @@ class QueryHandler(FlightHandler):
     ) -> pb.FlightInfo:
         principal = caller()
         schema, bodies = await self._describe(descriptor, principal)
+        locations = self._locations(schema)
         endpoints = [
-            pb.FlightEndpoint(ticket=pb.Ticket(ticket=self._sealer.seal(principal, body)))
+            pb.FlightEndpoint(
+                ticket=pb.Ticket(ticket=self._sealer.seal(principal, body)), location=locations
+            )
             for body in bodies
         ]
         return pb.FlightInfo(
@@ -227,6 +237,12 @@ class QueryHandler(FlightHandler):
             total_records=-1,
             total_bytes=-1,
         )
+
+    def _locations(self, schema: pa.Schema) -> list[pb.Location]:
+        # Replacement dictionaries need Lake's own encoder: such results stay here.
+        if self.data_location is None or has_dictionary(schema):
+            return []
+        return [pb.Location(uri=self.data_location)]
 
     async def _plan_statement(
         self, descriptor: pb.FlightDescriptor, principal: Principal
@@ -264,22 +280,46 @@ class QueryHandler(FlightHandler):
         schema, _ = await self._describe(descriptor, caller())
         return pb.SchemaResult(schema=schema_to_ipc(schema))
 
-    def _open_ticket(self, ticket: bytes, principal: Principal) -> dict[str, Any]:
+    def open_ticket(self, ticket: bytes, principal: Principal) -> dict[str, Any]:
+        """The body of a sealed ticket ``principal`` may redeem (refusals raise, before data)."""
         # Tickets carry SQL: the SQL size limit bounds them too.
         if len(ticket) > self._max_sql_bytes:
             raise InvalidArgument(f"the ticket exceeds {self._max_sql_bytes} bytes")
         return self._sealer.open(ticket, principal)
 
+    def metadata_batch(self, body: dict[str, Any], principal: Principal) -> pa.RecordBatch:
+        """The one batch of a metadata ticket's command."""
+        command = wire.unpack_any(base64.b64decode(body.get("c", "")), "the ticket")
+        return discovery.metadata_batch(self._cache, command, principal)
+
+    @staticmethod
+    def query_of(body: dict[str, Any]) -> tuple[QuerySpec, list[int] | None]:
+        """The query of a query or partition ticket's body, and its fragment ids (if any)."""
+        try:
+            spec = QuerySpec.model_validate(body.get("q"))
+        except ValidationError:
+            # Authentic, so sealed by a replica of another Lake version.
+            raise InvalidArgument("ticket from an incompatible Lake Query version") from None
+        return spec, fragments_of(body)
+
+    def result_stream(
+        self, query: tuple[QuerySpec, list[int] | None], principal: Principal
+    ) -> ResultStream:
+        """Run a ticket's query (:meth:`query_of`); blocking: call it on a stream thread."""
+        spec, fragments = query
+        if fragments is None:
+            return self.planner.execute(spec, principal)
+        return self.planner.execute_partition(spec, fragments, principal)
+
     async def do_get(self, ticket: pb.Ticket, context: Context) -> AsyncIterator[bytes]:
         principal = caller()
-        body = self._open_ticket(ticket.ticket, principal)
+        body = self.open_ticket(ticket.ticket, principal)
         kind = body.get("k")
         messages: AsyncIterator[bytes]
         if kind in (wire.QUERY, PARTITION):
             messages = self._query_messages(body, principal, context)
         elif kind == wire.METADATA:
-            command = wire.unpack_any(base64.b64decode(body.get("c", "")), "the ticket")
-            batch = discovery.metadata_batch(self._cache, command, principal)
+            batch = self.metadata_batch(body, principal)
             messages = prefetch(encode_stream(batch.schema, [batch]), self._streams)
         elif kind == PART and self.async_queries is not None:
             messages = self._part_messages(body, principal, context)
@@ -295,20 +335,12 @@ class QueryHandler(FlightHandler):
     def _query_messages(
         self, body: dict[str, Any], principal: Principal, context: Context
     ) -> AsyncIterator[bytes]:
-        try:
-            spec = QuerySpec.model_validate(body.get("q"))
-        except ValidationError:
-            # Authentic, so sealed by a replica of another Lake version.
-            raise InvalidArgument("ticket from an incompatible Lake Query version") from None
-        fragments = fragments_of(body)
+        query = self.query_of(body)  # refused before admission
 
         def produce() -> Iterator[bytes]:
             # Opening the pinned tables and producing their messages run on
             # one stream thread, with no hop back to the loop in between.
-            if fragments is None:
-                stream = self.planner.execute(spec, principal)
-            else:
-                stream = self.planner.execute_partition(spec, fragments, principal)
+            stream = self.result_stream(query, principal)
             try:
                 yield from encode_stream(stream.schema, counted_rows(stream))
             finally:
