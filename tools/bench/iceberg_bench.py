@@ -35,10 +35,11 @@ from pyiceberg.expressions import LessThan
 from pyiceberg.schema import Schema
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
+from lake_core.config import QUERY_DATA_ADDR
 from lake_query.planning.direct import batch_rows_for
 from tools.bench.harness import Figure, at_least, at_most, measure, pairs_for, warmup_for
 from tools.lake_testing.iceberg import SeaweedIceberg, federation_env, in_process_federation
-from tools.lake_testing.servers import start_meta, start_query
+from tools.lake_testing.servers import free_port, start_meta, start_query
 
 NAMESPACE = "bench"
 TABLE = "episodes"
@@ -89,7 +90,13 @@ def run(quick: bool) -> list[Figure]:
             _write(catalog, rows)
             meta = start_meta(root / "data", root)
             try:
-                query = start_query(meta.addr, root, env=federation_env(server, NAMESPACE))
+                # Results stream from the native data plane, as ADBC follows the
+                # endpoint location (docs/dataplane.md).
+                env = {
+                    **federation_env(server, NAMESPACE),
+                    QUERY_DATA_ADDR: f"127.0.0.1:{free_port()}",
+                }
+                query = start_query(meta.addr, root, env=env)
                 try:
                     figures = _measure(server, catalog, query.url, quick, rows, selective)
                 finally:
