@@ -44,8 +44,8 @@ POINT = f"SELECT * FROM {TABLE.qualified} WHERE steps = 1234"
 SCAN = f"SELECT * FROM {TABLE.qualified}"
 
 #: Rounds (one pair per figure each) and calls per side in each round.
-QUICK_ROUNDS, ROUNDS = 2, 15
-QUICK_BLOCK, POINT_BLOCK, SCAN_BLOCK = 3, 15, 5
+QUICK_ROUNDS, ROUNDS = 2, 21
+QUICK_BLOCK, POINT_BLOCK, SCAN_BLOCK = 3, 15, 9
 
 
 @dataclass
