@@ -131,6 +131,12 @@ class SecureCluster:
         """A replica serving DoGet on a native data plane too (``LAKE_QUERY_DATA_ADDR``)."""
         return self.add_query(name, {**(env or {}), **data_plane_env()})
 
+    def add_serving(self, path: str, name: str, env: dict[str, str]) -> LakeProcess:
+        """A replica with ``env`` whose DoGet is served by ``path`` (one of ``DOGET_PATHS``)."""
+        if path == "grpcio":
+            return self.add_query(name, env)
+        return self.add_data_plane(f"{name}-dataplane", env)
+
     def admin(self) -> MetaClient:
         return MetaClient(
             self.meta.http_url,

@@ -61,10 +61,7 @@ def tables(secure: SecureCluster) -> None:
 def limited(
     secure: SecureCluster, tables: None, request: pytest.FixtureRequest
 ) -> Iterator[LakeProcess]:
-    if request.param == "grpcio":
-        replica = secure.add_query("limited", LIMITS)
-    else:
-        replica = secure.add_data_plane("limited-dataplane", LIMITS)
+    replica = secure.add_serving(request.param, "limited", LIMITS)
     try:
         yield replica
     finally:

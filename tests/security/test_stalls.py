@@ -53,10 +53,7 @@ def replica(
     secure: SecureCluster, table: None, request: pytest.FixtureRequest
 ) -> Iterator[LakeProcess]:
     """A replica with the stall limits, once per DoGet path (grpcio, native data plane)."""
-    if request.param == "grpcio":
-        process = secure.add_query("stalls", LIMITS)
-    else:
-        process = secure.add_data_plane("stalls-dataplane", LIMITS)
+    process = secure.add_serving(request.param, "stalls", LIMITS)
     try:
         yield process
     finally:
