@@ -3,13 +3,18 @@
 One table written by pyiceberg on SeaweedFS (S3 plus its Iceberg REST
 catalog, started here on loopback): 4 million rows (200,000 with
 ``--quick``) in 40 appends, ``episode_id`` ascending, so each data file
-covers one id range. Two figures, Lake and reference alternating run by run:
+covers one id range. Lake and reference alternate run by run in each figure:
 
 - full scan: ``SELECT *`` through a real ``lake query`` process over ADBC
   (plan, fresh pinned load at DoGet, the plug-in's pyarrow reader for a
   plain projection, Flight transfer) against pyiceberg's
   ``load_table(...).scan().to_arrow()`` in this process. Both sides read
   every row and every column into Arrow. Rows per second; goal: Lake >= 0.8x.
+- the same full scan through Lake's own SDK (``iceberg_scan_sdk``):
+  ``lake_sdk.Client(...).query_table`` instead of ADBC, which also follows
+  the endpoint to the data plane; same reference and goal. Beside the ADBC
+  figure, not instead of it: the SDK decodes with pyarrow's Flight client,
+  ADBC with its Go driver plus an export to pyarrow (more client CPU).
 - 1%-selective filter: ``WHERE episode_id < N`` (1% of the rows) through
   Lake against pyiceberg's ``scan(row_filter=...)``, which prunes by manifest
   statistics; Lake prunes the same way before iceberg-rust reads
@@ -35,6 +40,7 @@ from pyiceberg.expressions import LessThan
 from pyiceberg.schema import Schema
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType
 
+import lake_sdk
 from lake_core.config import QUERY_DATA_ADDR
 from lake_query.planning.direct import batch_rows_for
 from tools.bench.harness import Figure, at_least, at_most, measure, pairs_for, warmup_for
@@ -149,6 +155,7 @@ def _measure(
     full_sql = f"SELECT * FROM iceberg.{NAMESPACE}.{TABLE}"
     filtered_sql = f"{full_sql} WHERE episode_id < {selective}"
     conn = flightsql.connect(url)
+    sdk = lake_sdk.Client(url)
     try:
 
         def lake_rows(sql: str, expected: int) -> float:
@@ -156,6 +163,14 @@ def _measure(
             with conn.cursor() as cur:
                 cur.execute(sql)
                 got = cur.fetch_arrow_table()
+            elapsed = time.perf_counter() - start
+            assert got.num_rows == expected, got.num_rows
+            assert got.num_columns == len(SCHEMA.fields), got.num_columns
+            return elapsed
+
+        def sdk_rows(sql: str, expected: int) -> float:
+            start = time.perf_counter()
+            got = sdk.query_table(sql)
             elapsed = time.perf_counter() - start
             assert got.num_rows == expected, got.num_rows
             assert got.num_columns == len(SCHEMA.fields), got.num_columns
@@ -180,6 +195,15 @@ def _measure(
             pairs=pairs_for(quick),
             warmup=warmup_for(quick),
         )
+        full_sdk = measure(
+            "iceberg_scan_sdk",
+            lambda: rows / sdk_rows(full_sql, rows),
+            lambda: rows / reference(None, rows),
+            unit="rows/s",
+            goal=at_least(0.8, ">= 0.8x pyiceberg to_arrow in-process (full scan, Lake's SDK)"),
+            pairs=pairs_for(quick),
+            warmup=warmup_for(quick),
+        )
         filtered = measure(
             "iceberg_scan_filtered",
             lambda: lake_rows(filtered_sql, selective),
@@ -189,6 +213,7 @@ def _measure(
             pairs=pairs_for(quick),
             warmup=warmup_for(quick),
         )
-        return [full, filtered]
+        return [full, full_sdk, filtered]
     finally:
+        sdk.close()
         conn.close()

@@ -18,7 +18,7 @@ from pyiceberg.io.pyarrow import PyArrowFileIO
 from pyiceberg.manifest import DataFile, FileFormat
 from pyiceberg.table import FileScanTask
 
-from lake_iceberg.federation.reader import DataFileError, read_files
+from lake_iceberg.federation.reader import DataFileError, even_rows, read_files
 
 SCHEMA = pa.schema([("id", pa.int64()), ("score", pa.float64()), ("site", pa.string())])
 IDS = [1, 2, 3]
@@ -154,3 +154,20 @@ def test_an_undecodable_file_fails_typed(files: list[FileScanTask]) -> None:
     with pytest.raises(DataFileError) as caught:
         list(read_files(PyArrowFileIO(), files, IDS, SCHEMA, 4))
     assert isinstance(caught.value.cause, pa.ArrowInvalid)  # undecodable, not an I/O fault
+
+
+def test_a_row_group_is_cut_into_equal_batches(tmp_path: Path) -> None:
+    # Equal batches: no short tail for the Flight coalescer to merge (copy) into the next one.
+    table = pa.table({"id": list(range(9)), "score": [0.5] * 9, "site": ["lab"] * 9})
+    path = tmp_path / "nine.parquet"
+    task = FileScanTask(
+        DataFile.from_args(
+            file_path=str(path), file_format=FileFormat.PARQUET, spec_id=0, record_count=9
+        )
+    )
+    schema = pa.schema([_field(f.name, f.type, i) for i, f in zip(IDS, SCHEMA, strict=True)])
+    pq.write_table(table.cast(schema), path, row_group_size=9)
+    batches = list(read_files(PyArrowFileIO(), [task], IDS, SCHEMA, batch_rows=4))
+    assert [b.num_rows for b in batches] == [3, 3, 3]  # not 4, 4, 1
+    assert [even_rows(n, 4) for n in (0, 1, 4, 5, 8, 9, 100_000)] == [1, 1, 4, 3, 4, 3, 4]
+    assert even_rows(100_000, 41_704) == 33_334

@@ -31,6 +31,18 @@ def test_small_batches_merge_and_empty_ones_vanish() -> None:
     assert pa.Table.from_batches(out).column("x").to_pylist() == list(range(40 * 8192))
 
 
+def test_megabyte_batches_pass_without_a_copy() -> None:
+    # 1.5 MiB each: already a good message; merging two would copy both.
+    parts = [ints(196_608, i * 196_608) for i in range(3)]
+    out = list(coalesce_batches(parts, SCHEMA))
+    assert [b.num_rows for b in out] == [196_608] * 3
+    for got, sent in zip(out, parts, strict=True):
+        assert got.column(0).buffers()[1].address == sent.column(0).buffers()[1].address
+    # A small batch still merges with what follows it.
+    out = list(coalesce_batches([ints(8192), *parts[:2]], SCHEMA))
+    assert [b.num_rows for b in out] == [8192 + 196_608, 196_608]
+
+
 def test_huge_batches_are_split() -> None:
     out = list(coalesce_batches([ints(2_000_000)], SCHEMA))  # 16 MB
     assert len(out) >= 4

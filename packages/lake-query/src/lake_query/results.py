@@ -3,7 +3,9 @@
 Lance scans in 8192-row batches (a few hundred KB for narrow tables), and
 per-message overhead dominates at that size; 16 MB messages are slow and
 exceed ADBC's default 16 MiB limit. Batches are therefore merged up to
-:data:`TARGET_BATCH_BYTES` and split above :data:`MAX_BATCH_BYTES`.
+:data:`TARGET_BATCH_BYTES` and split above :data:`MAX_BATCH_BYTES`. A batch
+of :data:`MIN_BATCH_BYTES` or more is sent as it is: merging copies every
+value, and on a full scan that copy cost more than the extra messages.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from lake_core.telemetry import series
 
 __all__ = [
     "MAX_BATCH_BYTES",
+    "MIN_BATCH_BYTES",
     "PREFETCH_DEPTH",
     "TARGET_BATCH_BYTES",
     "coalesce_batches",
@@ -33,6 +36,8 @@ T = TypeVar("T")
 
 TARGET_BATCH_BYTES = 2 * 1024 * 1024
 MAX_BATCH_BYTES = 4 * 1024 * 1024
+#: A batch at least this large already makes a good Flight message on its own.
+MIN_BATCH_BYTES = 1024 * 1024
 #: Messages produced ahead of the network: bounds a stream's buffer to ~16 MB.
 PREFETCH_DEPTH = 4
 
@@ -82,10 +87,13 @@ def coalesce_batches(
     *,
     target_bytes: int = TARGET_BATCH_BYTES,
     max_bytes: int = MAX_BATCH_BYTES,
+    min_bytes: int = MIN_BATCH_BYTES,
 ) -> Iterator[pa.RecordBatch]:
     """Re-chunk ``batches`` into non-empty batches of about ``target_bytes``.
 
     Every yielded batch is at most ``max_bytes`` unless one row alone is larger.
+    Batches of ``min_bytes`` or more pass unchanged (no copy) unless a smaller
+    one waits to be merged.
     """
     pending: list[pa.RecordBatch] = []
     pending_bytes = 0
@@ -99,6 +107,12 @@ def coalesce_batches(
                 yield _merge(pending, schema)
                 pending, pending_bytes = [], 0
             yield from _split(batch, target_bytes)
+            continue
+        if size >= min_bytes and (not pending or pending_bytes >= min_bytes):
+            if pending:
+                yield _merge(pending, schema)
+                pending, pending_bytes = [], 0
+            yield batch
             continue
         if pending and pending_bytes + size > max_bytes:
             yield _merge(pending, schema)

@@ -51,6 +51,7 @@ __all__ = [
     "READAHEAD_FILES",
     "DataFileError",
     "StorageStalled",
+    "even_rows",
     "name_mapping",
     "plain_columns",
     "read_files",
@@ -213,12 +214,27 @@ def _file_batches(
             # One row group at a time: pre-buffering then holds one group's columns,
             # never a whole (possibly huge) file.
             for group in range(parquet.num_row_groups):
+                rows = parquet.metadata.row_group(group).num_rows
                 for batch in parquet.iter_batches(
-                    batch_size=batch_rows, row_groups=[group], columns=present
+                    batch_size=even_rows(rows, batch_rows), row_groups=[group], columns=present
                 ):
                     yield _conform(batch, batch.num_rows, field_ids, positions, schema)
     except (OSError, pa.ArrowException, ValueError) as exc:
         raise DataFileError(path, exc) from None
+
+
+def even_rows(rows: int, batch_rows: int) -> int:
+    """At most ``batch_rows`` rows per batch, cutting ``rows`` into nearly equal batches.
+
+    The last is at most one row per batch shorter than the others. A short
+    last batch would be merged (copied) into the next Flight message; equal
+    ones of a megabyte or more are sent as they are
+    (lake_query.results.coalesce_batches).
+    """
+    if rows <= batch_rows:
+        return max(1, rows)
+    count = -(-rows // batch_rows)
+    return -(-rows // count)
 
 
 def _columns_by_field_id(file_schema: pa.Schema, mapping: Mapping[str, int]) -> dict[int, str]:
