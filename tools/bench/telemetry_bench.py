@@ -2,8 +2,8 @@
 
 One Metasrv and one table. Each round starts a fresh pair of Query replicas
 over it: one with ``LAKE_METRICS_ADDR`` and
-``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (exporting to an in-process OTLP
-receiver, scraped once per block of calls), one with neither; the pair is
+``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` (exporting to an OTLP receiver in a
+child process, as a collector would be; scraped once per block of calls), one with neither; the pair is
 stopped at the end of the round. Calls interleave, and each round gives one
 pair per figure: the two sides' p50 over a block of calls.
 
@@ -48,7 +48,7 @@ from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from tools.bench.harness import Figure, Goal, at_least, at_most, figure, machine, timed
 from tools.lake_testing.data import EPISODES_SCHEMA, episodes
-from tools.lake_testing.otlp import OtlpReceiver
+from tools.lake_testing.otlp import receiver_process
 from tools.lake_testing.plugin import write_ticket_keys
 from tools.lake_testing.servers import LakeProcess, free_port, start_meta, start_query
 
@@ -108,7 +108,7 @@ def _one_round(
     meta: LakeProcess,
     root: Path,
     env: dict[str, str],
-    receiver: OtlpReceiver,
+    receiver: str,
     rows: int,
     blocks: tuple[int, int],
     index: int,
@@ -120,7 +120,7 @@ def _one_round(
     on_env = {
         **env,
         "LAKE_METRICS_ADDR": f"127.0.0.1:{metrics_port}",
-        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.endpoint,
+        "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver,
     }
     # Start order alternates too: the replica started second finds warmer caches.
     order = [("on", on_env), ("off", env)][:: 1 if index % 2 == 0 else -1]
@@ -183,8 +183,7 @@ def run(quick: bool) -> list[Figure]:
     rows = 20_000 if quick else 400_000
     rounds = QUICK_ROUNDS if quick else ROUNDS
     blocks = (QUICK_BLOCK, QUICK_BLOCK) if quick else (POINT_BLOCK, SCAN_BLOCK)
-    receiver = OtlpReceiver().start()
-    with tempfile.TemporaryDirectory() as tmp:
+    with receiver_process() as receiver, tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         env = {"LAKE_QUERY_TICKET_KEYS_FILE": str(write_ticket_keys(root / "keys.json"))}
         meta = start_meta(root / "data", root, env=env)
@@ -207,7 +206,6 @@ def run(quick: bool) -> list[Figure]:
                 _one_round(meta, root, env, receiver, rows, blocks, index, point, scan, cpu)
         finally:
             meta.stop()
-            receiver.stop()
     figures = [
         point.figure(
             "telemetry_overhead_point_query_ms",

@@ -7,17 +7,20 @@ for the spans they expect with :meth:`OtlpReceiver.wait_for`.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import grpc
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-__all__ = ["OtlpReceiver", "ReceivedSpan"]
+__all__ = ["OtlpReceiver", "ReceivedSpan", "receiver_process"]
 
 
 @dataclass(frozen=True)
@@ -95,3 +98,37 @@ class OtlpReceiver:
                     raise AssertionError(f"spans never arrived; got {self.spans}")
                 self._changed.wait(left)
             return list(self.spans)
+
+
+@contextmanager
+def receiver_process() -> Iterator[str]:
+    """An OTLP receiver in a child process; yields its endpoint, stops it by pid on exit.
+
+    For benchmarks: a receiver in the measuring process would decode every
+    export on that process's GIL, while it is also the client being timed.
+    """
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tools.lake_testing.otlp"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        endpoint = child.stdout.readline().strip()
+        if not endpoint.startswith("http://"):
+            raise RuntimeError(f"the OTLP receiver did not start (exit {child.poll()})")
+        yield endpoint
+    finally:
+        child.terminate()
+        child.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    # A receiver until stdin closes or SIGTERM (see receiver_process).
+    receiver = OtlpReceiver().start()
+    print(receiver.endpoint, flush=True)
+    try:
+        sys.stdin.read()
+    finally:
+        receiver.stop()
