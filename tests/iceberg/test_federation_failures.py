@@ -28,9 +28,9 @@ from google.protobuf import any_pb2
 import lake_sdk
 from lake_core.errors import DataCorrupted, Unavailable
 from lake_core.proto import flight_sql_pb2
-from tools.lake_testing.iceberg import SeaweedIceberg, federation_env, write_episodes
+from tools.lake_testing.iceberg import SeaweedIceberg, proxied_query, write_episodes
 from tools.lake_testing.s3proxy import S3Proxy
-from tools.lake_testing.servers import LakeProcess, start_meta, start_query
+from tools.lake_testing.servers import LakeProcess
 
 pytestmark = [pytest.mark.iceberg, pytest.mark.s3, pytest.mark.slow]
 
@@ -63,19 +63,8 @@ def faulty(
 ) -> Iterator[Faulty]:
     root = tmp_path_factory.mktemp("federation-faults")
     iceberg_server.catalog().create_namespace(NAMESPACE)
-    proxy = S3Proxy(iceberg_server.endpoint).start()
-    env = federation_env(iceberg_server, NAMESPACE)
-    env["LAKE_ICEBERG_S3_ENDPOINT"] = proxy.endpoint  # Query's reads pass the proxy
-    meta = start_meta(root / "data", root)
-    try:
-        query = start_query(meta.addr, root, env=env)
-        try:
-            yield Faulty(iceberg_server, proxy, query)
-        finally:
-            query.stop()
-    finally:
-        meta.stop()
-        proxy.stop()
+    with proxied_query(iceberg_server, NAMESPACE, root) as (proxy, query):
+        yield Faulty(iceberg_server, proxy, query)
 
 
 def _descriptor(sql: str) -> flight.FlightDescriptor:

@@ -26,9 +26,9 @@ import pytest
 
 import lake_sdk
 from lake_core.errors import DeadlineExceeded, Unavailable
-from tools.lake_testing.iceberg import SeaweedIceberg, federation_env, write_episodes
+from tools.lake_testing.iceberg import SeaweedIceberg, proxied_query, write_episodes
 from tools.lake_testing.s3proxy import S3Proxy
-from tools.lake_testing.servers import LakeProcess, start_meta, start_query
+from tools.lake_testing.servers import LakeProcess
 
 pytestmark = [pytest.mark.iceberg, pytest.mark.s3, pytest.mark.slow]
 
@@ -68,22 +68,13 @@ def stalling(
 ) -> Iterator[Stalling]:
     root = tmp_path_factory.mktemp("federation-stalls")
     iceberg_server.catalog().create_namespace(NAMESPACE)
-    proxy = S3Proxy(iceberg_server.endpoint).start()
-    env = federation_env(iceberg_server, NAMESPACE)
-    env["LAKE_ICEBERG_S3_ENDPOINT"] = proxy.endpoint
-    env["LAKE_ICEBERG_S3_TIMEOUT_MS"] = str(TIMEOUT_MS)
-    env["LAKE_QUERY_MAX_CONCURRENT"] = "1"  # a permit kept by a stalled scan refuses the next
-    env["LAKE_QUERY_EXECUTION_TIMEOUT_MS"] = str(EXECUTION_TIMEOUT_MS)
-    meta = start_meta(root / "data", root)
-    try:
-        query = start_query(meta.addr, root, env=env)
-        try:
-            yield Stalling(iceberg_server, proxy, query)
-        finally:
-            query.stop()
-    finally:
-        meta.stop()
-        proxy.stop()
+    env = {
+        "LAKE_ICEBERG_S3_TIMEOUT_MS": str(TIMEOUT_MS),
+        "LAKE_QUERY_MAX_CONCURRENT": "1",  # a permit kept by a stalled scan refuses the next
+        "LAKE_QUERY_EXECUTION_TIMEOUT_MS": str(EXECUTION_TIMEOUT_MS),
+    }
+    with proxied_query(iceberg_server, NAMESPACE, root, env) as (proxy, query):
+        yield Stalling(iceberg_server, proxy, query)
 
 
 @pytest.mark.parametrize("fault", ["stall", "stall_body"])

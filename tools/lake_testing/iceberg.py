@@ -17,9 +17,12 @@ import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
+from tools.lake_testing.s3proxy import S3Proxy
 from tools.lake_testing.seaweed import SeaweedS3
+from tools.lake_testing.servers import LakeProcess, start_meta, start_query
 
 __all__ = ["EPISODE_ROWS", "SeaweedIceberg", "federation_env", "write_episodes"]
 
@@ -161,6 +164,35 @@ def in_process_federation(
         yield federation
     finally:
         federation.close()
+
+
+@contextmanager
+def proxied_query(
+    server: SeaweedIceberg, namespace: str, root: Path, env: Mapping[str, str] | None = None
+) -> Iterator[tuple[S3Proxy, LakeProcess]]:
+    """(S3Proxy, Query replica) federating ``server`` with its object reads through the proxy.
+
+    ``env``: variables over :func:`federation_env`'s. Metasrv, Query and the
+    proxy are stopped on exit.
+    """
+    proxy = S3Proxy(server.endpoint).start()
+    try:
+        query_env = {
+            **federation_env(server, namespace),
+            "LAKE_ICEBERG_S3_ENDPOINT": proxy.endpoint,  # Query's reads pass the proxy
+            **(env or {}),
+        }
+        meta = start_meta(root / "data", root)
+        try:
+            query = start_query(meta.addr, root, env=query_env)
+            try:
+                yield proxy, query
+            finally:
+                query.stop()
+        finally:
+            meta.stop()
+    finally:
+        proxy.stop()
 
 
 def direct_and_iceberg_rust(federation: Any, namespace: str, table: str, columns: str) -> Any:
