@@ -18,7 +18,9 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import pyarrow.flight as flight
@@ -39,7 +41,7 @@ from lake_query.flightsql.endpoints import PARTITION
 if TYPE_CHECKING:
     from lake_query.flightsql.handler import QueryHandler
 
-__all__ = ["DataPlane"]
+__all__ = ["DataPlane", "release_if_granted", "releaser"]
 
 log = structlog.get_logger("lake_query.dataplane")
 
@@ -107,7 +109,7 @@ class DataPlane(flight.FlightServerBase):  # type: ignore[misc]
             return flight.GeneratorStream(batch.schema, one_batch(batch))
         query = self._handler.query_of(body)  # refused before admission
         permit = self._admit(principal)
-        release = self._releaser(permit)
+        release = releaser(self._loop, permit)
         try:
             result = self._handler.result_stream(query, principal)
         except BaseException:
@@ -141,19 +143,10 @@ class DataPlane(flight.FlightServerBase):  # type: ignore[misc]
         try:
             return future.result(bound)
         except FutureTimeout:
-            future.cancel()
+            if not future.cancel():
+                # Granted as the wait ran out: nobody will stream with it.
+                future.add_done_callback(partial(release_if_granted, self._loop))
             raise Unavailable("admission did not answer in time; retry the query") from None
-
-    def _releaser(self, permit: Permit) -> Callable[[], None]:
-        loop = self._loop
-
-        def release() -> None:
-            # Admission's gates live on the loop; Permit.release is idempotent there.
-            # RuntimeError: the loop is closed, the process is exiting.
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(permit.release)
-
-        return release
 
     # -- drain ------------------------------------------------------------
 
@@ -175,3 +168,21 @@ class DataPlane(flight.FlightServerBase):  # type: ignore[misc]
             log.error("the data plane did not stop in time")
             left = max(left, 1)
         return left
+
+
+def releaser(loop: asyncio.AbstractEventLoop, permit: Permit) -> Callable[[], None]:
+    """A thread-safe release of ``permit``, whose admission gates live on ``loop``."""
+
+    def release() -> None:
+        # Permit.release is idempotent on the loop. RuntimeError: the loop is
+        # closed, the process is exiting.
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(permit.release)
+
+    return release
+
+
+def release_if_granted(loop: asyncio.AbstractEventLoop, future: Future[Permit]) -> None:
+    """Release the permit of an admission that completed after its caller gave up."""
+    if not future.cancelled() and future.exception() is None:
+        releaser(loop, future.result())()

@@ -94,9 +94,12 @@ class ServedStream:
         sent = 0
         try:
             for batch in counted_rows(self.result):
+                # Offered before the check, as end() marks ended before it looks at
+                # offered_at: whichever runs second sees the other, so a stream ended
+                # now either never yields or has its blocked write cut.
+                self.offered_at = time.monotonic()
                 self._check(context, wants_codes)
                 sent += 1
-                self.offered_at = time.monotonic()
                 series.STREAMED_BYTES.inc(batch.nbytes)
                 # A client gone fails the write: pyarrow then closes this generator
                 # (no is_cancelled() per batch: it polls gRPC's completion queue).

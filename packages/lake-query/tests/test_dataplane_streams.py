@@ -1,0 +1,111 @@
+"""A data-plane stream's ends, without a server: the watchdog's ``end`` and a late grant."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from concurrent.futures import Future
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.flight as flight
+import pytest
+
+from lake_core.errors import DeadlineExceeded
+from lake_query.dataplane.server import release_if_granted
+from lake_query.dataplane.streams import ServedStream
+
+BATCH = pa.record_batch({"x": pa.array([1, 2, 3])})
+
+
+class _Result:
+    """A planner stream of three batches; ``during`` runs while the second is made."""
+
+    def __init__(self) -> None:
+        self.during: Any = None
+        self.aborted = 0
+        self.closed = 0
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        for index in range(3):
+            if index == 1 and self.during is not None:
+                self.during()
+            yield BATCH
+
+    def abort(self) -> None:
+        self.aborted += 1
+
+    def close(self) -> None:
+        self.closed += 1
+
+
+class _Context:
+    def add_trailer(self, key: str, value: str) -> None:
+        pass
+
+
+def _stream(result: _Result, released: list[int], ended: list[ServedStream]) -> ServedStream:
+    return ServedStream(
+        result,  # type: ignore[arg-type]
+        lambda: released.append(1),
+        peer="ipv4:127.0.0.1:1",
+        deadline=float("inf"),
+        on_end=ended.append,
+    )
+
+
+def test_a_stream_ended_while_making_a_batch_never_offers_it() -> None:
+    result, released, ended = _Result(), [], []
+    stream = _stream(result, released, ended)
+    # The watchdog ends the stream while the planner makes batch 2: no write is blocked,
+    # so the planner is aborted and batch 2 must never reach the client.
+    result.during = lambda: stream.end(DeadlineExceeded("query exceeded the execution timeout"))
+    batches = stream.batches(_Context(), wants_codes=False)
+    assert next(batches) is BATCH
+    with pytest.raises(flight.FlightTimedOutError, match="execution timeout"):
+        next(batches)
+    assert result.aborted == 1
+    assert result.closed == 1
+    assert ended == [stream]
+    assert released  # released at the end() and again (idempotently) at close
+
+
+def test_end_reports_a_write_blocked_on_the_client() -> None:
+    result, released, ended = _Result(), [], []
+    stream = _stream(result, released, ended)
+    batches = stream.batches(_Context(), wants_codes=False)
+    next(batches)  # with C++ now, waiting for the client
+    assert stream.end(DeadlineExceeded("stalled")) is True
+    assert result.aborted == 0  # the connection is cut instead
+    assert stream.end(DeadlineExceeded("again")) is False  # ended once
+    batches.close()
+    assert result.closed == 1
+
+
+def test_a_permit_granted_after_the_wait_ran_out_is_released() -> None:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        released = threading.Event()
+
+        class _Permit:
+            def release(self) -> None:
+                released.set()
+
+        granted: Future[Any] = Future()
+        granted.set_result(_Permit())
+        release_if_granted(loop, granted)
+        assert released.wait(5)
+
+        refused: Future[Any] = Future()
+        refused.set_exception(RuntimeError("queue full"))
+        release_if_granted(loop, refused)  # nothing to release, nothing raised
+        cancelled: Future[Any] = Future()
+        cancelled.cancel()
+        release_if_granted(loop, cancelled)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(5)
+        loop.close()
