@@ -13,7 +13,7 @@ import pyarrow as pa
 import pytest
 
 from lake_core.errors import DataCorrupted, QueryCancelled, ResultTooLarge
-from lake_query.jobs.framing import MAX_METADATA_BYTES, checked_messages
+from lake_query.jobs.framing import MAX_METADATA_BYTES, checked_frames, checked_messages
 from lake_query.jobs.parts import write_parts
 from lake_query.jobs.results import LocalResults
 
@@ -37,7 +37,7 @@ def _write(
     root: Path, batches: list[pa.RecordBatch], schema: pa.Schema = SCHEMA, **limits: int
 ) -> list:  # type: ignore[type-arg]
     store = LocalResults(root)
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(2) as pool, ThreadPoolExecutor(1) as hashing:
         return asyncio.run(
             write_parts(
                 schema,
@@ -48,6 +48,7 @@ def _write(
                 threading.Event(),
                 part_bytes=limits.get("part_bytes", 64 * 1024 * 1024),
                 max_result_bytes=limits.get("max_result_bytes", 1 << 30),
+                hashing=hashing,
             )
         )
 
@@ -58,19 +59,36 @@ async def _chunks(data: bytes, size: int = 7000) -> AsyncIterator[bytes]:
 
 
 def _serve(data: bytes, size: int | None = None, sha: str | None = None) -> pa.Table:
-    """Serve a part as DoGet would, then decode what a client receives."""
+    """Serve a part as DoGet would, then decode what a client receives.
 
-    async def collect() -> list[bytes]:
-        return [
-            m
-            async for m in checked_messages(
-                _chunks(data),
-                len(data) if size is None else size,
-                sha or hashlib.sha256(data).hexdigest(),
-            )
-        ]
+    Both serving paths run (S3's async chunks, and the local reader thread's
+    blocking ones, in another chunk size) and must agree: the same messages,
+    or the same refusal.
+    """
+    size = len(data) if size is None else size
+    sha = sha or hashlib.sha256(data).hexdigest()
 
-    messages = asyncio.run(collect())
+    with ThreadPoolExecutor(1) as hashing:
+
+        async def collect() -> list[bytes]:
+            return [m async for m in checked_messages(_chunks(data), size, sha, hashing)]
+
+        def blocking() -> list[bytes]:
+            chunks = (data[at : at + 65536] for at in range(0, len(data), 65536))
+            return list(checked_frames(chunks, size, sha, hashing))
+
+        outcomes: list[list[bytes] | Exception] = []
+        for serve in (lambda: asyncio.run(collect()), blocking):
+            try:
+                outcomes.append(serve())
+            except Exception as exc:
+                outcomes.append(exc)
+    streamed, read = outcomes
+    if isinstance(streamed, Exception):
+        assert type(read) is type(streamed), (streamed, read)
+        raise streamed
+    assert read == streamed
+    messages = streamed
     from lake_core.flight.encoding import decode_flight_data_stream
     from lake_core.proto import flight_pb2
 
@@ -128,7 +146,11 @@ def test_cancellation_stops_the_encoder(tmp_path: Path) -> None:
             stop.set()
             yield batch
 
-    with ThreadPoolExecutor(2) as pool, pytest.raises(QueryCancelled):
+    with (
+        ThreadPoolExecutor(2) as pool,
+        ThreadPoolExecutor(1) as hashing,
+        pytest.raises(QueryCancelled),
+    ):
         asyncio.run(
             write_parts(
                 SCHEMA,
@@ -139,6 +161,7 @@ def test_cancellation_stops_the_encoder(tmp_path: Path) -> None:
                 stop,
                 part_bytes=1 << 20,
                 max_result_bytes=1 << 30,
+                hashing=hashing,
             )
         )
 
