@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -13,6 +14,7 @@ import pyarrow as pa
 import pytest
 
 from lake_core.errors import DataCorrupted, QueryCancelled, ResultTooLarge
+from lake_query.jobs import results
 from lake_query.jobs.framing import MAX_METADATA_BYTES, checked_frames, checked_messages
 from lake_query.jobs.parts import write_parts
 from lake_query.jobs.results import LocalResults
@@ -220,3 +222,32 @@ def test_compressed_ipc_is_refused_before_decoding() -> None:
             writer.write_batch(batch)
     with pytest.raises(DataCorrupted):
         _serve(sink.getvalue().to_pybytes())
+
+
+def test_early_writeback_leaves_a_parts_bytes_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Handing written ranges to the disk early (Linux) changes no byte and no digest."""
+    start = results._START_WRITEBACK
+    if sys.platform.startswith("linux"):
+        assert start is not None
+    handed: list[tuple[int, int]] = []
+
+    def counted(fd: int, offset: int, length: int) -> None:
+        handed.append((offset, length))
+        if start is not None:
+            start(fd, offset, length)
+
+    batches = _batches(60)
+    monkeypatch.setattr(results, "WRITEBACK_BYTES", 64 * 1024)
+    monkeypatch.setattr(results, "_START_WRITEBACK", counted)
+    early = _write(tmp_path / "early", batches, part_bytes=1 << 20)
+    monkeypatch.setattr(results, "_START_WRITEBACK", None)
+    plain = _write(tmp_path / "plain", batches, part_bytes=1 << 20)
+    assert len(early) > 1
+    assert len(handed) > len(early)
+    assert early == plain
+    for part in early:
+        data = (tmp_path / "early/job/1" / part.name).read_bytes()
+        assert data == (tmp_path / "plain/job/1" / part.name).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == part.sha256
