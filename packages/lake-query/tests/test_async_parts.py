@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import random
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -15,6 +16,7 @@ import pytest
 
 from lake_core.errors import DataCorrupted, QueryCancelled, ResultTooLarge
 from lake_query.jobs import results
+from lake_query.jobs.digest import BackgroundDigest
 from lake_query.jobs.framing import MAX_METADATA_BYTES, checked_frames, checked_messages
 from lake_query.jobs.parts import write_parts
 from lake_query.jobs.results import LocalResults
@@ -251,3 +253,15 @@ def test_early_writeback_leaves_a_parts_bytes_unchanged(
         data = (tmp_path / "early/job/1" / part.name).read_bytes()
         assert data == (tmp_path / "plain/job/1" / part.name).read_bytes()
         assert hashlib.sha256(data).hexdigest() == part.sha256
+
+
+def test_the_background_digest_is_sha256_of_its_updates_in_order() -> None:
+    """Differential: buffers of generated sizes (empty, tiny, past hashlib's GIL threshold)."""
+    rng = random.Random(12)
+    with ThreadPoolExecutor(3) as hashing:  # several threads: order must still hold
+        for _ in range(20):
+            pieces = [rng.randbytes(rng.choice([0, 1, 2047, 2048, 70_000])) for _ in range(30)]
+            digest = BackgroundDigest(hashing)
+            for piece in pieces:
+                digest.update(memoryview(piece))
+            assert digest.hexdigest() == hashlib.sha256(b"".join(pieces)).hexdigest()
