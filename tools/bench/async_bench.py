@@ -7,6 +7,16 @@ interactive GetFlightInfo + DoGet on the same Query replica. Both sides read
 every batch to the client. Figure: async rows/s over interactive rows/s.
 Goal: >= 0.8 (the async side also encodes, stores and re-reads its parts).
 
+What bounds it (2 shared cores, 2026-12-01; the result is 128 MB in two
+parts): the Query process spends 0.36-0.55 CPU-s per durable run against
+0.08-0.16 per interactive one. perf attributes 30 % of the durable CPU to
+SHA-256 (every byte hashed at write and verified again at DoGet, 33 ms per
+64 MiB part each way, 1.8 GB/s with SHA-NI) and 41 % to the kernel (page
+cache copies, writeback and fsync of the parts and job records, context
+switches). With the cores busy the figure tends to that CPU ratio (~0.3);
+on idle cores the hashes overlap encoding and reframing but the read-side
+hash still gates the last message of every part. Measured 0.28-0.39.
+
 ``async_export_first_batch_ms``: from the poll that reports ``done`` to the
 first batch of the first part in the client. Goal: p50 <= 50 ms (a bound,
 not a measured reference).

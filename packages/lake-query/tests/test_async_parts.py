@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import random
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -13,7 +15,9 @@ import pyarrow as pa
 import pytest
 
 from lake_core.errors import DataCorrupted, QueryCancelled, ResultTooLarge
-from lake_query.jobs.framing import MAX_METADATA_BYTES, checked_messages
+from lake_query.jobs import results
+from lake_query.jobs.digest import BackgroundDigest
+from lake_query.jobs.framing import MAX_METADATA_BYTES, checked_frames, checked_messages
 from lake_query.jobs.parts import write_parts
 from lake_query.jobs.results import LocalResults
 
@@ -37,7 +41,7 @@ def _write(
     root: Path, batches: list[pa.RecordBatch], schema: pa.Schema = SCHEMA, **limits: int
 ) -> list:  # type: ignore[type-arg]
     store = LocalResults(root)
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(2) as pool, ThreadPoolExecutor(1) as hashing:
         return asyncio.run(
             write_parts(
                 schema,
@@ -48,6 +52,7 @@ def _write(
                 threading.Event(),
                 part_bytes=limits.get("part_bytes", 64 * 1024 * 1024),
                 max_result_bytes=limits.get("max_result_bytes", 1 << 30),
+                hashing=hashing,
             )
         )
 
@@ -58,19 +63,36 @@ async def _chunks(data: bytes, size: int = 7000) -> AsyncIterator[bytes]:
 
 
 def _serve(data: bytes, size: int | None = None, sha: str | None = None) -> pa.Table:
-    """Serve a part as DoGet would, then decode what a client receives."""
+    """Serve a part as DoGet would, then decode what a client receives.
 
-    async def collect() -> list[bytes]:
-        return [
-            m
-            async for m in checked_messages(
-                _chunks(data),
-                len(data) if size is None else size,
-                sha or hashlib.sha256(data).hexdigest(),
-            )
-        ]
+    Both serving paths run (S3's async chunks, and the local reader thread's
+    blocking ones, in another chunk size) and must agree: the same messages,
+    or the same refusal.
+    """
+    size = len(data) if size is None else size
+    sha = sha or hashlib.sha256(data).hexdigest()
 
-    messages = asyncio.run(collect())
+    with ThreadPoolExecutor(1) as hashing:
+
+        async def collect() -> list[bytes]:
+            return [m async for m in checked_messages(_chunks(data), size, sha, hashing)]
+
+        def blocking() -> list[bytes]:
+            chunks = (data[at : at + 65536] for at in range(0, len(data), 65536))
+            return list(checked_frames(chunks, size, sha, hashing))
+
+        outcomes: list[list[bytes] | Exception] = []
+        for serve in (lambda: asyncio.run(collect()), blocking):
+            try:
+                outcomes.append(serve())
+            except Exception as exc:
+                outcomes.append(exc)
+    streamed, read = outcomes
+    if isinstance(streamed, Exception):
+        assert type(read) is type(streamed), (streamed, read)
+        raise streamed
+    assert read == streamed
+    messages = streamed
     from lake_core.flight.encoding import decode_flight_data_stream
     from lake_core.proto import flight_pb2
 
@@ -128,7 +150,11 @@ def test_cancellation_stops_the_encoder(tmp_path: Path) -> None:
             stop.set()
             yield batch
 
-    with ThreadPoolExecutor(2) as pool, pytest.raises(QueryCancelled):
+    with (
+        ThreadPoolExecutor(2) as pool,
+        ThreadPoolExecutor(1) as hashing,
+        pytest.raises(QueryCancelled),
+    ):
         asyncio.run(
             write_parts(
                 SCHEMA,
@@ -139,6 +165,7 @@ def test_cancellation_stops_the_encoder(tmp_path: Path) -> None:
                 stop,
                 part_bytes=1 << 20,
                 max_result_bytes=1 << 30,
+                hashing=hashing,
             )
         )
 
@@ -197,3 +224,44 @@ def test_compressed_ipc_is_refused_before_decoding() -> None:
             writer.write_batch(batch)
     with pytest.raises(DataCorrupted):
         _serve(sink.getvalue().to_pybytes())
+
+
+def test_early_writeback_leaves_a_parts_bytes_unchanged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Handing written ranges to the disk early (Linux) changes no byte and no digest."""
+    start = results._START_WRITEBACK
+    if sys.platform.startswith("linux"):
+        assert start is not None
+    handed: list[tuple[int, int]] = []
+
+    def counted(fd: int, offset: int, length: int) -> None:
+        handed.append((offset, length))
+        if start is not None:
+            start(fd, offset, length)
+
+    batches = _batches(60)
+    monkeypatch.setattr(results, "WRITEBACK_BYTES", 64 * 1024)
+    monkeypatch.setattr(results, "_START_WRITEBACK", counted)
+    early = _write(tmp_path / "early", batches, part_bytes=1 << 20)
+    monkeypatch.setattr(results, "_START_WRITEBACK", None)
+    plain = _write(tmp_path / "plain", batches, part_bytes=1 << 20)
+    assert len(early) > 1
+    assert len(handed) > len(early)
+    assert early == plain
+    for part in early:
+        data = (tmp_path / "early/job/1" / part.name).read_bytes()
+        assert data == (tmp_path / "plain/job/1" / part.name).read_bytes()
+        assert hashlib.sha256(data).hexdigest() == part.sha256
+
+
+def test_the_background_digest_is_sha256_of_its_updates_in_order() -> None:
+    """Differential: buffers of generated sizes (empty, tiny, past hashlib's GIL threshold)."""
+    rng = random.Random(12)
+    with ThreadPoolExecutor(3) as hashing:  # several threads: order must still hold
+        for _ in range(20):
+            pieces = [rng.randbytes(rng.choice([0, 1, 2047, 2048, 70_000])) for _ in range(30)]
+            digest = BackgroundDigest(hashing)
+            for piece in pieces:
+                digest.update(memoryview(piece))
+            assert digest.hexdigest() == hashlib.sha256(b"".join(pieces)).hexdigest()

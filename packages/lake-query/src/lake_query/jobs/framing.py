@@ -8,21 +8,23 @@ metadata length within :data:`MAX_METADATA_BYTES`, a well-formed flatbuffer
 ``Message`` of a known kind, a body length that fits what is left of the part
 (and every buffer inside that body), and no ``BodyCompression``: a compressed
 batch could declare a decompressed size far past the part's byte ceiling.
-The part's size and SHA-256 (from the manifest) are checked as bytes arrive;
-the last message is released only once both match at EOF, so a damaged part
-ends its stream with :class:`~lake_core.errors.DataCorrupted`.
+The part's size and SHA-256 (from the manifest) are checked as bytes arrive
+(the hash on a hashing thread, :mod:`lake_query.jobs.digest`, alongside the
+reframing); the last message is released only once both match at EOF, so a
+damaged part ends its stream with :class:`~lake_core.errors.DataCorrupted`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import struct
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
+from concurrent.futures import Executor
 
 from lake_core.errors import DataCorrupted
 from lake_core.flight.encoding import varint
+from lake_query.jobs.digest import BackgroundDigest
 
 __all__ = [
     "MAX_METADATA_BYTES",
@@ -179,10 +181,10 @@ class _Pending:
 class PartFrames:
     """Turns a part's chunks into checked FlightData messages (schema first)."""
 
-    def __init__(self, size: int, sha256: str) -> None:
+    def __init__(self, size: int, sha256: str, hashing: Executor) -> None:
         self._size = size
         self._sha256 = sha256
-        self._hash = hashlib.sha256()
+        self._hash = BackgroundDigest(hashing)
         self._buffer = _Pending()
         self._seen = 0
         self._messages = 0
@@ -241,13 +243,15 @@ class PartFrames:
             raise FramingError("the part's SHA-256 does not match its manifest")
 
 
-def checked_frames(chunks: Iterator[bytes], size: int, sha256: str) -> Iterator[bytes]:
+def checked_frames(
+    chunks: Iterator[bytes], size: int, sha256: str, hashing: Executor
+) -> Iterator[bytes]:
     """:func:`checked_messages` of a blocking source, on one reader thread.
 
     Reading, hashing and reframing stay on that thread (no hop per chunk);
     the consumer bounds how far ahead it runs.
     """
-    frames = PartFrames(size, sha256)
+    frames = PartFrames(size, sha256, hashing)
     held: bytes | None = None
     try:
         for chunk in chunks:
@@ -263,10 +267,10 @@ def checked_frames(chunks: Iterator[bytes], size: int, sha256: str) -> Iterator[
 
 
 async def checked_messages(
-    chunks: AsyncIterator[bytes], size: int, sha256: str
+    chunks: AsyncIterator[bytes], size: int, sha256: str, hashing: Executor
 ) -> AsyncIterator[bytes]:
     """FlightData messages of a part; the last one is held until the whole part verifies."""
-    frames = PartFrames(size, sha256)
+    frames = PartFrames(size, sha256, hashing)
     held: bytes | None = None
     try:
         async for chunk in chunks:

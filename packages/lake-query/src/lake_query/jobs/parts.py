@@ -3,7 +3,8 @@
 The encoder runs on a worker thread next to the query: it serializes each
 batch as one IPC message and cuts the part's bytes into fixed 64 KiB chunks
 (views of the serialized buffer, no per-chunk copy) on a four-slot channel.
-The encoder hashes what it serializes (a batch per call, off the GIL) while
+Each serialized batch is hashed whole on a hashing thread (off the GIL,
+:mod:`lake_query.jobs.digest`) while the encoder cuts it into chunks and
 the store drains the channel and writes on its own thread, so encoding,
 hashing and writing overlap; while one part is
 synced and renamed (or uploaded) the next one already streams. A part is
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import queue
 import threading
 from collections.abc import Callable, Iterator
@@ -31,6 +31,7 @@ import pyarrow as pa
 
 from lake_core.errors import QueryCancelled, ResultTooLarge
 from lake_core.flight.encoding import ChunkSink, has_dictionary
+from lake_query.jobs.digest import BackgroundDigest
 from lake_query.jobs.model import ManifestPart
 from lake_query.jobs.results import CHUNK_BYTES, ResultStore
 
@@ -97,13 +98,13 @@ class _Channel:
 class _Chunker:
     """Cuts one part's bytes into exactly CHUNK_BYTES pieces (the last may be shorter)."""
 
-    def __init__(self, put: Callable[[object], None]) -> None:
+    def __init__(self, put: Callable[[object], None], hashing: Executor) -> None:
         self._put = put
         self._pending = bytearray()
         self.written = 0
-        # Hashed here, a whole serialized batch per call (the GIL is released), while
-        # the store's thread writes the previous chunks: the two overlap.
-        self.digest = hashlib.sha256()
+        # A whole serialized batch per update, on a hashing thread, while this thread
+        # chunks it and the store's thread writes: the three overlap.
+        self.digest = BackgroundDigest(hashing)
 
     def write(self, data: Any) -> None:
         view = memoryview(data).cast("B")
@@ -132,8 +133,14 @@ class _Chunker:
 class _PartEncoder:
     """One part's IPC stream: schema, batches, end marker, onto the chunker."""
 
-    def __init__(self, schema: pa.Schema, header: pa.Buffer, put: Callable[[object], None]):
-        self.chunker = _Chunker(put)
+    def __init__(
+        self,
+        schema: pa.Schema,
+        header: pa.Buffer,
+        put: Callable[[object], None],
+        hashing: Executor,
+    ):
+        self.chunker = _Chunker(put, hashing)
         self.rows = 0
         self._writer: pa.ipc.RecordBatchStreamWriter | None = None
         self._buffers: ChunkSink | None = None
@@ -180,6 +187,7 @@ def _encode(
     stop: threading.Event,
     part_bytes: int,
     max_result_bytes: int,
+    hashing: Executor,
 ) -> None:
     """Encoder thread: batches -> chunks and part ends on the channel."""
     total = 0
@@ -213,10 +221,10 @@ def _encode(
             if total + (part.chunker.written if part else 0) + size > max_result_bytes:
                 raise ResultTooLarge("the async result is larger than its byte ceiling")
             if part is None:
-                part = _PartEncoder(schema, header, put)
+                part = _PartEncoder(schema, header, put, hashing)
             part.add(piece)
     if part is None:  # an empty result is one part holding only the schema
-        part = _PartEncoder(schema, header, put)
+        part = _PartEncoder(schema, header, put, hashing)
     close_part()
 
 
@@ -260,14 +268,19 @@ async def write_parts(
     *,
     part_bytes: int,
     max_result_bytes: int,
+    hashing: Executor,
     after_part: Callable[[], None] = lambda: None,
 ) -> list[ManifestPart]:
-    """Run the query and store its parts under ``prefix``; the manifest is the caller's."""
+    """Run the query and store its parts under ``prefix``; the manifest is the caller's.
+
+    ``hashing`` runs the parts' SHA-256 updates: a pool of its own, since those
+    never wait, whereas ``executor``'s threads wait on each other.
+    """
     channel = _Channel(stop)
 
     def run() -> None:
         try:
-            _encode(schema, produce(), channel.put, stop, part_bytes, max_result_bytes)
+            _encode(schema, produce(), channel.put, stop, part_bytes, max_result_bytes, hashing)
             channel.final(_DONE)
         except BaseException as exc:
             channel.final(_Failed(exc))

@@ -3,7 +3,9 @@
 Keys are ``<job>/<attempt>/part-NNNNN.arrows`` and ``<job>/<attempt>/manifest.json``.
 A part becomes an object only when complete (local: rename of a synced
 temporary file; S3: one PUT, or a multipart upload of 8 MiB pieces, so a
-part is never held whole in memory); a manifest is written once (local: hard link,
+part is never held whole in memory; a local part is handed to the disk every
+:data:`WRITEBACK_BYTES` as it is written, so the fsync that ends it waits only
+for the rest); a manifest is written once (local: hard link,
 which fails if the name exists; S3: ``If-None-Match: *``), so a reader either
 sees a whole result or none. :class:`LocalResults` lives in
 ``async-query-results/`` beside the catalog, :class:`S3Results` under
@@ -15,10 +17,12 @@ from __future__ import annotations
 import abc
 import asyncio
 import contextlib
+import ctypes
 import os
 import shutil
+import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import Executor
 from pathlib import Path
 from typing import Any
@@ -30,6 +34,7 @@ from lake_objects.s3 import s3_client
 __all__ = [
     "CHUNK_BYTES",
     "UPLOAD_PIECE_BYTES",
+    "WRITEBACK_BYTES",
     "LocalResults",
     "ResultStore",
     "S3Results",
@@ -39,6 +44,36 @@ __all__ = [
 CHUNK_BYTES = 64 * 1024
 #: An S3 part is uploaded in pieces of this size (S3's multipart minimum is 5 MiB).
 UPLOAD_PIECE_BYTES = 8 * 1024 * 1024
+#: A local part's bytes are handed to the disk (not yet synced) every this many.
+WRITEBACK_BYTES = 8 * 1024 * 1024
+_SYNC_FILE_RANGE_WRITE = 2
+
+
+def _writeback() -> Callable[[int, int, int], None] | None:
+    """Linux's ``sync_file_range(SYNC_FILE_RANGE_WRITE)``: start writing a range back, don't wait.
+
+    Without it a part's whole 64 MiB reaches the disk in its closing fsync,
+    on the job's critical path (~20 ms a part on an idle disk, several times
+    that on a busy one); with it the fsync finds little left. Only a hint:
+    the fsync is still what makes the part durable (and reports any write
+    error), so a platform without the call, or a failing call, changes nothing.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        call = ctypes.CDLL(None, use_errno=True).sync_file_range
+    except (OSError, AttributeError):
+        return None
+    call.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+    call.restype = ctypes.c_int
+
+    def start(fd: int, offset: int, length: int) -> None:
+        call(fd, offset, length, _SYNC_FILE_RANGE_WRITE)
+
+    return start
+
+
+_START_WRITEBACK = _writeback()
 
 
 class ResultStore(abc.ABC):
@@ -94,11 +129,15 @@ class LocalResults(ResultStore):
     def _write(self, path: Path, chunks: Iterator[bytes]) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         temp = path.with_name(path.name + f".{os.getpid()}.{threading.get_ident()}.tmp")
-        written = 0
+        written = handed = 0
         try:
             with open(temp, "wb") as out:
                 for chunk in chunks:
                     written += out.write(chunk)
+                    if _START_WRITEBACK is not None and written - handed >= WRITEBACK_BYTES:
+                        out.flush()
+                        _START_WRITEBACK(out.fileno(), handed, written - handed)
+                        handed = written
                 out.flush()
                 os.fsync(out.fileno())
         except BaseException:

@@ -101,6 +101,8 @@ class AsyncQueries:
         self.pool = WorkerPool(settings, self._jobs, results, seal, self._slots, execute)
         # Part streams are bounded by admission; a thread each while they run.
         self._readers = ThreadPoolExecutor(thread_name_prefix="lake-async-read")
+        # Their SHA-256, alongside the reframing: a pool of its own (its tasks never wait).
+        self._hashing = ThreadPoolExecutor(thread_name_prefix="lake-async-verify")
 
     def __repr__(self) -> str:
         return f"AsyncQueries({self._state!r}, {self._results!r}, {self.pool!r})"
@@ -111,6 +113,7 @@ class AsyncQueries:
     async def close(self) -> None:
         await self.pool.close()
         self._readers.shutdown(wait=False, cancel_futures=True)
+        self._hashing.shutdown(wait=False, cancel_futures=True)
         await self._state.close()
         await self._results.close()
 
@@ -328,12 +331,16 @@ class AsyncQueries:
         try:
             blocking = self._results.read_blocking(key)
             if blocking is None:
-                messages = checked_messages(self._results.read_chunks(key), size, sha)
+                messages = checked_messages(
+                    self._results.read_chunks(key), size, sha, self._hashing
+                )
             else:
                 # One reader thread reads, hashes and reframes, two messages ahead of the
                 # network (at most two batches buffered); a dropped client stops it.
                 messages = prefetch(
-                    checked_frames(blocking, size, sha), self._readers, PART_PREFETCH
+                    checked_frames(blocking, size, sha, self._hashing),
+                    self._readers,
+                    PART_PREFETCH,
                 )
             async with contextlib.aclosing(messages):
                 async for message in messages:
