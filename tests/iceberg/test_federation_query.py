@@ -213,6 +213,27 @@ def test_an_append_between_flight_info_and_doget_changes_nothing(fed: Federated)
     ]
 
 
+def test_a_plain_scan_reads_its_pinned_snapshot_after_an_append(fed: Federated) -> None:
+    """``SELECT *`` is planned once (DoGet reuses the plain projection): still the pinned rows."""
+    catalog = fed.server.catalog()
+    table = write_episodes(catalog, "analytics", "plain_appended")
+    sql = "SELECT * FROM iceberg.analytics.plain_appended"
+    with fed.flight() as client:
+        info = client.get_flight_info(_descriptor(sql), _options())
+        table.append(
+            pa.Table.from_pylist(
+                [{"episode_id": 5000, "robot_id": "alpha", "reward": 1.0}],
+                schema=table.schema().as_arrow(),
+            )
+        )
+        got = client.do_get(info.endpoints[0].ticket, _options()).read_all()
+        again = client.do_get(info.endpoints[0].ticket, _options()).read_all()
+    assert sorted(got.column("episode_id").to_pylist()) == sorted(
+        r["episode_id"] for r in EPISODE_ROWS
+    )
+    assert again.equals(got)
+
+
 def test_a_snapshot_expired_before_doget_fails_explicitly(fed: Federated) -> None:
     catalog = fed.server.catalog()
     table = write_episodes(catalog, "analytics", "expiring")
