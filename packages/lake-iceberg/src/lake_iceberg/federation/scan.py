@@ -56,10 +56,12 @@ from pyiceberg.manifest import (
     write_manifest,
     write_manifest_list,
 )
-from pyiceberg.table import DataScan, FileScanTask, ManifestGroupPlanner
+from pyiceberg.table import DataScan, FileScanTask
 from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.utils.concurrent import ExecutorFactory
 
 from lake_core.errors import DataCorrupted, LakeError, Unavailable, Unimplemented
+from lake_iceberg.federation.manifests import live_entries
 from lake_iceberg.federation.reader import (
     DataFileError,
     StorageStalled,
@@ -287,10 +289,11 @@ class PinnedSnapshot:
         """The snapshot's data files as its manifests are read; None when they must be planned whole.
 
         Reads the manifest list now (one request). A stream yields exactly
-        what :meth:`_tasks` returns without a filter: the manifests are read
-        by pyiceberg's own planner (``plan_manifest_entries``: live entries,
-        empty files dropped), in the same order, so the only difference is
-        when each file becomes known. Allowed only when no manifest holds
+        what :meth:`_tasks` returns without a filter, in the same order: the
+        live, non-empty entries of every manifest (what ``plan_files`` keeps
+        when nothing is filtered), read all at once on pyiceberg's planning
+        pool by :func:`~lake_iceberg.federation.manifests.live_entries`. The
+        only differences are when each file becomes known and the CPU spent. Allowed only when no manifest holds
         deletes and every manifest's partition spec keeps its values in the
         files, the facts the direct-read decision needs before the first
         byte. A data file the reader cannot decode (not Parquet) can only be
@@ -317,10 +320,13 @@ class PinnedSnapshot:
     def _stream(self, io: FileIO, manifests: Sequence[ManifestFile]) -> Iterator[FileScanTask]:
         scanned: list[FileScanTask] = []
         self._scanned = scanned  # what a failure probes: the files handed out so far
-        planner = ManifestGroupPlanner(self.metadata, io, AlwaysTrue())
+        # All at once on pyiceberg's own planning pool, in order, as plan_files does.
+        pool = ExecutorFactory.get_or_create()
         try:
-            for entries in planner.plan_manifest_entries(manifests):
+            for entries in pool.map(lambda manifest: live_entries(io, manifest), manifests):
                 for entry in entries:
+                    if entry.data_file.record_count == 0:
+                        continue  # as plan_files' metrics evaluator (empty files are skipped)
                     task = FileScanTask(entry.data_file)
                     if entry.data_file.content != DataFileContent.DATA or not direct_file(task):
                         raise Unimplemented(
