@@ -286,20 +286,21 @@ class PinnedSnapshot:
         )
 
     def _streamed_tasks(self, io: FileIO) -> Iterator[FileScanTask] | None:
-        """The snapshot's data files as its manifests are read; None when they must be planned whole.
+        """The snapshot's data files as its manifests are read; None: plan them whole.
 
         Reads the manifest list now (one request). A stream yields exactly
         what :meth:`_tasks` returns without a filter, in the same order: the
         live, non-empty entries of every manifest (what ``plan_files`` keeps
         when nothing is filtered), read all at once on pyiceberg's planning
-        pool by :func:`~lake_iceberg.federation.manifests.live_entries`. The
-        only differences are when each file becomes known and the CPU spent. Allowed only when no manifest holds
-        deletes and every manifest's partition spec keeps its values in the
-        files, the facts the direct-read decision needs before the first
-        byte. A data file the reader cannot decode (not Parquet) can only be
-        found once its manifest is read: the stream then fails with
-        :class:`~lake_core.errors.Unimplemented`, as iceberg-rust's scan, which
-        reads Parquet alone, would fail too.
+        pool by :func:`~lake_iceberg.federation.manifests.live_entries`. Only
+        when each file becomes known, and the CPU spent, differ.
+
+        Allowed only when no manifest holds deletes and every manifest's
+        partition spec keeps its values in the files: the facts the
+        direct-read decision needs before the first byte. A data file that
+        is not Parquet is only found once its manifest is read; the stream
+        then fails with :class:`~lake_core.errors.Unimplemented` (the eager
+        plan handed such a snapshot to iceberg-rust's scan instead).
         """
         assert self._snapshot is not None
         try:

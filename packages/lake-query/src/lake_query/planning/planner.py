@@ -263,6 +263,7 @@ class Planner:
                 raise on_error(exc) from None
             if rows is not None:
                 return ResultStream(known, coalesce_batches(rows, known), on_error=on_error)
+            # The plug-in refused a direct read: DataFusion runs it (not asked again below).
         external, plain = self._pinned_external(
             spec,
             principal,
@@ -272,7 +273,7 @@ class Planner:
             resolved,
         )
         on_error = self._execution_errors(binder, budget, external)
-        if external is not None and plain is not None and not datasets:
+        if external is not None and plain is not None and not datasets and known is None:
             # A plain projection of one external table: the plug-in reads it (no DataFusion).
             try:
                 rows = external.direct(plain, batch_rows_for(plain))
