@@ -84,12 +84,16 @@ def _many_files(server: SeaweedIceberg, name: str) -> Any:
 
 
 def _pinned(probing: Probing, name: str) -> Any:
-    """The table pinned as a DoGet pins it, its files planned as a scan plans them."""
+    """The table pinned as a DoGet pins it, its files planned as a scan plans them.
+
+    A direct read plans as it reads (lake_iceberg.federation.scan), so the
+    scan is read through: every file is then planned, as when a read fails.
+    """
     federation = probing.federation
     table = federation.pinned(NAMESPACE, name, federation.plan(NAMESPACE, name).snapshot_id)
     batches = table.batches(pa.schema([("id", pa.int64())]), 1024)
-    assert batches is not None  # planned (manifest reads), nothing read yet
-    batches.close()
+    assert batches is not None
+    assert sum(batch.num_rows for batch in batches) == FILES  # one row per file
     return table
 
 

@@ -19,6 +19,8 @@ import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
 from google.protobuf import any_pb2
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DoubleType
 
 import lake_sdk
@@ -211,6 +213,39 @@ def test_an_append_between_flight_info_and_doget_changes_nothing(fed: Federated)
     assert got.to_pylist() == [
         {"n": len(EPISODE_ROWS), "s": sum(r["episode_id"] for r in EPISODE_ROWS)}
     ]
+
+
+def test_a_plain_scan_reads_its_pinned_snapshot_after_an_append(fed: Federated) -> None:
+    """``SELECT *`` is planned once (DoGet reuses the plain projection): still the pinned rows."""
+    catalog = fed.server.catalog()
+    table = write_episodes(catalog, "analytics", "plain_appended")
+    sql = "SELECT * FROM iceberg.analytics.plain_appended"
+    with fed.flight() as client:
+        info = client.get_flight_info(_descriptor(sql), _options())
+        table.append(
+            pa.Table.from_pylist(
+                [{"episode_id": 5000, "robot_id": "alpha", "reward": 1.0}],
+                schema=table.schema().as_arrow(),
+            )
+        )
+        got = client.do_get(info.endpoints[0].ticket, _options()).read_all()
+        again = client.do_get(info.endpoints[0].ticket, _options()).read_all()
+    assert sorted(got.column("episode_id").to_pylist()) == sorted(
+        r["episode_id"] for r in EPISODE_ROWS
+    )
+    assert again.equals(got)
+
+
+def test_a_plain_scan_the_plugin_refuses_runs_in_datafusion(fed: Federated) -> None:
+    """An identity-partitioned table is not read directly: DoGet falls back, once."""
+    base = write_episodes(fed.server.catalog(), "analytics", "plain_partitioned")
+    spec = PartitionSpec(PartitionField(2, 1000, IdentityTransform(), "robot_id"))
+    table = fed.server.catalog().create_table(
+        ("analytics", "plain_parted"), base.schema(), partition_spec=spec
+    )
+    table.append(base.scan().to_arrow())
+    got = fed.sql("SELECT * FROM iceberg.analytics.plain_parted")
+    assert _sorted(got) == _sorted(pa.Table.from_pylist(EPISODE_ROWS))
 
 
 def test_a_snapshot_expired_before_doget_fails_explicitly(fed: Federated) -> None:

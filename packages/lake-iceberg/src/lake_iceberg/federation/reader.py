@@ -21,13 +21,14 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
 from pyiceberg.manifest import FileFormat
+from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask
 from pyiceberg.table.metadata import TableMetadata
@@ -51,6 +52,9 @@ __all__ = [
     "READAHEAD_FILES",
     "DataFileError",
     "StorageStalled",
+    "direct_columns",
+    "direct_file",
+    "direct_spec",
     "even_rows",
     "name_mapping",
     "plain_columns",
@@ -102,6 +106,17 @@ def plain_columns(
     metadata: TableMetadata, schema: Schema, names: Sequence[str], tasks: Sequence[FileScanTask]
 ) -> list[int] | None:
     """The field ids of ``names`` when every task can be read directly, else None."""
+    ids = direct_columns(schema, names)
+    if ids is None:
+        return None
+    specs = metadata.specs()
+    if not all(direct_spec(specs, task.file.spec_id) and direct_file(task) for task in tasks):
+        return None
+    return ids
+
+
+def direct_columns(schema: Schema, names: Sequence[str]) -> list[int] | None:
+    """The field ids of ``names`` when each has a type this reader decodes, else None."""
     ids = []
     for name in names:
         try:
@@ -111,14 +126,21 @@ def plain_columns(
         if not isinstance(field.field_type, _DIRECT_TYPES):
             return None
         ids.append(field.field_id)
-    specs = metadata.specs()
-    for task in tasks:
-        if task.delete_files or task.file.file_format != FileFormat.PARQUET:
-            return None
-        spec = specs.get(task.file.spec_id)
-        if spec is None or any(isinstance(f.transform, IdentityTransform) for f in spec.fields):
-            return None  # identity values may live only in the manifest, not the file
     return ids
+
+
+def direct_spec(specs: Mapping[int, PartitionSpec], spec_id: int) -> bool:
+    """Whether files of partition spec ``spec_id`` hold every column value themselves."""
+    spec = specs.get(spec_id)
+    # Identity values may live only in the manifest, not the file.
+    return spec is not None and not any(
+        isinstance(f.transform, IdentityTransform) for f in spec.fields
+    )
+
+
+def direct_file(task: FileScanTask) -> bool:
+    """Whether ``task`` is a Parquet data file with no delete file to apply."""
+    return not task.delete_files and task.file.file_format == FileFormat.PARQUET
 
 
 def name_mapping(metadata: TableMetadata) -> dict[str, int]:
@@ -136,7 +158,7 @@ def name_mapping(metadata: TableMetadata) -> dict[str, int]:
 
 def read_files(
     io: FileIO,
-    tasks: Sequence[FileScanTask],
+    tasks: Iterable[FileScanTask],
     field_ids: Sequence[int],
     schema: pa.Schema,
     batch_rows: int,
@@ -147,6 +169,8 @@ def read_files(
 ) -> Iterator[pa.RecordBatch]:
     """Every row of ``tasks`` as ``schema`` (its fields are ``field_ids``), file by file.
 
+    ``tasks`` may be a stream (a plan still reading manifests): it is consumed
+    only as files are started, :data:`READAHEAD_FILES` ahead of the one streamed.
     ``mapping``: the table's name mapping (:func:`name_mapping`). Closing the
     iterator stops the readers at their next batch. ``stall_s``: the longest
     the stream waits for the next batch of the file being streamed before it
@@ -156,8 +180,6 @@ def read_files(
     reader thread still blocked then ends at the client's timeout, unobserved.
     """
     names = dict(mapping or {})
-    if not tasks:
-        return
     pool = ThreadPoolExecutor(max(1, readahead), thread_name_prefix="lake-iceberg-read")
     flight: deque[_Buffer] = deque()
     pending = iter(tasks)

@@ -18,7 +18,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
 from datafusion.expr import Column, Filter, Projection, TableScan
@@ -35,6 +35,8 @@ __all__ = [
     "plain_projection",
     "scan_directly",
 ]
+
+P = TypeVar("P")
 
 
 @dataclass(frozen=True)
@@ -136,28 +138,30 @@ def scan_directly(
     return (batch for batch in batches if batch.num_rows)
 
 
-class DirectPlans:
+class DirectPlans(Generic[P]):
     """Direct scans found while planning, for the DoGet that follows on this replica.
 
     Keyed by the whole planned spec (SQL, parameters, pinned versions), from
     which the direct scan follows deterministically: a hit spares DoGet a
     DataFusion session and a second planning. A miss (another replica, or
     an evicted entry) plans again, as before. Authorization is never cached.
+    ``P``: what DoGet needs of the plan (a :class:`DirectScan` of a Lance
+    table; an external table's result schema).
     """
 
     def __init__(self, capacity: int = 1024) -> None:
         self.capacity = capacity
-        self._plans: OrderedDict[QuerySpec, DirectScan] = OrderedDict()
+        self._plans: OrderedDict[QuerySpec, P] = OrderedDict()
         self._lock = threading.Lock()
 
-    def remember(self, spec: QuerySpec, plan: DirectScan) -> None:
+    def remember(self, spec: QuerySpec, plan: P) -> None:
         with self._lock:
             self._plans[spec] = plan
             self._plans.move_to_end(spec)
             while len(self._plans) > self.capacity:
                 self._plans.popitem(last=False)
 
-    def recall(self, spec: QuerySpec) -> DirectScan | None:
+    def recall(self, spec: QuerySpec) -> P | None:
         with self._lock:
             return self._plans.get(spec)
 

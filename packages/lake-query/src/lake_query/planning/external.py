@@ -162,6 +162,19 @@ class ExternalTables:
             self.error = self.error or exc
             raise
 
+    def resolve_pins(self) -> None:
+        """Resolve every table the ticket pins now, without DataFusion (execution only).
+
+        The same checks and fresh exact-snapshot loads as a lookup from
+        DataFusion's planning: for a DoGet whose plain projection is known
+        from planning on this replica (``Planner.execute``).
+        """
+        assert self._ticket is not None, "planning resolves tables through DataFusion"
+        with self._lock:
+            for key in sorted(self._ticket):
+                if key not in self._tables:
+                    self._tables[key] = self._resolve(key)
+
     def direct(self, schema: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatch] | None:
         """The rows of a plain projection of this request's only external table, or None."""
         with self._lock:

@@ -32,6 +32,7 @@ from lake_query.planning.catalog import (
 )
 from lake_query.planning.direct import (
     DirectPlans,
+    DirectScan,
     batch_rows_for,
     direct_plan,
     plain_projection,
@@ -178,7 +179,9 @@ class Planner:
         self._resolve = resolve
         self._list = list_tables
         self._datasets = datasets or DatasetOpener(cache=PinnedDatasets())
-        self._direct = DirectPlans()
+        self._direct: DirectPlans[DirectScan] = DirectPlans()
+        #: Result schemas of plain projections of one external table (no DataFusion at DoGet).
+        self._plain_external: DirectPlans[pa.Schema] = DirectPlans()
         self.memory = MemoryBudget(
             self.limits.memory_limit_bytes, self.limits.memory_wait_ms / 1000
         )
@@ -220,6 +223,13 @@ class Planner:
             update["external"] = external.pins()
         planned = spec.model_copy(update=update)
         opened = binder.opened()
+        if (
+            external is not None
+            and not opened
+            and len(planned.external) == 1
+            and plain_projection(df, schema)
+        ):
+            self._plain_external.remember(planned, schema)
         direct = direct_plan(df, opened, schema)
         parts: tuple[tuple[int, ...], ...] = ()
         if direct is not None:
@@ -239,11 +249,31 @@ class Planner:
         binder = PinnedBinder(principal, self._datasets, spec.pins)
         datasets = binder.open_all(spec.pins)  # authorizes every table
         budget = FunctionBudget(self.limits.max_function_output_bytes)
+        known = self._plain_external.recall(spec) if not datasets else None
+        resolved: ExternalTables | None = None
+        if known is not None:
+            # Planned here as a plain projection of one external table: its fresh
+            # pinned load, without a DataFusion session to find that again.
+            resolved = ExternalTables(principal, self.external, spec.external)
+            on_error = self._execution_errors(binder, budget, resolved)
+            try:
+                resolved.resolve_pins()
+                rows = resolved.direct(known, batch_rows_for(known))
+            except Exception as exc:
+                raise on_error(exc) from None
+            if rows is not None:
+                return ResultStream(known, coalesce_batches(rows, known), on_error=on_error)
+            # The plug-in refused a direct read: DataFusion runs it (not asked again below).
         external, plain = self._pinned_external(
-            spec, principal, binder, budget, shape.bounded_functions
+            spec,
+            principal,
+            binder,
+            budget,
+            shape.bounded_functions,
+            resolved,
         )
         on_error = self._execution_errors(binder, budget, external)
-        if external is not None and plain is not None and not datasets:
+        if external is not None and plain is not None and not datasets and known is None:
             # A plain projection of one external table: the plug-in reads it (no DataFusion).
             try:
                 rows = external.direct(plain, batch_rows_for(plain))
@@ -251,12 +281,12 @@ class Planner:
                 raise on_error(exc) from None
             if rows is not None:
                 return ResultStream(plain, coalesce_batches(rows, plain), on_error=on_error)
-        known = self._direct.recall(spec)
-        if known is not None and len(datasets) == 1 and external is None:
-            batches = scan_directly(datasets[0], known, on_error)
+        scan = self._direct.recall(spec)
+        if scan is not None and len(datasets) == 1 and external is None:
+            batches = scan_directly(datasets[0], scan, on_error)
             if batches is not None:
                 return ResultStream(
-                    known.schema, coalesce_batches(batches, known.schema), on_error=on_error
+                    scan.schema, coalesce_batches(batches, scan.schema), on_error=on_error
                 )
         reservation = self.memory.reserve(
             self.limits.query_memory_bytes if self.limits.enforce else 0
@@ -287,6 +317,7 @@ class Planner:
         binder: Binder,
         budget: FunctionBudget,
         functions: frozenset[str],
+        resolved: ExternalTables | None = None,
     ) -> tuple[ExternalTables | None, pa.Schema | None]:
         """The ticket's external tables, loaded at their exact snapshots, with scan filters.
 
@@ -294,10 +325,11 @@ class Planner:
         so the plug-in can prune data files for the plan that runs. Also
         returns the result schema when the statement is a plain projection
         of one table (no filter, no LIMIT), which the plug-in may read itself.
+        ``resolved``: this request's tables already loaded (not loaded again).
         """
         if not spec.external:
             return None, None
-        external = ExternalTables(principal, self.external, spec.external)
+        external = resolved or ExternalTables(principal, self.external, spec.external)
         ctx = session(binder, budget, functions=functions, external=external)
         try:
             df = _plan(ctx, spec, self.limits)
