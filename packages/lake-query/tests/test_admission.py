@@ -6,6 +6,7 @@ import asyncio
 import base64
 import json
 import os
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,83 @@ async def test_a_cancelled_waiter_gives_nothing_away() -> None:
     with pytest.raises(asyncio.CancelledError):
         await waiter
     held.release()
+    assert (admission.running, admission.tracked_tenants) == (0, 0)
+
+
+@pytest.mark.asyncio
+async def test_try_acquire_takes_only_a_free_slot_nobody_waits_for() -> None:
+    admission = Admission(limits(max_concurrent=2, per_tenant=1, queue_timeout_ms=5_000))
+    first = admission.try_acquire("a")
+    assert first is not None
+    assert admission.running == 1
+    assert admission.try_acquire("a") is None  # the tenant's one slot is taken
+    assert admission.tracked_tenants == 1
+    other = admission.try_acquire("b")
+    assert other is not None
+    assert admission.running == 2
+    assert admission.try_acquire("c") is None  # the global FIFO is full
+    assert admission.tracked_tenants == 2  # c's new gate was pruned again
+    queued = asyncio.create_task(admission.acquire("c"))
+    await asyncio.sleep(0.02)
+    first.release()  # c was waiting: the slot passes to it, not to a later try
+    permit_c = await queued
+    assert admission.try_acquire("d") is None
+    for permit in (other, permit_c):
+        permit.release()
+    assert (admission.running, admission.tracked_tenants) == (0, 0)
+    assert admission.try_acquire("d") is not None
+
+
+@pytest.mark.asyncio
+async def test_try_acquire_refuses_nothing_a_full_tracker_is_left_to_acquire() -> None:
+    admission = Admission(limits(max_concurrent=10, max_tracked_tenants=1))
+    held = admission.try_acquire("a")
+    assert held is not None
+    assert admission.try_acquire("b") is None
+    with pytest.raises(ResourceExhausted, match="too many tenants"):
+        await admission.acquire("b")
+    held.release()
+    assert admission.tracked_tenants == 0
+
+
+@pytest.mark.asyncio
+async def test_threads_trying_beside_the_loop_never_exceed_a_limit() -> None:
+    """Data-plane threads take permits while loop tasks queue and release them."""
+    admission = Admission(limits(max_concurrent=3, per_tenant=2, queue_timeout_ms=5_000))
+    loop = asyncio.get_running_loop()
+    peak = {"running": 0, "tenant": 0}
+    stop = threading.Event()
+
+    def observe() -> None:
+        peak["running"] = max(peak["running"], admission.running)
+        for gate in list(admission._tenants.values()):
+            peak["tenant"] = max(peak["tenant"], gate.held)
+
+    def thread_side(tenant: str) -> int:
+        taken = 0
+        while not stop.is_set():
+            permit = admission.try_acquire(tenant)
+            if permit is not None:
+                taken += 1
+                observe()
+                loop.call_soon_threadsafe(permit.release)  # as the data plane releases
+        return taken
+
+    async def loop_side(tenant: str) -> None:
+        for _ in range(200):
+            permit = await admission.acquire(tenant)
+            observe()
+            await asyncio.sleep(0)
+            permit.release()
+
+    threads = [loop.run_in_executor(None, thread_side, t) for t in ("a", "b", "c")]
+    await asyncio.gather(*(loop_side(t) for t in ("a", "b", "c", "d")))
+    stop.set()
+    taken = await asyncio.gather(*threads)
+    await asyncio.sleep(0.05)  # the last releases run on the loop
+    assert sum(taken) > 0
+    assert peak["running"] <= 3
+    assert peak["tenant"] <= 2
     assert (admission.running, admission.tracked_tenants) == (0, 0)
 
 

@@ -14,6 +14,13 @@ DEADLINE_EXCEEDED), a stalled client (one that has not taken a message for
 ``stall_timeout_ms``, see :mod:`lake_query.stall`), cancellation or client
 disconnect.
 
+The gates live on the event loop, but :meth:`Admission.try_acquire` may
+take a permit from any thread when both gates have a free slot and nobody
+waits (the native data plane's DoGet threads: no hop onto the loop for an
+idle replica). One lock guards every change of the gates' counts, so the
+limits and the FIFO order hold across threads; waiters are always woken on
+the loop, by :meth:`Permit.release` there.
+
 Tenant gates exist only while a request holds or waits for them: an idle
 gate is removed synchronously on its last release. When ``max_tracked_tenants``
 gates are active, a request from yet another tenant is refused rather than
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -94,10 +102,11 @@ class AdmissionLimits:
 class _FifoGate:
     """A counting gate that hands freed slots to waiters strictly in arrival order."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, lock: threading.RLock) -> None:
         self.capacity = capacity
         self.held = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
+        self._lock = lock  # the Admission's: shared by all its gates
 
     @property
     def idle(self) -> bool:
@@ -107,16 +116,23 @@ class _FifoGate:
     def waiting(self) -> int:
         return len(self._waiters)
 
-    async def acquire(self, deadline: float) -> bool:
-        """Take a slot before ``deadline`` (loop time); False if it passed first."""
+    def try_take(self) -> bool:
+        """Take a free slot if nobody waits for one (the caller holds the lock)."""
         if self.held < self.capacity and not self._waiters:
             self.held += 1
             return True
+        return False
+
+    async def acquire(self, deadline: float) -> bool:
+        """Take a slot before ``deadline`` (loop time); False if it passed first."""
         loop = asyncio.get_running_loop()
-        if deadline <= loop.time():
-            return False
-        waiter: asyncio.Future[None] = loop.create_future()
-        self._waiters.append(waiter)
+        with self._lock:
+            if self.try_take():
+                return True
+            if deadline <= loop.time():
+                return False
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._waiters.append(waiter)
         try:
             async with asyncio.timeout_at(deadline):
                 await waiter
@@ -130,19 +146,22 @@ class _FifoGate:
 
     def _withdraw(self, waiter: asyncio.Future[None]) -> bool:
         """Leave the queue; True if a slot was handed over meanwhile (keep it)."""
-        if waiter.done() and not waiter.cancelled():
-            return True
-        with contextlib.suppress(ValueError):
-            self._waiters.remove(waiter)
-        return False
+        with self._lock:
+            if waiter.done() and not waiter.cancelled():
+                return True
+            with contextlib.suppress(ValueError):
+                self._waiters.remove(waiter)
+            return False
 
     def release(self) -> None:
-        while self._waiters:
-            waiter = self._waiters.popleft()
-            if not waiter.done():
-                waiter.set_result(None)  # the slot passes on: held is unchanged
-                return
-        self.held -= 1
+        """Free a slot or hand it to the first waiter (on the loop when anyone waits)."""
+        with self._lock:
+            while self._waiters:
+                waiter = self._waiters.popleft()
+                if not waiter.done():
+                    waiter.set_result(None)  # the slot passes on: held is unchanged
+                    return
+            self.held -= 1
 
 
 class Permit:
@@ -168,7 +187,9 @@ class Admission:
 
     def __init__(self, limits: AdmissionLimits) -> None:
         self.limits = limits
-        self._global = _FifoGate(limits.max_concurrent)
+        # Reentrant: a gate's own methods take it inside the Admission's sections.
+        self._lock = threading.RLock()
+        self._global = _FifoGate(limits.max_concurrent, self._lock)
         self._tenants: dict[str, _FifoGate] = {}
         self.refused = 0
         # Read at scrape time; the replica's one Admission (the latest built) reports.
@@ -187,18 +208,48 @@ class Admission:
         return len(self._tenants)
 
     def _tenant_gate(self, tenant: str) -> _FifoGate:
-        gate = self._tenants.get(tenant)
+        gate = self._tracked_gate(tenant)
         if gate is None:
-            if len(self._tenants) >= self.limits.max_tracked_tenants:
-                raise ResourceExhausted(
-                    "too many tenants have queries running on this Query replica; retry later"
-                )
-            gate = self._tenants[tenant] = _FifoGate(self.limits.per_tenant)
+            raise ResourceExhausted(
+                "too many tenants have queries running on this Query replica; retry later"
+            )
         return gate
 
+    def _tracked_gate(self, tenant: str) -> _FifoGate | None:
+        """``tenant``'s gate, created if the tracker has room; None if it is full."""
+        with self._lock:
+            gate = self._tenants.get(tenant)
+            if gate is None:
+                if len(self._tenants) >= self.limits.max_tracked_tenants:
+                    return None
+                gate = self._tenants[tenant] = _FifoGate(self.limits.per_tenant, self._lock)
+            return gate
+
     def _prune(self, tenant: str, gate: _FifoGate) -> None:
-        if gate.idle and self._tenants.get(tenant) is gate:
-            del self._tenants[tenant]
+        with self._lock:
+            if gate.idle and self._tenants.get(tenant) is gate:
+                del self._tenants[tenant]
+
+    def try_acquire(self, tenant: str) -> Permit | None:
+        """A permit now, from any thread, if both gates are free and nobody waits; else None.
+
+        None is no refusal: the caller queues through :meth:`acquire` on the
+        loop, which applies the deadline and refuses (a full tracker too).
+        """
+        with self._lock:
+            gate = self._tracked_gate(tenant)
+            if gate is None:
+                return None
+            if not gate.try_take():
+                return None
+            if not self._global.try_take():
+                gate.held -= 1  # nobody can have queued behind it: the lock is held
+                self._prune(tenant, gate)
+                return None
+            running, queued = self._global.held, self._global.waiting
+        series.ADMITTED.inc()
+        log.info("query admitted", running=running, queued=queued, waited_ms=0.0)
+        return Permit(self, tenant)
 
     async def acquire(self, tenant: str) -> Permit:
         """Admit one query of ``tenant`` or raise ResourceExhausted by the queue deadline."""
@@ -252,11 +303,12 @@ class Admission:
         log.info("query refused", gate=gate, waited_ms=round(waited, 1))
 
     def _release(self, tenant: str) -> None:
-        self._global.release()
-        gate = self._tenants.get(tenant)
-        if gate is not None:
-            gate.release()
-            self._prune(tenant, gate)
+        with self._lock:
+            self._global.release()
+            gate = self._tenants.get(tenant)
+            if gate is not None:
+                gate.release()
+                self._prune(tenant, gate)
 
     async def run(
         self,

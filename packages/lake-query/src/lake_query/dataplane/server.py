@@ -5,8 +5,9 @@ in each endpoint's ``location``; clients redeem the same sealed tickets
 here, and batches go from the planner to gRPC with no Python framing. The
 checks are the main listener's: bearer auth in :mod:`.middleware`, the
 ticket opened with the same sealer and principal checks
-(:meth:`QueryHandler.open_ticket`), the admission permit taken on the
-grpcio event loop for the whole stream, and the same planner path. Only
+(:meth:`QueryHandler.open_ticket`), the same admission permit for the
+whole stream (taken on this thread when a slot is free, queued on the grpcio
+event loop otherwise), and the same planner path. Only
 DoGet is served; every other call is UNIMPLEMENTED.
 """
 
@@ -134,7 +135,13 @@ class DataPlane(flight.FlightServerBase):  # type: ignore[misc]
         return flight.GeneratorStream(result.schema, batches)
 
     def _admit(self, principal: Principal) -> Permit:
-        """The tenant's admission permit, taken on the event loop (admission is asyncio)."""
+        """The tenant's admission permit: at once when a slot is free, else queued on the loop.
+
+        The loop hop (a thread wake-up each way) was a fixed cost of every DoGet.
+        """
+        permit = self._admission.try_acquire(principal.tenant_id)
+        if permit is not None:
+            return permit
         future = asyncio.run_coroutine_threadsafe(
             self._admission.acquire(principal.tenant_id), self._loop
         )

@@ -108,6 +108,13 @@ class Binder(ABC):
                 self._tables[key] = found
             return found
 
+    def dataset(self, namespace: str, name: str) -> Any:
+        """Authorize, pin and open one table as :meth:`table` does, without a provider."""
+        wanted = parse_table_name(name)
+        ref = TableRef(namespace, wanted.name)
+        with self._lock:
+            return self._open(ref, wanted)
+
     def _open(self, ref: TableRef, wanted: TableName | None = None) -> Any:
         key = (ref, None if wanted is None else wanted.selector)
         known = self._datasets.get(key)

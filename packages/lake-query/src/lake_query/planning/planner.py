@@ -41,6 +41,7 @@ from lake_query.planning.direct import (
 from lake_query.planning.external import ExternalCatalog, ExternalTables, scan_filters
 from lake_query.planning.functions import FunctionBudget
 from lake_query.planning.limits import QueryLimits, SqlShape
+from lake_query.planning.lookups import parse_lookup
 from lake_query.planning.partitions import PartitionLimits, fragment_ranges, scan_partition
 from lake_query.planning.pinned import PinnedDatasets
 from lake_query.planning.reservations import MemoryBudget, Reservation
@@ -146,6 +147,16 @@ def _plan(ctx: SessionContext, spec: QuerySpec, limits: QueryLimits) -> Any:
     return df
 
 
+def _pins(binder: PlanningBinder) -> tuple[PinnedTable, ...]:
+    """What ``binder`` pinned, in a stable order (the ticket's pinned set)."""
+    return tuple(
+        PinnedTable(table=ref, descriptor=binder.pins[(ref, selector)], selector=selector)
+        for ref, selector in sorted(
+            binder.pins, key=lambda k: (k[0].namespace, k[0].name, k[1] or "")
+        )
+    )
+
+
 def _result_schema(df: Any) -> pa.Schema:
     # Schema-level metadata comes from Lance (incarnation ids); field metadata
     # (the FILE marker) is part of the column type and stays.
@@ -160,6 +171,8 @@ class Planner:
     ``list_tables`` enumerates known tables; both must be cache reads.
     ``datasets`` opens pinned versions (the replica's storage settings and its
     cache of opened datasets); by default local paths, uncached.
+    ``lookups``: plan key lookups without DataFusion (:mod:`~lake_query.planning.lookups`);
+    off only to compare that path with DataFusion's.
     """
 
     def __init__(
@@ -171,8 +184,10 @@ class Planner:
         limits: QueryLimits | None = None,
         external: Iterable[ExternalCatalog] = (),
         partitions: PartitionLimits | None = None,
+        lookups: bool = True,
     ) -> None:
         self.limits = limits or QueryLimits()
+        self.lookups = lookups
         self.partitions = partitions or PartitionLimits()
         #: Plug-in catalogs (``iceberg``) by SQL catalog name.
         self.external = {c.name: c for c in external}
@@ -205,6 +220,10 @@ class Planner:
         ``prepare``: a statement being prepared, whose ``$N`` are bound later.
         """
         shape = _check(spec, self.limits, prepare=prepare)
+        if self.lookups and not prepare:
+            planned = self._plan_lookup(spec, principal)
+            if planned is not None:
+                return planned
         binder = PlanningBinder(principal, self._datasets, self._resolve, self._list)
         external = ExternalTables(principal, self.external) if self.external else None
         budget = FunctionBudget(self.limits.max_function_output_bytes)
@@ -212,13 +231,7 @@ class Planner:
         df = _plan(ctx, spec, self.limits)
         del ctx
         schema = _result_schema(df)
-        pins = tuple(
-            PinnedTable(table=ref, descriptor=binder.pins[(ref, selector)], selector=selector)
-            for ref, selector in sorted(
-                binder.pins, key=lambda k: (k[0].namespace, k[0].name, k[1] or "")
-            )
-        )
-        update: dict[str, Any] = {"pins": pins}
+        update: dict[str, Any] = {"pins": _pins(binder)}
         if external is not None:
             update["external"] = external.pins()
         planned = spec.model_copy(update=update)
@@ -236,6 +249,24 @@ class Planner:
             self._direct.remember(planned, direct)
             parts = fragment_ranges(opened[0], direct, self.partitions)
         return PlannedQuery(spec=planned, schema=schema, partitions=parts)
+
+    def _plan_lookup(self, spec: QuerySpec, principal: Principal) -> PlannedQuery | None:
+        """``spec`` planned as a key lookup, or None: DataFusion plans it (errors included)."""
+        lookup = parse_lookup(spec.sql, has_parameters=spec.params_ipc is not None)
+        if lookup is None:
+            return None
+        binder = PlanningBinder(principal, self._datasets, self._resolve, self._list)
+        try:
+            dataset = binder.dataset(lookup.namespace, lookup.table)
+        except LakeError:
+            return None
+        direct = lookup.scan(dataset.schema)
+        if direct is None:
+            return None
+        planned = spec.model_copy(update={"pins": _pins(binder)})
+        self._direct.remember(planned, direct)
+        parts = fragment_ranges(dataset, direct, self.partitions)
+        return PlannedQuery(spec=planned, schema=direct.schema, partitions=parts)
 
     def execute(
         self, spec: QuerySpec, principal: Principal, *, abortable: bool = False
