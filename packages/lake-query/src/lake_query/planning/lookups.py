@@ -37,7 +37,8 @@ _STATEMENT = re.compile(
     rf"\s+(?i:from)\s+(?P<table>{_NAME}(?:\.{_NAME}){{0,2}})"
     rf"\s+(?i:where)\s+(?P<key>{_NAME})\s*=\s*(?P<value>-?[0-9]{{1,19}})\s*"
 )
-#: Words DataFusion's parser may read as keywords where the shape expects a name.
+#: Words DataFusion's parser may read as keywords where the shape expects a name
+#: (``current_date`` is the function even when the table has such a column).
 _KEYWORDS = frozenset(
     [
         "all",
@@ -49,6 +50,9 @@ _KEYWORDS = frozenset(
         "case",
         "cast",
         "cross",
+        "current_date",
+        "current_time",
+        "current_timestamp",
         "desc",
         "distinct",
         "else",
@@ -83,7 +87,9 @@ _KEYWORDS = frozenset(
         "right",
         "select",
         "similar",
+        "struct",
         "then",
+        "trim",
         "true",
         "union",
         "using",
