@@ -7,81 +7,17 @@ once a call returns, the file survives a crash whole or not at all.
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable, Iterable
-from concurrent.futures import Future, ThreadPoolExecutor, wait
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TypeVar
 
 __all__ = [
     "MTIME_SLACK_NS",
-    "SYNC_WORKERS",
-    "Flushes",
-    "concurrently",
     "fsync_dir",
     "fsync_file",
     "fsync_written_since",
     "replace_synced",
     "write_synced",
 ]
-
-T = TypeVar("T")
-
-#: Flushes in flight at once in :func:`concurrently`. A disk takes concurrent
-#: flushes together: eight small files fsync'd at once cost about 1.8-3x less
-#: wall time than one after another on the benchmark machine.
-SYNC_WORKERS = 8
-_pool: ThreadPoolExecutor | None = None
-_pool_lock = threading.Lock()
-
-
-def _sync_pool() -> ThreadPoolExecutor:
-    global _pool
-    with _pool_lock:
-        if _pool is None:
-            _pool = ThreadPoolExecutor(SYNC_WORKERS, thread_name_prefix="lake-fsync")
-        return _pool
-
-
-class Flushes:
-    """Durable writes started now, on a shared pool, and all awaited by :meth:`wait`.
-
-    For independent writes and fsyncs whose only order is "all done before
-    the caller goes on"; up to :data:`SYNC_WORKERS` run at once. Never start
-    one from inside another (the pool is shared and bounded).
-    """
-
-    def __init__(self) -> None:
-        self._futures: list[Future[object]] = []
-
-    def start(self, fn: Callable[[T], object], item: T) -> None:
-        self._futures.append(_sync_pool().submit(fn, item))
-
-    def wait(self) -> None:
-        """Return once every started write ended; if any failed, raise the first one.
-
-        The first in start order, and only after all of them ended, so nothing
-        is still writing when the caller sees the error.
-        """
-        futures, self._futures = self._futures, []
-        wait(futures)
-        for future in futures:
-            error = future.exception()
-            if error is not None:
-                raise error
-
-
-def concurrently(fn: Callable[[T], object], items: Iterable[T]) -> None:
-    """``fn(item)`` for every item at once (see :class:`Flushes`); blocking."""
-    work = list(items)
-    if len(work) <= 1:
-        for item in work:
-            fn(item)
-        return
-    flushes = Flushes()
-    for item in work:
-        flushes.start(fn, item)
-    flushes.wait()
 
 
 def fsync_dir(path: str | Path) -> None:

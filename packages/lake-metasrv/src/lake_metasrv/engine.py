@@ -39,7 +39,7 @@ import pyarrow as pa
 import structlog
 
 from lake_core.cloud import DatasetStorage
-from lake_core.durable import Flushes, concurrently, fsync_dir, fsync_file, fsync_written_since
+from lake_core.durable import fsync_dir, fsync_file, fsync_written_since
 from lake_core.errors import Internal, InvalidSchema, Unavailable, VersionReclaimed
 from lake_core.models import Engine, incarnation_metadata, incarnation_of
 from lake_core.names import TableRef
@@ -246,7 +246,6 @@ class LanceEngine(abc.ABC):
                     )
                 base = committed
                 versions.append(int(committed.version))
-                written.after_commit()
         except (ValueError, OSError, pa.ArrowException) as exc:
             error = self.storage_error(location, exc)
         except Exception as exc:
@@ -453,52 +452,31 @@ class WrittenFiles:
 
     def __init__(self, dataset: Path) -> None:
         self.dataset = dataset
-        self._seen: dict[str, set[str]] = {}
+        self._before: dict[str, set[str]] = {}
         self._had_data_dir = True
-        self._flushes = Flushes()
 
     def before_commits(self) -> None:
-        """Note what exists now, so :meth:`after_commit` can tell what is new."""
-        self._seen = {name: _names(self.dataset / name) for name in self._LISTED}
+        """Note what exists now, so :meth:`sync_commits` can tell what is new."""
+        self._before = {name: _names(self.dataset / name) for name in self._LISTED}
         self._had_data_dir = (self.dataset / "data").is_dir()
 
     def sync_data(self, fragments: Iterable[Any]) -> None:
         """The data files themselves (their directory entries: :meth:`sync_commits`)."""
-        concurrently(
-            fsync_file,
-            [
-                str(self.dataset / "data" / data_file.path)
-                for fragment in fragments
-                for data_file in fragment.files
-            ],
-        )
-
-    def after_commit(self) -> None:
-        """Start flushing the manifests and transactions that appeared since the last call.
-
-        They flush while the next version of the group commits; :meth:`sync_commits`
-        waits for them.
-        """
-        for name in self._LISTED:
-            directory = self.dataset / name
-            present = _names(directory)
-            for entry in present - self._seen.get(name, set()):
-                self._flushes.start(fsync_file, directory / entry)
-            self._seen[name] = present
+        for fragment in fragments:
+            for data_file in fragment.files:
+                fsync_file(str(self.dataset / "data" / data_file.path))
 
     def sync_commits(self) -> None:
-        """Wait until every new manifest, transaction and directory entry is durable.
-
-        Once per group, under the table lock: the registry may move only after.
-        Files and directories flush at once, in no particular order.
-        """
-        self.after_commit()
+        """New manifests and transactions, and every directory entry, once per group."""
+        for name in self._LISTED:
+            directory = self.dataset / name
+            for entry in _names(directory) - self._before.get(name, set()):
+                fsync_file(str(directory / entry))
         for name in ("data", *self._LISTED):
             if (self.dataset / name).is_dir():
-                self._flushes.start(fsync_dir, self.dataset / name)
+                fsync_dir(self.dataset / name)
         if not self._had_data_dir:  # the first append created data/
-            self._flushes.start(fsync_dir, self.dataset)
-        self._flushes.wait()
+            fsync_dir(self.dataset)
 
 
 class NothingToSync(WrittenFiles):
@@ -511,9 +489,6 @@ class NothingToSync(WrittenFiles):
         pass
 
     def sync_data(self, fragments: Iterable[Any]) -> None:
-        pass
-
-    def after_commit(self) -> None:
         pass
 
     def sync_commits(self) -> None:

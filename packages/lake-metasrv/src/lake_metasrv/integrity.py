@@ -31,7 +31,7 @@ from typing import Any, Literal
 import structlog
 from pydantic import BaseModel, ConfigDict
 
-from lake_core.durable import concurrently, fsync_dir, replace_synced
+from lake_core.durable import fsync_dir, replace_synced
 from lake_core.errors import DataCorrupted, Internal, Unavailable, VersionReclaimed
 from lake_core.integrity import (
     DataFileDigest,
@@ -187,12 +187,8 @@ class LocalDigestStore(DigestStore):
         directory.mkdir(parents=True, exist_ok=True)
         if fresh:
             fsync_dir(self.root)
-        concurrently(
-            lambda record: replace_synced(
-                directory / record[0], [record[1]], mode=0o644, sync_dir=False
-            ),
-            records,
-        )
+        for name, body in records:
+            replace_synced(directory / name, [body], mode=0o644, sync_dir=False)
         fsync_dir(directory)
 
     def _bodies(self, incarnation: str) -> list[bytes]:

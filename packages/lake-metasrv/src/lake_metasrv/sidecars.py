@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pydantic import BaseModel
 
-from lake_core.durable import concurrently, fsync_dir, replace_synced
+from lake_core.durable import fsync_dir, replace_synced
 from lake_core.errors import InvalidAppend
 from lake_core.filetype import is_file_field
 from lake_core.references import DROPPED_NAME, DropMarker, ReferenceDelta, local_sidecar_name
@@ -103,16 +103,14 @@ class LocalSidecarStore(SidecarStore):
         return str(self._write(target, delta))
 
     def write_deltas(self, deltas: Sequence[ReferenceDelta]) -> None:
-        """Write several deltas, each fsync'd, all at once; then one fsync per directory."""
-        targets = [
-            (self.path(delta.incarnation, delta.version, delta.engine_version), delta)
-            for delta in deltas
-        ]
-        directories = {target.parent for target, _ in targets}
+        """Write several deltas, each fsync'd, with one fsync per directory at the end."""
+        directories: set[Path] = set()
+        for delta in deltas:
+            target = self.path(delta.incarnation, delta.version, delta.engine_version)
+            self._write(target, delta, sync_dir=False)
+            directories.add(target.parent)
         for directory in directories:
-            self._directory(directory)
-        concurrently(lambda job: self._replace(*job, sync_dir=False), targets)
-        concurrently(fsync_dir, directories)
+            fsync_dir(directory)
 
     def write_drop(self, marker: DropMarker) -> str:
         return str(self._write(self.root / marker.incarnation / DROPPED_NAME, marker))
@@ -123,20 +121,12 @@ class LocalSidecarStore(SidecarStore):
         # One sidecar per version locally: a retry of the version replaces it.
         return ReferenceDelta.model_validate_json(self.path(incarnation, version).read_bytes())
 
-    def _write(self, target: Path, model: BaseModel) -> Path:
-        self._directory(target.parent)
-        self._replace(target, model, sync_dir=True)
-        return target
-
-    @staticmethod
-    def _directory(directory: Path) -> None:
-        """Create ``directory`` if needed, durably (its entry in the parent fsync'd)."""
+    def _write(self, target: Path, model: BaseModel, *, sync_dir: bool = True) -> Path:
+        directory = target.parent
         fresh_dir = not directory.exists()
         directory.mkdir(parents=True, exist_ok=True)
         if fresh_dir:
             fsync_dir(directory.parent)
-
-    @staticmethod
-    def _replace(target: Path, model: BaseModel, *, sync_dir: bool) -> None:
         data = json.dumps(model.model_dump(mode="json"), sort_keys=True).encode()
         replace_synced(target, [data], mode=0o644, sync_dir=sync_dir)
+        return target
