@@ -197,10 +197,9 @@ def _options() -> flight.FlightCallOptions:
     return flight.FlightCallOptions(headers=[(b"authorization", f"Bearer {ADMIN}".encode())])
 
 
-def test_an_append_between_flight_info_and_doget_changes_nothing(fed: Federated) -> None:
-    catalog = fed.server.catalog()
-    table = write_episodes(catalog, "analytics", "appended")
-    sql = "SELECT count(*) AS n, sum(episode_id) AS s FROM iceberg.analytics.appended"
+def _redeemed_after_an_append(fed: Federated, name: str, sql: str, times: int) -> list[pa.Table]:
+    """Plan ``sql`` over a new table ``name``, append a row upstream, then redeem ``times``."""
+    table = write_episodes(fed.server.catalog(), "analytics", name)
     with fed.flight() as client:
         info = client.get_flight_info(_descriptor(sql), _options())
         table.append(
@@ -209,7 +208,14 @@ def test_an_append_between_flight_info_and_doget_changes_nothing(fed: Federated)
                 schema=table.schema().as_arrow(),
             )
         )
-        got = client.do_get(info.endpoints[0].ticket, _options()).read_all()
+        return [
+            client.do_get(info.endpoints[0].ticket, _options()).read_all() for _ in range(times)
+        ]
+
+
+def test_an_append_between_flight_info_and_doget_changes_nothing(fed: Federated) -> None:
+    sql = "SELECT count(*) AS n, sum(episode_id) AS s FROM iceberg.analytics.appended"
+    [got] = _redeemed_after_an_append(fed, "appended", sql, times=1)
     assert got.to_pylist() == [
         {"n": len(EPISODE_ROWS), "s": sum(r["episode_id"] for r in EPISODE_ROWS)}
     ]
@@ -217,19 +223,8 @@ def test_an_append_between_flight_info_and_doget_changes_nothing(fed: Federated)
 
 def test_a_plain_scan_reads_its_pinned_snapshot_after_an_append(fed: Federated) -> None:
     """``SELECT *`` is planned once (DoGet reuses the plain projection): still the pinned rows."""
-    catalog = fed.server.catalog()
-    table = write_episodes(catalog, "analytics", "plain_appended")
     sql = "SELECT * FROM iceberg.analytics.plain_appended"
-    with fed.flight() as client:
-        info = client.get_flight_info(_descriptor(sql), _options())
-        table.append(
-            pa.Table.from_pylist(
-                [{"episode_id": 5000, "robot_id": "alpha", "reward": 1.0}],
-                schema=table.schema().as_arrow(),
-            )
-        )
-        got = client.do_get(info.endpoints[0].ticket, _options()).read_all()
-        again = client.do_get(info.endpoints[0].ticket, _options()).read_all()
+    got, again = _redeemed_after_an_append(fed, "plain_appended", sql, times=2)
     assert sorted(got.column("episode_id").to_pylist()) == sorted(
         r["episode_id"] for r in EPISODE_ROWS
     )
