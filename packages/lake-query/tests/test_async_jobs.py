@@ -160,7 +160,7 @@ def test_workers_go_round_robin_across_tenants_without_parking_slots(tmp_path: P
     async def go() -> None:
         ring = TicketKeyRing.ephemeral()
         seal = JobSeal(
-            TicketSealer(ring, "t/job", 3600), TicketSealer(ring, "t/handle", 3600), b"k" * 32
+            TicketSealer(ring, "t/job", 3600), TicketSealer(ring, "t/handle", 3600), ring
         )
         store = LocalStateStore(tmp_path / "state")
         settings = AsyncSettings(
@@ -217,7 +217,7 @@ def test_jobs_past_their_retention_are_swept_with_their_results_and_slots(tmp_pa
     async def go() -> None:
         ring = TicketKeyRing.ephemeral()
         seal = JobSeal(
-            TicketSealer(ring, "t/job", 3600), TicketSealer(ring, "t/handle", 3600), b"k" * 32
+            TicketSealer(ring, "t/job", 3600), TicketSealer(ring, "t/handle", 3600), ring
         )
         store = LocalStateStore(tmp_path / "state")
         results = LocalResults(tmp_path / "results")
