@@ -318,3 +318,53 @@ def test_a_parts_tag_does_not_vouch_for_another_parts_bytes(tmp_path: Path) -> N
     assert not _carries(first, parts[0].tag, 1)
     with pytest.raises(DataCorrupted):
         _serve(second, len(second), parts[0].tag)
+
+
+def test_the_channel_keeps_order_and_its_bound_and_a_stop_frees_both_ends() -> None:
+    from lake_query.jobs.parts import CHANNEL_SLOTS, _Channel, _Failed
+
+    rng = random.Random(5)
+    stop = threading.Event()
+    channel = _Channel(stop)
+    seen_outstanding: list[int] = []
+
+    def produce() -> None:
+        for item in range(500):
+            if rng.random() < 0.05:
+                threading.Event().wait(0.001)
+            channel.put(item)
+            seen_outstanding.append(channel._outstanding)
+        channel.final("end")
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    got = []
+    while (item := channel.get()) != "end":
+        got.append(item)
+        if rng.random() < 0.05:
+            threading.Event().wait(0.001)
+    producer.join(10)
+    assert got == list(range(500))
+    assert max(seen_outstanding) <= CHANNEL_SLOTS
+
+    # A full channel: the blocked encoder gives up on stop; the writer sees the failure.
+    for item in range(CHANNEL_SLOTS):
+        channel.put(item)
+    failures: list[BaseException] = []
+
+    def blocked() -> None:
+        try:
+            channel.put("one too many")
+        except QueryCancelled as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=blocked)
+    thread.start()
+    threading.Event().wait(0.1)
+    assert thread.is_alive()  # waiting for the slots to drain
+    stop.set()
+    thread.join(5)
+    assert failures
+    channel.final("dropped")  # nobody listens any more: returns at once
+    assert [channel.get() for _ in range(CHANNEL_SLOTS)] == list(range(CHANNEL_SLOTS))
+    assert isinstance(channel.get(), _Failed)
