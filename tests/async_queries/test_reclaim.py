@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable
 
+from lake_core.tickets import TicketKeyRing
+from lake_query.jobs.tags import PartTag, PartTags
 from tests.async_queries.conftest import SQL, AsyncLake, client
 from tests.async_queries.test_lifecycle import CRASHING, FAST_LEASE, wait_finished
 
@@ -36,14 +37,17 @@ def test_a_dead_workers_job_is_reclaimed_and_no_manifest_names_a_partial_result(
     [job] = async_lake.jobs()
     assert job["attempt"] == 2
     assert "async job claimed" in rescuer.log()
-    # Every manifest names complete parts only, with their exact size and digest.
+    # Every manifest names complete parts only, with their exact size and tag.
+    tags = PartTags(TicketKeyRing.from_file(async_lake.root / "ticket-keys.json"))
     manifests = list(results.rglob("manifest.json"))
     assert [m.parent.name for m in manifests] == ["2"]
     for manifest in manifests:
         doc = json.loads(manifest.read_text())
         assert doc["rows"] == 3000
-        for part in doc["parts"]:
+        for index, part in enumerate(doc["parts"]):
             data = (manifest.parent / part["name"]).read_bytes()
             assert len(data) == part["bytes"]
-            assert hashlib.sha256(data).hexdigest() == part["sha256"]
+            checker = tags.checker(doc["job_id"], doc["attempt"], index, PartTag(**part["tag"]))
+            checker.update(data)
+            assert checker.matches()
         assert len(doc["parts"]) >= 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -12,13 +13,14 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lake_core.errors import ConfigError, ResourceExhausted
+from lake_core.errors import ConfigError, FailedPrecondition, ResourceExhausted
 from lake_core.principal import Principal
 from lake_core.schemas import schema_to_base64
 from lake_core.tickets import TicketKeyRing, TicketSealer
 from lake_query.jobs.model import JobBody, JobRecord, JobSeal
 from lake_query.jobs.quotas import ExecutionLease, TenantSlots
 from lake_query.jobs.results import LocalResults
+from lake_query.jobs.service import AsyncQueries
 from lake_query.jobs.settings import AsyncSettings
 from lake_query.jobs.store import ACTIVE, JOBS, LocalStateStore
 from lake_query.jobs.workers import Jobs, WorkerPool
@@ -160,7 +162,7 @@ def test_workers_go_round_robin_across_tenants_without_parking_slots(tmp_path: P
     async def go() -> None:
         ring = TicketKeyRing.ephemeral()
         seal = JobSeal(
-            TicketSealer(ring, "t/job", 3600), TicketSealer(ring, "t/handle", 3600), b"k" * 32
+            TicketSealer(ring, "t/job", 3600), TicketSealer(ring, "t/handle", 3600), ring
         )
         store = LocalStateStore(tmp_path / "state")
         settings = AsyncSettings(
@@ -217,7 +219,7 @@ def test_jobs_past_their_retention_are_swept_with_their_results_and_slots(tmp_pa
     async def go() -> None:
         ring = TicketKeyRing.ephemeral()
         seal = JobSeal(
-            TicketSealer(ring, "t/job", 3600), TicketSealer(ring, "t/handle", 3600), b"k" * 32
+            TicketSealer(ring, "t/job", 3600), TicketSealer(ring, "t/handle", 3600), ring
         )
         store = LocalStateStore(tmp_path / "state")
         results = LocalResults(tmp_path / "results")
@@ -240,5 +242,53 @@ def test_jobs_past_their_retention_are_swept_with_their_results_and_slots(tmp_pa
         assert not (tmp_path / "results" / old).exists()
         assert (tmp_path / "results" / fresh).exists()
         assert await slots.count("t1") == 1
+
+    asyncio.run(go())
+
+
+def test_a_result_stored_by_an_older_version_polls_as_failed_precondition(tmp_path: Path) -> None:
+    """A schema-1 manifest (plain SHA-256 parts) is refused as such, not as a server fault."""
+
+    async def go() -> None:
+        ring = TicketKeyRing.ephemeral()
+        seal = JobSeal(
+            TicketSealer(ring, "t/job", 3600), TicketSealer(ring, "t/handle", 3600), ring
+        )
+        state = LocalStateStore(tmp_path / "state")
+        results = LocalResults(tmp_path / "results")
+        queries = AsyncQueries(
+            AsyncSettings(mode="local"),
+            state,
+            results,
+            seal=seal,
+            tickets=TicketSealer(ring, "t", 3600),
+            execute=_Blocking(),
+        )
+        principal = Principal(principal_id="p", tenant_id="t1", role="admin")
+        body = JobBody(
+            principal=principal,
+            spec=QuerySpec(sql="SELECT 1"),
+            schema_ipc=schema_to_base64(SCHEMA),
+            max_result_bytes=1 << 20,
+        )
+        job_id = "c" * 32
+        old = {
+            "schema_version": 1,
+            "job_id": job_id,
+            "attempt": 1,
+            "rows": 1,
+            "bytes": 8,
+            "parts": [{"name": "part-00000.arrows", "bytes": 8, "rows": 1, "sha256": "0" * 64}],
+        }
+        await results.write_once(f"{job_id}/1/manifest.json", json.dumps(old).encode())
+        record = _record(job_id, seal.tenant_key(principal), "done").model_copy(
+            update={"sealed": seal.seal_body(body), "manifest": f"{job_id}/1/manifest.json"}
+        )
+        await state.write(JOBS, job_id, record.model_dump(mode="json"), None)
+        try:
+            with pytest.raises(FailedPrecondition, match="submit the query again"):
+                await queries.poll(seal.seal_handle(principal, job_id), principal)
+        finally:
+            await queries.close()
 
     asyncio.run(go())

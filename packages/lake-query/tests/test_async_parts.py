@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import hashlib
+import functools
+import hmac
 import random
 import sys
 import threading
@@ -13,15 +14,32 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from cryptography.hazmat.primitives.poly1305 import Poly1305
 
-from lake_core.errors import DataCorrupted, QueryCancelled, ResultTooLarge
+from lake_core.errors import DataCorrupted, FailedPrecondition, QueryCancelled, ResultTooLarge
+from lake_core.tickets import TicketKeyRing
 from lake_query.jobs import results
-from lake_query.jobs.digest import BackgroundDigest
 from lake_query.jobs.framing import MAX_METADATA_BYTES, checked_frames, checked_messages
 from lake_query.jobs.parts import write_parts
 from lake_query.jobs.results import LocalResults
+from lake_query.jobs.tags import PartTag, PartTags
 
 SCHEMA = pa.schema([("id", pa.int64()), ("name", pa.utf8())])
+RING = TicketKeyRing.ephemeral()
+TAGS = PartTags(RING)
+JOB, ATTEMPT = "0" * 31 + "1", 1
+
+
+def _tag(data: bytes, index: int = 0) -> PartTag:
+    tagger = TAGS.tagger(JOB, ATTEMPT, index)
+    tagger.update(data)
+    return tagger.finish()
+
+
+def _carries(data: bytes, tag: PartTag, index: int = 0) -> bool:
+    checker = TAGS.checker(JOB, ATTEMPT, index, tag)
+    checker.update(data)
+    return checker.matches()
 
 
 def _batches(count: int, rows: int = 1000) -> list[pa.RecordBatch]:
@@ -41,7 +59,7 @@ def _write(
     root: Path, batches: list[pa.RecordBatch], schema: pa.Schema = SCHEMA, **limits: int
 ) -> list:  # type: ignore[type-arg]
     store = LocalResults(root)
-    with ThreadPoolExecutor(2) as pool, ThreadPoolExecutor(1) as hashing:
+    with ThreadPoolExecutor(2) as pool:
         return asyncio.run(
             write_parts(
                 schema,
@@ -52,7 +70,7 @@ def _write(
                 threading.Event(),
                 part_bytes=limits.get("part_bytes", 64 * 1024 * 1024),
                 max_result_bytes=limits.get("max_result_bytes", 1 << 30),
-                hashing=hashing,
+                tagger=functools.partial(TAGS.tagger, JOB, ATTEMPT),
             )
         )
 
@@ -62,7 +80,7 @@ async def _chunks(data: bytes, size: int = 7000) -> AsyncIterator[bytes]:
         yield data[start : start + size]
 
 
-def _serve(data: bytes, size: int | None = None, sha: str | None = None) -> pa.Table:
+def _serve(data: bytes, size: int | None = None, tag: PartTag | None = None) -> pa.Table:
     """Serve a part as DoGet would, then decode what a client receives.
 
     Both serving paths run (S3's async chunks, and the local reader thread's
@@ -70,23 +88,22 @@ def _serve(data: bytes, size: int | None = None, sha: str | None = None) -> pa.T
     or the same refusal.
     """
     size = len(data) if size is None else size
-    sha = sha or hashlib.sha256(data).hexdigest()
+    tag = tag or _tag(data)
 
-    with ThreadPoolExecutor(1) as hashing:
+    async def collect() -> list[bytes]:
+        checker = TAGS.checker(JOB, ATTEMPT, 0, tag)
+        return [m async for m in checked_messages(_chunks(data), size, checker)]
 
-        async def collect() -> list[bytes]:
-            return [m async for m in checked_messages(_chunks(data), size, sha, hashing)]
+    def blocking() -> list[bytes]:
+        chunks = (data[at : at + 65536] for at in range(0, len(data), 65536))
+        return list(checked_frames(chunks, size, TAGS.checker(JOB, ATTEMPT, 0, tag)))
 
-        def blocking() -> list[bytes]:
-            chunks = (data[at : at + 65536] for at in range(0, len(data), 65536))
-            return list(checked_frames(chunks, size, sha, hashing))
-
-        outcomes: list[list[bytes] | Exception] = []
-        for serve in (lambda: asyncio.run(collect()), blocking):
-            try:
-                outcomes.append(serve())
-            except Exception as exc:
-                outcomes.append(exc)
+    outcomes: list[list[bytes] | Exception] = []
+    for serve in (lambda: asyncio.run(collect()), blocking):
+        try:
+            outcomes.append(serve())
+        except Exception as exc:
+            outcomes.append(exc)
     streamed, read = outcomes
     if isinstance(streamed, Exception):
         assert type(read) is type(streamed), (streamed, read)
@@ -108,10 +125,10 @@ def test_parts_respect_the_part_ceiling_and_round_trip(tmp_path: Path) -> None:
     assert 3 < len(parts) <= 10  # full parts, not one per batch (or per row)
     assert sum(p.rows for p in parts) == 40_000
     served = []
-    for part in parts:
+    for index, part in enumerate(parts):
         data = (tmp_path / "job/1" / part.name).read_bytes()
         assert len(data) == part.bytes <= 100_000
-        assert hashlib.sha256(data).hexdigest() == part.sha256
+        assert _carries(data, part.tag, index)
         served.append(_serve(data))
     assert pa.concat_tables(served).equals(pa.Table.from_batches(batches))
     assert not list(tmp_path.rglob("*.tmp"))
@@ -150,11 +167,7 @@ def test_cancellation_stops_the_encoder(tmp_path: Path) -> None:
             stop.set()
             yield batch
 
-    with (
-        ThreadPoolExecutor(2) as pool,
-        ThreadPoolExecutor(1) as hashing,
-        pytest.raises(QueryCancelled),
-    ):
+    with ThreadPoolExecutor(2) as pool, pytest.raises(QueryCancelled):
         asyncio.run(
             write_parts(
                 SCHEMA,
@@ -165,7 +178,7 @@ def test_cancellation_stops_the_encoder(tmp_path: Path) -> None:
                 stop,
                 part_bytes=1 << 20,
                 max_result_bytes=1 << 30,
-                hashing=hashing,
+                tagger=functools.partial(TAGS.tagger, JOB, ATTEMPT),
             )
         )
 
@@ -180,17 +193,17 @@ def test_a_corrupted_part_is_refused(part: bytes) -> None:
     damaged = bytearray(part)
     damaged[len(damaged) // 2] ^= 0xFF
     with pytest.raises(DataCorrupted):
-        _serve(bytes(damaged), len(part), hashlib.sha256(part).hexdigest())
+        _serve(bytes(damaged), len(part), _tag(part))
 
 
 def test_a_truncated_part_is_refused(part: bytes) -> None:
     with pytest.raises(DataCorrupted):
-        _serve(part[: len(part) - 100], len(part), hashlib.sha256(part).hexdigest())
+        _serve(part[: len(part) - 100], len(part), _tag(part))
 
 
 def test_an_over_long_part_is_refused(part: bytes) -> None:
     with pytest.raises(DataCorrupted):
-        _serve(part + b"\0" * 64, len(part), hashlib.sha256(part).hexdigest())
+        _serve(part + b"\0" * 64, len(part), _tag(part))
 
 
 def test_oversized_metadata_is_refused_before_decoding() -> None:
@@ -248,20 +261,110 @@ def test_early_writeback_leaves_a_parts_bytes_unchanged(
     plain = _write(tmp_path / "plain", batches, part_bytes=1 << 20)
     assert len(early) > 1
     assert len(handed) > len(early)
-    assert early == plain
-    for part in early:
+    # Same bytes in the same parts (the tags differ: every part has its own nonce).
+    assert [(p.name, p.bytes, p.rows) for p in early] == [(p.name, p.bytes, p.rows) for p in plain]
+    for index, part in enumerate(early):
         data = (tmp_path / "early/job/1" / part.name).read_bytes()
         assert data == (tmp_path / "plain/job/1" / part.name).read_bytes()
-        assert hashlib.sha256(data).hexdigest() == part.sha256
+        assert _carries(data, part.tag, index)
 
 
-def test_the_background_digest_is_sha256_of_its_updates_in_order() -> None:
-    """Differential: buffers of generated sizes (empty, tiny, past hashlib's GIL threshold)."""
+def test_a_tag_is_poly1305_under_the_derived_key_whatever_the_update_sizes() -> None:
+    """Differential against a one-shot Poly1305 of the whole part, under the key derivation
+    spelled out here (stored results depend on it not changing)."""
     rng = random.Random(12)
-    with ThreadPoolExecutor(3) as hashing:  # several threads: order must still hold
-        for _ in range(20):
-            pieces = [rng.randbytes(rng.choice([0, 1, 2047, 2048, 70_000])) for _ in range(30)]
-            digest = BackgroundDigest(hashing)
-            for piece in pieces:
-                digest.update(memoryview(piece))
-            assert digest.hexdigest() == hashlib.sha256(b"".join(pieces)).hexdigest()
+    for index in range(20):
+        pieces = [rng.randbytes(rng.choice([0, 1, 15, 16, 17, 70_000])) for _ in range(30)]
+        tagger = TAGS.tagger(JOB, ATTEMPT, index)
+        for piece in pieces:
+            tagger.update(memoryview(piece))
+        tag = tagger.finish()
+        assert tag.key_id == RING.active_id
+        info = b"lake-async-part\0%s\0%d\0%d\0" % (JOB.encode(), ATTEMPT, index)
+        key = hmac.digest(RING.keys[tag.key_id], info + bytes.fromhex(tag.nonce), "sha256")
+        whole = b"".join(pieces)
+        assert Poly1305.generate_tag(key, whole).hex() == tag.mac
+        assert _carries(whole, tag, index)
+
+
+def test_a_tag_binds_its_key_its_nonce_and_the_parts_place() -> None:
+    data = random.Random(3).randbytes(10_000)
+    tag = _tag(data, index=2)
+    assert _carries(data, tag, 2)
+    again = _tag(data, index=2)
+    # A fresh one-time key each time.
+    assert again.nonce != tag.nonce
+    assert again.mac != tag.mac
+    for job, attempt, index in ((JOB, ATTEMPT, 1), (JOB, ATTEMPT + 1, 2), ("f" * 32, ATTEMPT, 2)):
+        checker = TAGS.checker(job, attempt, index, tag)
+        checker.update(data)
+        assert not checker.matches(), (job, attempt, index)
+    flipped = tag.model_copy(update={"nonce": f"{int(tag.nonce[0], 16) ^ 1:x}" + tag.nonce[1:]})
+    assert not _carries(data, flipped, 2)
+    other = PartTags(TicketKeyRing.ephemeral())  # the same key id, another key
+    checker = other.checker(JOB, ATTEMPT, 2, tag)
+    checker.update(data)
+    assert not checker.matches()
+    with pytest.raises(FailedPrecondition):
+        TAGS.checker(JOB, ATTEMPT, 2, tag.model_copy(update={"key_id": "retired"}))
+
+
+def test_a_parts_tag_does_not_vouch_for_another_parts_bytes(tmp_path: Path) -> None:
+    """Parts swapped between positions fail the check, each well-framed on its own."""
+    parts = _write(tmp_path, _batches(40), part_bytes=100_000)
+    first, second = ((tmp_path / "job/1" / p.name).read_bytes() for p in parts[:2])
+    assert _carries(first, parts[0].tag, 0)
+    assert not _carries(second, parts[0].tag, 0)
+    assert not _carries(first, parts[0].tag, 1)
+    with pytest.raises(DataCorrupted):
+        _serve(second, len(second), parts[0].tag)
+
+
+def test_the_channel_keeps_order_and_its_bound_and_a_stop_frees_both_ends() -> None:
+    from lake_query.jobs.parts import CHANNEL_SLOTS, _Channel, _Failed
+
+    rng = random.Random(5)
+    stop = threading.Event()
+    channel = _Channel(stop)
+    seen_outstanding: list[int] = []
+
+    def produce() -> None:
+        for item in range(500):
+            if rng.random() < 0.05:
+                threading.Event().wait(0.001)
+            channel.put(item)
+            seen_outstanding.append(channel._outstanding)
+        channel.final("end")
+
+    producer = threading.Thread(target=produce)
+    producer.start()
+    got = []
+    while (item := channel.get()) != "end":
+        got.append(item)
+        if rng.random() < 0.05:
+            threading.Event().wait(0.001)
+    producer.join(10)
+    assert got == list(range(500))
+    assert max(seen_outstanding) <= CHANNEL_SLOTS
+
+    # A full channel: the blocked encoder gives up on stop; the writer sees the failure.
+    for item in range(CHANNEL_SLOTS):
+        channel.put(item)
+    failures: list[BaseException] = []
+
+    def blocked() -> None:
+        try:
+            channel.put("one too many")
+        except QueryCancelled as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=blocked)
+    thread.start()
+    threading.Event().wait(0.1)
+    assert thread.is_alive()  # waiting for the slots to drain
+    stop.set()
+    thread.join(5)
+    assert failures
+    channel.final("dropped")  # nobody listens any more: returns at once
+    assert [channel.get() for _ in range(CHANNEL_SLOTS)] == list(range(CHANNEL_SLOTS))
+    assert isinstance(channel.get(), _Failed)

@@ -88,7 +88,7 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             seal = JobSeal(
                 TicketSealer(ring, f"{config.audience}/async-job", RETENTION_SECS),
                 TicketSealer(ring, f"{config.audience}/async-handle", RETENTION_SECS),
-                ring.keys[ring.active_id],
+                ring,
             )
             return AsyncQueries(
                 config.async_queries,

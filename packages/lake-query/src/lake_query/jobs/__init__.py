@@ -8,6 +8,7 @@ Parts, one concern each:
   local-directory implementation; :mod:`~lake_query.jobs.dynamo` the DynamoDB one;
 - :mod:`~lake_query.jobs.results`: the result store seam (local directory, S3);
 - :mod:`~lake_query.jobs.framing`: the IPC framing check every served part passes;
+- :mod:`~lake_query.jobs.tags`: the keyed tag (Poly1305) that proves a part unchanged;
 - :mod:`~lake_query.jobs.parts`: the bounded part writer and the part reader;
 - :mod:`~lake_query.jobs.quotas`: outstanding-job slots and the fleet execution lease;
 - :mod:`~lake_query.jobs.workers`: the worker pool (leases, fair tenant scheduling);

@@ -8,10 +8,10 @@ metadata length within :data:`MAX_METADATA_BYTES`, a well-formed flatbuffer
 ``Message`` of a known kind, a body length that fits what is left of the part
 (and every buffer inside that body), and no ``BodyCompression``: a compressed
 batch could declare a decompressed size far past the part's byte ceiling.
-The part's size and SHA-256 (from the manifest) are checked as bytes arrive
-(the hash on a hashing thread, :mod:`lake_query.jobs.digest`, alongside the
-reframing); the last message is released only once both match at EOF, so a
-damaged part ends its stream with :class:`~lake_core.errors.DataCorrupted`.
+The part's size and keyed tag (from the manifest, :mod:`lake_query.jobs.tags`)
+are checked as bytes arrive; the last message is released only once both
+match at EOF, so a damaged part ends its stream with
+:class:`~lake_core.errors.DataCorrupted`.
 """
 
 from __future__ import annotations
@@ -20,11 +20,10 @@ import asyncio
 import struct
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
-from concurrent.futures import Executor
 
 from lake_core.errors import DataCorrupted
 from lake_core.flight.encoding import varint
-from lake_query.jobs.digest import BackgroundDigest
+from lake_query.jobs.tags import PartChecker
 
 __all__ = [
     "MAX_METADATA_BYTES",
@@ -181,10 +180,9 @@ class _Pending:
 class PartFrames:
     """Turns a part's chunks into checked FlightData messages (schema first)."""
 
-    def __init__(self, size: int, sha256: str, hashing: Executor) -> None:
+    def __init__(self, size: int, checker: PartChecker) -> None:
         self._size = size
-        self._sha256 = sha256
-        self._hash = BackgroundDigest(hashing)
+        self._checker = checker
         self._buffer = _Pending()
         self._seen = 0
         self._messages = 0
@@ -229,7 +227,7 @@ class PartFrames:
         self._seen += len(chunk)
         if self._seen > self._size:
             raise FramingError("the part is longer than its manifest says")
-        self._hash.update(chunk)
+        self._checker.update(chunk)
         self._buffer.append(chunk)
         out = []
         while (message := self._next()) is not None:
@@ -239,19 +237,17 @@ class PartFrames:
     def finish(self) -> None:
         if self._seen != self._size or not self._ended or self._buffer.size:
             raise FramingError("the part is shorter than its manifest says")
-        if self._hash.hexdigest() != self._sha256:
-            raise FramingError("the part's SHA-256 does not match its manifest")
+        if not self._checker.matches():
+            raise FramingError("the part's tag does not match its manifest")
 
 
-def checked_frames(
-    chunks: Iterator[bytes], size: int, sha256: str, hashing: Executor
-) -> Iterator[bytes]:
+def checked_frames(chunks: Iterator[bytes], size: int, checker: PartChecker) -> Iterator[bytes]:
     """:func:`checked_messages` of a blocking source, on one reader thread.
 
-    Reading, hashing and reframing stay on that thread (no hop per chunk);
+    Reading, checking and reframing stay on that thread (no hop per chunk);
     the consumer bounds how far ahead it runs.
     """
-    frames = PartFrames(size, sha256, hashing)
+    frames = PartFrames(size, checker)
     held: bytes | None = None
     try:
         for chunk in chunks:
@@ -267,14 +263,14 @@ def checked_frames(
 
 
 async def checked_messages(
-    chunks: AsyncIterator[bytes], size: int, sha256: str, hashing: Executor
+    chunks: AsyncIterator[bytes], size: int, checker: PartChecker
 ) -> AsyncIterator[bytes]:
     """FlightData messages of a part; the last one is held until the whole part verifies."""
-    frames = PartFrames(size, sha256, hashing)
+    frames = PartFrames(size, checker)
     held: bytes | None = None
     try:
         async for chunk in chunks:
-            # Hashing and reframing a chunk (up to 1 MiB) run off the event loop.
+            # Checking and reframing a chunk (up to 1 MiB) run off the event loop.
             for message in await asyncio.to_thread(frames.feed, chunk):
                 if held is not None:
                     yield held

@@ -35,7 +35,8 @@ from pydantic import (
 from lake_core.errors import InvalidArgument, PermissionDenied, Unauthenticated
 from lake_core.principal import Principal
 from lake_core.telemetry.propagation import checked_traceparent, checked_tracestate
-from lake_core.tickets import TicketSealer
+from lake_core.tickets import TicketKeyRing, TicketSealer
+from lake_query.jobs.tags import PartTag, PartTags
 from lake_query.planning import QuerySpec
 
 __all__ = [
@@ -142,7 +143,7 @@ class ManifestPart(BaseModel):
     name: str
     bytes: int
     rows: int
-    sha256: str
+    tag: PartTag
 
 
 class ResultManifest(BaseModel):
@@ -150,7 +151,8 @@ class ResultManifest(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    schema_version: Literal[1] = 1
+    #: 2: parts carry a keyed tag (:mod:`lake_query.jobs.tags`); 1 carried a SHA-256.
+    schema_version: Literal[2] = 2
     job_id: str
     attempt: int
     rows: int
@@ -169,11 +171,14 @@ class JobSeal:
     ticket or a job body and the other way round.
     """
 
-    def __init__(self, jobs: TicketSealer, handles: TicketSealer, key: bytes) -> None:
+    def __init__(self, jobs: TicketSealer, handles: TicketSealer, ring: TicketKeyRing) -> None:
         self._jobs = jobs
         self._handles = handles
         # Tenant keys: a keyed digest, so the store cannot be joined to tenant names.
+        key = ring.keys[ring.active_id]
         self._key = hashlib.sha256(b"lake-async-tenant\0" + key).digest()
+        #: The tags that make every stored part verifiable end to end.
+        self.tags = PartTags(ring)
 
     def tenant_key(self, principal: Principal) -> str:
         mac = hmac.new(self._key, principal.tenant_id.encode(), hashlib.sha256)

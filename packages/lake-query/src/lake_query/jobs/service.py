@@ -24,9 +24,11 @@ from typing import Any
 
 import pyarrow as pa
 from google.protobuf.timestamp_pb2 import Timestamp
+from pydantic import ValidationError
 
 from lake_core.errors import (
     WIRE_CLASSES,
+    FailedPrecondition,
     Internal,
     InvalidArgument,
     LakeError,
@@ -52,6 +54,7 @@ from lake_query.jobs.quotas import TenantSlots
 from lake_query.jobs.results import ResultStore
 from lake_query.jobs.settings import AsyncSettings
 from lake_query.jobs.store import ACTIVE, JOBS, StateStore
+from lake_query.jobs.tags import PartTag
 from lake_query.jobs.workers import Execute, Jobs, WorkerPool
 from lake_query.planning import QuerySpec
 from lake_query.results import prefetch
@@ -101,8 +104,6 @@ class AsyncQueries:
         self.pool = WorkerPool(settings, self._jobs, results, seal, self._slots, execute)
         # Part streams are bounded by admission; a thread each while they run.
         self._readers = ThreadPoolExecutor(thread_name_prefix="lake-async-read")
-        # Their SHA-256, alongside the reframing: a pool of its own (its tasks never wait).
-        self._hashing = ThreadPoolExecutor(thread_name_prefix="lake-async-verify")
 
     def __repr__(self) -> str:
         return f"AsyncQueries({self._state!r}, {self._results!r}, {self.pool!r})"
@@ -113,7 +114,6 @@ class AsyncQueries:
     async def close(self) -> None:
         await self.pool.close()
         self._readers.shutdown(wait=False, cancel_futures=True)
-        self._hashing.shutdown(wait=False, cancel_futures=True)
         await self._state.close()
         await self._results.close()
 
@@ -221,7 +221,14 @@ class AsyncQueries:
             raw = await self._results.read_bytes(record.manifest)
             if raw is None:
                 raise NotFound("the async query's result is gone")
-            manifest = ResultManifest.model_validate_json(raw)
+            try:
+                manifest = ResultManifest.model_validate_json(raw)
+            except ValidationError:
+                # Written by another Lake version (schema 1 parts carried a plain SHA-256).
+                raise FailedPrecondition(
+                    "the async result was stored by an incompatible Lake Query version; "
+                    "submit the query again"
+                ) from None
         return self._poll_info(record, body, principal, manifest)
 
     def _poll_info(
@@ -257,9 +264,10 @@ class AsyncQueries:
                 "j": record.job_id,
                 "m": record.manifest,
                 "i": index,
+                "a": manifest.attempt,
                 "n": part.name,
                 "b": part.bytes,
-                "h": part.sha256,
+                "t": part.tag.model_dump(),
             }
             ticket = self._tickets.seal(principal, claims)
             info.endpoint.append(pb.FlightEndpoint(ticket=pb.Ticket(ticket=ticket)))
@@ -311,14 +319,20 @@ class AsyncQueries:
     async def part_messages(
         self, claims: dict[str, Any], principal: Principal
     ) -> AsyncIterator[bytes]:
-        job_id, manifest = claims.get("j"), claims.get("m")
-        name, size, sha = claims.get("n"), claims.get("b"), claims.get("h")
+        job_id, manifest, attempt = claims.get("j"), claims.get("m"), claims.get("a")
+        index, name, size = claims.get("i"), claims.get("n"), claims.get("b")
+        try:
+            tag = PartTag.model_validate(claims.get("t"))
+        except ValidationError:
+            tag = None
         if not (
             isinstance(job_id, str)
             and isinstance(manifest, str)
+            and isinstance(attempt, int)
+            and isinstance(index, int)
             and isinstance(name, str)
             and isinstance(size, int)
-            and isinstance(sha, str)
+            and tag is not None
         ):
             raise InvalidArgument("ticket from an incompatible Lake Query version")
         found = await self._jobs.get(job_id)
@@ -328,17 +342,16 @@ class AsyncQueries:
         if record.state != "done" or record.manifest != manifest:
             raise NotFound("the async query's result is gone")
         key = f"{manifest.rsplit('/', 1)[0]}/{name}"
+        checker = self._seal.tags.checker(job_id, attempt, index, tag)
         try:
             blocking = self._results.read_blocking(key)
             if blocking is None:
-                messages = checked_messages(
-                    self._results.read_chunks(key), size, sha, self._hashing
-                )
+                messages = checked_messages(self._results.read_chunks(key), size, checker)
             else:
-                # One reader thread reads, hashes and reframes, two messages ahead of the
+                # One reader thread reads, checks and reframes, two messages ahead of the
                 # network (at most two batches buffered); a dropped client stops it.
                 messages = prefetch(
-                    checked_frames(blocking, size, sha, self._hashing),
+                    checked_frames(blocking, size, checker),
                     self._readers,
                     PART_PREFETCH,
                 )

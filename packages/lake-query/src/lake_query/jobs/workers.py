@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import secrets
 import threading
 import time
@@ -143,10 +144,6 @@ class WorkerPool:
         self._threads = ThreadPoolExecutor(
             max_workers=3 * settings.worker_concurrency, thread_name_prefix="lake-async"
         )
-        # SHA-256 of the parts being written, one update in flight per part (never waits).
-        self._hashing = ThreadPoolExecutor(
-            max_workers=settings.worker_concurrency, thread_name_prefix="lake-async-hash"
-        )
         self._running: dict[str, tuple[str, asyncio.Task[None]]] = {}
         self._stops: dict[str, _Stop] = {}
         self._wake = asyncio.Event()
@@ -178,7 +175,6 @@ class WorkerPool:
             with contextlib.suppress(BaseException):
                 await task
         self._threads.shutdown(wait=False, cancel_futures=True)
-        self._hashing.shutdown(wait=False, cancel_futures=True)
 
     # Scheduling.
 
@@ -374,7 +370,7 @@ class WorkerPool:
                     part_bytes=self._settings.part_bytes,
                     # The job's own ceiling: a looser restart never enlarges it.
                     max_result_bytes=record.max_result_bytes,
-                    hashing=self._hashing,
+                    tagger=functools.partial(self._seal.tags.tagger, record.job_id, record.attempt),
                     after_part=lambda: faults.crash(faults.ASYNC_AFTER_PART),
                 )
             await self._publish(record, prefix, parts)
