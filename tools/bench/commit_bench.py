@@ -20,20 +20,18 @@ each round:
   writes no data. Report only: the cost of a durable commit on this disk.
 
 Measured under this reference (full size, 5 pairs of 400 appends each): 0.38
-[0.34, 0.45] at load 0.8-1.6 (Lake 141/s, raw 311/s); 0.50-0.60 in three
-later runs at load 2.7-7. The committer is busy the whole run, so its
-serialized work per append is the bound; at load 10 it was, in ms: Lance's
-commit calls 6.8-15.3 (the raw loop's own commit took 0.8-3.0 wall at load
-6-8: Lake's run beside the next appends' fragment writes, both gRPC stacks
-and the client on 2 cores), the fsync pass 3.8-7.4, the rest of the engine
-call (thread hops, listings, GIL waits) 1.0-3.4, the registry read 0.6-1.6,
-the operation-id check 0.6-1.3, the registry commit 0.9-2.1, retention and
-replies 0.5-3.1. Metasrv burns 4.5-15 ms of CPU per append (the raw loop
-1.2-8.7); in process, without gRPC, a third of it is Python and a fifth ext4
-inode allocation (this file system has no journal, so every create scans
-past recently deleted inodes). Flushing the fsync pass concurrently cut that
-step to 0.4-1.0 ms but did not move the ratio in three alternating
-before/after run pairs, so it is not in.
+[0.34, 0.45] at load 0.8-1.6 (Lake 141/s, raw 311/s); 0.48-0.60 in five
+later runs at load 1.9-10.3. The committer is busy the whole run, so its
+serialized work per append is the bound; at load 8-9 it was, in ms: Lance's
+commit calls 12.0, the fsync pass 5.0, the hop back to the event loop 1.1,
+the registry commit 1.2, retention 1.0, the registry read 0.9, the
+operation-id check 0.7, replies 0.4 (sidecars and digests run beside the
+Lance commits). Lance's commits are called as the raw loop calls them (the
+kept handle, ``read_version``) and cost their thread the same CPU; they take
+longer because the rest of Metasrv shares the 2 cores: 7.1-9.0 ms of CPU
+per append against 5.7-6.3 for the raw loop, the difference Lake's worker
+threads (fsyncs, sidecar and digest files) and its event loop.
+docs/performance-analysis.md has the evidence and what was tried.
 """
 
 from __future__ import annotations
