@@ -6,12 +6,13 @@ hidden namespaces, missing tables, key columns of every plain type, extreme
 and out-of-range literals, leading zeros, odd spacing and keyword case,
 trailing semicolons; ``IN`` lists that are empty, of one value, unordered,
 with duplicates, negative numbers, NULLs, casts and mixed types, ``NOT IN``,
-and lists of thousands of keys), are planned by one Planner with lookups on and one with them
-off, over tables with NULL and duplicate keys, field metadata, two appended
-versions and a pin moved between planning and execution. Both must agree on
-the error (class and text) or on the schema, the pinned set, the partitions
-and the direct scan; then both plans run and their rows are compared as
-multisets. A mutated lookup rule must make the comparison fail.
+and lists of thousands of keys), are planned by one Planner with lookups on
+and one with them off, over tables with NULL and duplicate keys, field
+metadata, two appended versions and a pin moved between planning and
+execution. Both must agree on the error (class and text) or on the schema,
+the pinned set, the partitions and the direct scan; then both plans run and
+their rows are compared as multisets. A mutated lookup rule (``=`` or an IN
+list) must make the comparison fail.
 """
 
 from __future__ import annotations
