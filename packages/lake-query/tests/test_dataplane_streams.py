@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import Future
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 
 from lake_core.errors import DeadlineExceeded
 from lake_query.dataplane.server import release_if_granted
-from lake_query.dataplane.streams import ServedStream
+from lake_query.dataplane.streams import ServedStream, Watchdog
 
 BATCH = pa.record_batch({"x": pa.array([1, 2, 3])})
 
@@ -109,3 +110,24 @@ def test_a_permit_granted_after_the_wait_ran_out_is_released() -> None:
         loop.call_soon_threadsafe(loop.stop)
         thread.join(5)
         loop.close()
+
+
+def test_the_watchdog_wakes_for_a_deadline_before_its_next_check_only() -> None:
+    """A near deadline is met at once; a far one waits for the periodic check (no wake-up)."""
+    watchdog = Watchdog(port=1, stall_timeout_ms=60_000, execution_timeout_ms=50)
+    try:
+        time.sleep(0.05)  # the watchdog is waiting for its next check, 1 s away
+        far, near = _stream(_Result(), [], []), _stream(_Result(), [], [])
+        far.deadline = time.monotonic() + 3600
+        watchdog.add(far)
+        assert not watchdog._wake.is_set()
+        near.deadline = time.monotonic() + 0.05
+        began = time.monotonic()
+        watchdog.add(near)
+        while near.ended is None:
+            assert time.monotonic() - began < 0.5, "the near deadline waited for the next check"
+            time.sleep(0.005)
+        assert isinstance(near.ended, DeadlineExceeded)
+        assert far.ended is None
+    finally:
+        watchdog.close()

@@ -149,6 +149,8 @@ class Watchdog:
         # Stalls are noticed within a quarter timeout (as lake_query.stall); execution
         # deadlines, known up front, exactly.
         self._interval = min(_MAX_CHECK_S, self._stall_s / 4)
+        #: When the watchdog wakes next (monotonic), set with the streams it saw.
+        self._next_check = 0.0
         self._thread = threading.Thread(target=self._run, name="lake-dataplane-watch", daemon=True)
         self._thread.start()
 
@@ -160,7 +162,11 @@ class Watchdog:
     def add(self, stream: ServedStream) -> None:
         with self._lock:
             self._streams.add(stream)
-        self._wake.set()  # its deadline may come before the next check
+            # Woken only when its deadline comes before the next check: a wake-up
+            # per DoGet was a thread switch (and a GIL hand-over) on every stream.
+            early = stream.deadline < self._next_check
+        if early:
+            self._wake.set()
 
     def remove(self, stream: ServedStream) -> None:
         with self._lock:
@@ -189,12 +195,14 @@ class Watchdog:
             self._check(time.monotonic())
             now = time.monotonic()
             wake = now + self._interval
-            for stream in self.streams:
-                if stream.ended is None:
-                    wake = min(wake, stream.deadline)
-                    offered = stream.offered_at
-                    if offered is not None:
-                        wake = min(wake, offered + self._stall_s)
+            with self._lock:  # a stream added from now on compares with this wake
+                for stream in self._streams:
+                    if stream.ended is None:
+                        wake = min(wake, stream.deadline)
+                        offered = stream.offered_at
+                        if offered is not None:
+                            wake = min(wake, offered + self._stall_s)
+                self._next_check = wake
             self._wake.wait(max(0.0, wake - now))
 
     def _check(self, now: float) -> None:
