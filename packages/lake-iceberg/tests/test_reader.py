@@ -281,3 +281,22 @@ def test_an_undecodable_small_file_fails_typed(tmp_path: Path) -> None:
     with pytest.raises(DataFileError) as caught:
         list(read_files(PyArrowFileIO(), [task], IDS, SCHEMA, 4))
     assert isinstance(caught.value.cause, pa.ArrowInvalid)
+
+
+class PythonFileIO(PyArrowFileIO):
+    """Opens files as Python file objects, as another FileIO (fsspec's) does."""
+
+    def new_input(self, location: str) -> Any:
+        class Input:
+            def open(self, seekable: bool = True) -> Any:
+                return open(location, "rb")  # the reader closes it
+
+        return Input()
+
+
+def test_another_file_io_reads_by_ranges(tmp_path: Path) -> None:
+    tasks = [
+        _sized(tmp_path / f"p{n}.parquet", _generated(random.Random(n), 50), 16) for n in range(3)
+    ]
+    expected = list(read_files(PyArrowFileIO(), tasks, IDS, SCHEMA, 7))
+    assert _exact(list(read_files(PythonFileIO(), tasks, IDS, SCHEMA, 7))) == _exact(expected)

@@ -232,7 +232,10 @@ def _file_batches(
     path = data_file.file_path
     try:
         with io.new_input(path).open() as stream:
-            if reads_whole(data_file, field_ids, stream.size()):
+            # Another FileIO's stream (fsspec's) is read by ranges, as before.
+            if isinstance(stream, pa.NativeFile) and reads_whole(
+                data_file, field_ids, stream.size()
+            ):
                 # One GET; the footer and every column chunk then come from memory.
                 parquet = pq.ParquetFile(pa.BufferReader(stream.read_buffer()), pre_buffer=False)
             else:
