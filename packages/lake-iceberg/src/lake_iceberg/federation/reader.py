@@ -4,9 +4,16 @@ iceberg-rust's DataFusion provider decodes one data file at a time in
 1024-row batches: a full scan measured 1.3-1.5x slower than pyiceberg's
 ``to_arrow``, before Lake's Flight transfer. pyarrow's Parquet reader with
 pre-buffered (coalesced) range reads and :data:`READAHEAD_FILES` files in
-flight reads the same files ~1.5x faster than ``to_arrow``. Memory stays
+flight reads the same files ~1.5x faster than ``to_arrow``.
+
+A small file that the scan reads most of (:func:`reads_whole`) is fetched in
+one GET and decoded from memory, instead of a GET for its footer and another
+for its column chunks: on the ``iceberg_scan`` bench table (40 files of
+600 KB) that saved ~0.05 s of the object store's CPU and ~0.02 s of the
+reader's per scan (of 0.17 and 0.33; in-process, alternating). Memory stays
 bounded: each file in flight holds at most :data:`BUFFERED_BATCHES` decoded
-batches plus the one row group pyarrow is fetching and decoding.
+batches plus the one row group pyarrow is fetching and decoding, or the
+whole file when that is at most :data:`WHOLE_FILE_BYTES`.
 
 Only plain scans take this path (:func:`plain_columns`): Parquet files
 without delete files, columns of the common primitive types and no
@@ -27,7 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pyiceberg.io import FileIO
-from pyiceberg.manifest import FileFormat
+from pyiceberg.manifest import DataFile, FileFormat
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import FileScanTask
@@ -50,6 +57,7 @@ from pyiceberg.types import (
 __all__ = [
     "BUFFERED_BATCHES",
     "READAHEAD_FILES",
+    "WHOLE_FILE_BYTES",
     "DataFileError",
     "StorageStalled",
     "direct_columns",
@@ -59,6 +67,7 @@ __all__ = [
     "name_mapping",
     "plain_columns",
     "read_files",
+    "reads_whole",
 ]
 
 #: Data files read concurrently ahead of the one being streamed.
@@ -67,6 +76,8 @@ READAHEAD_FILES = 4
 BUFFERED_BATCHES = 2
 #: pyarrow's read-coalescing buffer (pyiceberg's to_arrow uses the same).
 BUFFER_BYTES = 8 * 1024 * 1024
+#: Data files up to this size are read whole in one request (see :func:`reads_whole`).
+WHOLE_FILE_BYTES = BUFFER_BYTES
 _FIELD_ID = b"PARQUET:field_id"
 #: Iceberg types whose Parquet values pyarrow decodes to what iceberg-rust promises
 #: (others, such as uuid, fixed and time, keep iceberg-rust's scan).
@@ -187,11 +198,10 @@ def read_files(
     def submit() -> None:
         task = next(pending, None)
         if task is not None:
-            path = task.file.file_path
-            buffer = _Buffer(BUFFERED_BATCHES, path, stall_s)
+            buffer = _Buffer(BUFFERED_BATCHES, task.file.file_path, stall_s)
             pool.submit(
                 buffer.fill,
-                lambda: _file_batches(io, path, field_ids, schema, batch_rows, names),
+                lambda: _file_batches(io, task.file, field_ids, schema, batch_rows, names),
             )
             flight.append(buffer)
 
@@ -213,15 +223,23 @@ def read_files(
 
 def _file_batches(
     io: FileIO,
-    path: str,
+    data_file: DataFile,
     field_ids: Sequence[int],
     schema: pa.Schema,
     batch_rows: int,
     mapping: Mapping[str, int],
 ) -> Iterator[pa.RecordBatch]:
+    path = data_file.file_path
     try:
         with io.new_input(path).open() as stream:
-            parquet = pq.ParquetFile(stream, pre_buffer=True, buffer_size=BUFFER_BYTES)
+            # Another FileIO's stream (fsspec's) is read by ranges, as before.
+            if isinstance(stream, pa.NativeFile) and reads_whole(
+                data_file, field_ids, stream.size()
+            ):
+                # One GET; the footer and every column chunk then come from memory.
+                parquet = pq.ParquetFile(pa.BufferReader(stream.read_buffer()), pre_buffer=False)
+            else:
+                parquet = pq.ParquetFile(stream, pre_buffer=True, buffer_size=BUFFER_BYTES)
             by_id = _columns_by_field_id(parquet.schema_arrow, mapping)
             present = [by_id[i] for i in field_ids if i in by_id]
             if parquet.metadata.num_rows == 0:
@@ -243,6 +261,21 @@ def _file_batches(
                     yield _conform(batch, batch.num_rows, field_ids, positions, schema)
     except (OSError, pa.ArrowException, ValueError) as exc:
         raise DataFileError(path, exc) from None
+
+
+def reads_whole(data_file: DataFile, field_ids: Sequence[int], size: int) -> bool:
+    """Whether the data file of ``size`` bytes is fetched in one request, not by ranges.
+
+    Only a file of at most :data:`WHOLE_FILE_BYTES` whose columns read make up
+    at least half of it by the manifest's column sizes (without them, ranges).
+    """
+    if size > WHOLE_FILE_BYTES:
+        return False
+    sizes = data_file.column_sizes
+    if not sizes:
+        return False
+    wanted = sum(sizes.get(field_id, 0) for field_id in field_ids)
+    return 2 * wanted >= sum(sizes.values())
 
 
 def even_rows(rows: int, batch_rows: int) -> int:
