@@ -298,3 +298,41 @@ async def test_appends_follow_a_table_recreated_behind_this_coordinators_back(
     finally:
         await first.close()
         await second.close()
+
+
+@pytest.mark.asyncio
+async def test_a_refused_announcement_fails_only_its_append(
+    coordinator: CommitCoordinator, kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A group member whose intent the registry refuses fails alone; the rest commit."""
+    await coordinator.create_table(kit.episodes, kit.schema)
+    ops = [new_operation_id() for _ in range(6)]
+    refused = ops[2]
+    real = coordinator.registry.announce_appends
+    announced: list[str] = []
+
+    async def announce(intents: Any) -> dict[str, Exception]:
+        failed = await real(intents)
+        announced.extend(i.operation_id for i in intents)
+        if any(i.operation_id == refused for i in intents):
+            failed[refused] = InvalidAppend("refused for the test")
+        return failed
+
+    monkeypatch.setattr(coordinator.registry, "announce_appends", announce)
+    results = await asyncio.gather(
+        *(
+            coordinator.append(command(kit, op), kit.schema, [kit.make_batch(1, i)])
+            for i, op in enumerate(ops)
+        ),
+        return_exceptions=True,
+    )
+    by_op = dict(zip(ops, results, strict=True))
+    assert isinstance(by_op.pop(refused), InvalidAppend)
+    assert all(not isinstance(r, BaseException) for r in by_op.values()), by_op
+    assert sorted(r.version for r in by_op.values()) == list(range(1, 6))  # type: ignore[union-attr]
+    assert set(announced) == set(ops)
+    record = await coordinator.describe_table(kit.episodes)
+    table = await coordinator.engine.read(record.location, record.engine_version)
+    assert sorted(table.column("episode_id").to_pylist()) == sorted(
+        f"ep-{i}" for i, op in enumerate(ops) if op != refused
+    )

@@ -2,6 +2,7 @@
 
 from lake_metasrv.registry.base import (
     AppendCommit,
+    AppendIntent,
     DroppedTable,
     MaintenanceCommit,
     OperationRecord,
@@ -13,6 +14,7 @@ from lake_metasrv.registry.sqlite import SqliteRegistry
 
 __all__ = [
     "AppendCommit",
+    "AppendIntent",
     "DroppedTable",
     "MaintenanceCommit",
     "OperationRecord",
