@@ -8,25 +8,19 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from typing import Any
 
 import pyarrow as pa
 import pytest
 import pytest_asyncio
 
-from lake_core.errors import (
-    FailedPrecondition,
-    InvalidAppend,
-    ResourceExhausted,
-    StaleReadVersion,
-)
+from lake_core.errors import FailedPrecondition, ResourceExhausted, StaleReadVersion
 from lake_core.ids import new_operation_id, operation_time_ms
 from lake_core.names import TableRef
 from lake_core.schemas import schema_to_ipc
 from lake_metasrv.registry import dynamo
 from lake_metasrv.registry import dynamo_layout as layout
-from lake_metasrv.registry.base import AppendCommit, AppendIntent, TableRecord
+from lake_metasrv.registry.base import AppendCommit, TableRecord
 from lake_metasrv.registry.dynamo import DynamoRegistry, NotLeader
 from tools.lake_testing.dynalite import Dynalite
 
@@ -314,34 +308,3 @@ async def test_batched_operation_reads_answer_as_one_read_each(
     assert await registry.get_operations(asked) == one_by_one
     assert (ids[-1] in one_by_one) == (seed % 2 == 1 or ids[-1] in committed)
     assert await registry.get_operations([]) == {}
-
-
-@pytest.mark.asyncio
-async def test_an_announced_append_commits_only_when_its_head_moves(
-    registry: DynamoRegistry,
-) -> None:
-    """announce_appends writes step 1 ahead; nothing is committed until the head moves."""
-    await registry.create_table(record())
-    first, second, done = new_operation_id(), new_operation_id(), new_operation_id()
-    await registry.commit_append(commit(expected=0, engine_version=2, op=done))
-
-    def intent(op: str, version: int) -> AppendIntent:
-        return AppendIntent(T, "inc-1", version, op, operation_time_ms(op))
-
-    refused = await registry.announce_appends(
-        [intent(first, 2), intent(second, 3), intent(done, 2)]
-    )
-    assert list(refused) == [done]
-    assert isinstance(refused[done], InvalidAppend)
-    assert await registry.get_operations([first, second]) == {}  # announced, not committed
-
-    announced = replace(commit(expected=1, engine_version=3, op=first), announced=True)
-    moved = await registry.commit_append(announced)
-    assert (moved.version, moved.engine_version) == (2, 3)
-    found = await registry.get_operations([first, second])
-    assert list(found) == [first]
-    assert (found[first].version, found[first].engine_version) == (2, 3)
-    # The second one's Lance commit "failed": its intent resolves to not committed,
-    # even though version 3 is later taken by another operation.
-    await registry.commit_append(commit(expected=2, engine_version=4))
-    assert await registry.get_operation(second) is None

@@ -16,7 +16,6 @@ An append, in order::
       write the reference-delta sidecars (fsync'd)
       Lance: each append's fragments committed on the previous version,
         a compare-and-swap that restores over unregistered orphans  (fsync'd)
-        (beside it, a registry without transactions announces the appends)
       registry compare-and-swap: version -> version + n    <- visibility point
       retention (failure logged, never fails the commit)
 
@@ -66,7 +65,7 @@ from lake_metasrv.datadir import DataDir
 from lake_metasrv.engine import AppendOutcome, LanceEngine, LocalLanceEngine
 from lake_metasrv.gate import OpenGate, WriteGate
 from lake_metasrv.integrity import DigestStore, LocalDigestStore
-from lake_metasrv.registry.base import AppendCommit, AppendIntent, RegistryStore, TableRecord
+from lake_metasrv.registry.base import AppendCommit, RegistryStore, TableRecord
 from lake_metasrv.sidecars import DropMarker, LocalSidecarStore, ReferenceDelta, SidecarStore
 from lake_objects.scope import TenantScope
 from lake_objects.settings import StageSettings
@@ -388,17 +387,7 @@ class CommitCoordinator:
         # Sidecars and Lance commits are independent; both must be durable
         # before the registry moves. A failure of either leaves only orphans.
         self._faults.crash(faults.BEFORE_LANCE_COMMIT)
-        intents = [
-            AppendIntent(
-                table,
-                record.incarnation,
-                s.version,
-                s.queued.command.operation_id,
-                s.queued.op_time,
-            )
-            for s in staged
-        ]
-        sidecars, digests, outcome, unannounced = await asyncio.gather(
+        sidecars, digests, outcome = await asyncio.gather(
             asyncio.to_thread(self.sidecars.write_deltas, [s.delta for s in staged]),
             asyncio.to_thread(self._record_digests, record, staged),
             self.engine.append_many(
@@ -407,34 +396,20 @@ class CommitCoordinator:
                 record.engine_version,
                 [s.queued.prepared for s in staged],
             ),
-            # What a registry without transactions records before a head
-            # moves, written while the Lance commits run.
-            self.registry.announce_appends(intents),
             return_exceptions=True,
         )
-        for failure in (sidecars, digests, outcome, unannounced):
+        for failure in (sidecars, digests, outcome):
             if isinstance(failure, BaseException):
                 for item in staged:
                     fail(item.queued, failure)
                 return retry
         assert isinstance(outcome, AppendOutcome)
-        assert isinstance(unannounced, dict)
         self._faults.crash(faults.AFTER_LANCE_COMMIT)
         written = staged[: len(outcome.versions)]
-        for i, item in enumerate(written):
-            refused = unannounced.get(item.queued.command.operation_id)
-            if refused is not None:
-                # Its Lance version (and those on top of it) stay invisible
-                # orphans: it fails, the ones after it commit again later.
-                fail(item.queued, registry_failure(table, refused))
-                retry.extend(s.queued for s in staged[i + 1 :])
-                written = staged[:i]
-                break
-        else:
-            if outcome.error is not None:
-                # The Lance write of this one failed; those after it were never tried.
-                fail(staged[len(written)].queued, outcome.error)
-                retry.extend(s.queued for s in staged[len(written) + 1 :])
+        if outcome.error is not None:
+            # The Lance write of this one failed; those after it were never tried.
+            fail(staged[len(written)].queued, outcome.error)
+            retry.extend(s.queued for s in staged[len(written) + 1 :])
         committed_at = self._now_ms()
         commits = [
             AppendCommit(
@@ -445,9 +420,8 @@ class CommitCoordinator:
                 operation_id=item.queued.command.operation_id,
                 operation_time_ms=item.queued.op_time,
                 committed_at_ms=committed_at,
-                announced=True,
             )
-            for item, engine_version in zip(written, outcome.versions[: len(written)], strict=True)
+            for item, engine_version in zip(written, outcome.versions, strict=True)
         ]
         done: list[tuple[Staged, TableRecord]] = []
         batch = self.registry.atomic_append_batch

@@ -2,7 +2,6 @@
 
 from lake_metasrv.registry.base import (
     AppendCommit,
-    AppendIntent,
     DroppedTable,
     MaintenanceCommit,
     OperationRecord,
@@ -14,7 +13,6 @@ from lake_metasrv.registry.sqlite import SqliteRegistry
 
 __all__ = [
     "AppendCommit",
-    "AppendIntent",
     "DroppedTable",
     "MaintenanceCommit",
     "OperationRecord",

@@ -27,7 +27,6 @@ from lake_core.schemas import schema_from_ipc
 
 __all__ = [
     "AppendCommit",
-    "AppendIntent",
     "DroppedTable",
     "MaintenanceCommit",
     "OperationRecord",
@@ -135,19 +134,6 @@ class AppendCommit:
     operation_id: str
     operation_time_ms: int
     committed_at_ms: int
-    #: Its :class:`AppendIntent` was recorded by :meth:`RegistryStore.announce_appends`.
-    announced: bool = False
-
-
-@dataclass(frozen=True)
-class AppendIntent:
-    """An append about to become ``version`` of a table, announced before its Lance commit ends."""
-
-    table: TableRef
-    incarnation: str
-    version: int
-    operation_id: str
-    operation_time_ms: int
 
 
 @dataclass(frozen=True)
@@ -218,18 +204,6 @@ class RegistryStore(abc.ABC):
         incarnation is gone, StaleReadVersion if the version moved, and
         InvalidAppend if the operation id is already committed.
         """
-
-    async def announce_appends(self, intents: Sequence[AppendIntent]) -> dict[str, Exception]:
-        """Record what a store without transactions must hold before a head moves.
-
-        Called while the appends' Lance commits run, so that write is off the
-        commit's critical path; each :class:`AppendCommit` then says
-        ``announced``. Returns the intents that could not be recorded, by
-        operation id (InvalidAppend: already committed; Unavailable). An
-        announcement commits nothing: an intent never followed by its commit
-        resolves to "not committed". Transactional stores record nothing.
-        """
-        return {}
 
     #: How many consecutive appends one :meth:`commit_appends` call applies atomically.
     atomic_append_batch: int = 1

@@ -11,8 +11,6 @@ DynamoDB here has no transactions (dynalite has no TransactWriteItems), so an
 append is a short sequence of single-item writes with one visibility point::
 
     1. put op#s/<op>    state=pending, intended version v+1    (if absent or pending)
-                        (a commit group announces its appends while their
-                        Lance commits run: announce_appends)
     2. update dir head  version v -> v+1, last_op=<op>, fence=<epoch>
                         if incarnation matches, version = v, fence <= epoch  <- visible
     3. put ver#<inc>/v+1, mark op#s/<op> committed              (repairable from the head)
@@ -68,7 +66,6 @@ from lake_core.errors import (
 from lake_core.names import TableRef
 from lake_metasrv.registry.base import (
     AppendCommit,
-    AppendIntent,
     DroppedTable,
     MaintenanceCommit,
     OperationRecord,
@@ -412,55 +409,32 @@ class DynamoRegistry(RegistryStore):
             )
         return await self._bump_or_owe() or await self.generation()
 
-    async def announce_appends(self, intents: Sequence[AppendIntent]) -> dict[str, Exception]:
-        """Step 1 for a whole commit group, concurrently (see the module docstring)."""
-        self.fence()
-        results = await asyncio.gather(
-            *(self._announce(intent) for intent in intents), return_exceptions=True
-        )
-        failed: dict[str, Exception] = {}
-        for intent, result in zip(intents, results, strict=True):
-            if isinstance(result, BaseException):
-                if not isinstance(result, Exception):
-                    raise result
-                failed[intent.operation_id] = result
-        return failed
-
-    async def _announce(self, intent: AppendIntent) -> None:
-        """Put the pending operation record (step 1); InvalidAppend if it is committed."""
-        pending = {
-            "st": "pending",
-            "ns": intent.table.namespace,
-            "name": intent.table.name,
-            "inc": intent.incarnation,
-            "ver": intent.version,
-            "op_time": intent.operation_time_ms,
-        }
-        try:
-            await self.db.put(
-                pending,
-                op_key(intent.operation_id),
-                ConditionExpression="attribute_not_exists(pk) OR st = :pending",
-                ExpressionAttributeValues={":pending": s_attr("pending")},
-            )
-        except Exception as exc:
-            if conditional_failed(exc):
-                raise InvalidAppend(
-                    f"operation id {intent.operation_id} is already committed"
-                ) from None
-            raise self.db.unavailable(exc) from None
-
     async def commit_append(self, commit: AppendCommit) -> TableRecord:
         table, operation_id = commit.table, commit.operation_id
         version = commit.expected_version + 1
         self.fence()
         await self._settle(table)
-        if not commit.announced:
-            await self._announce(
-                AppendIntent(
-                    table, commit.incarnation, version, operation_id, commit.operation_time_ms
-                )
+        pending = {
+            "st": "pending",
+            "ns": table.namespace,
+            "name": table.name,
+            "inc": commit.incarnation,
+            "ver": version,
+            "ever": commit.engine_version,
+            "op_time": commit.operation_time_ms,
+            "at": commit.committed_at_ms,
+        }
+        try:
+            await self.db.put(
+                pending,
+                op_key(operation_id),
+                ConditionExpression="attribute_not_exists(pk) OR st = :pending",
+                ExpressionAttributeValues={":pending": s_attr("pending")},
             )
+        except Exception as exc:
+            if conditional_failed(exc):
+                raise InvalidAppend(f"operation id {operation_id} is already committed") from None
+            raise self.db.unavailable(exc) from None
 
         epoch = self.fence()
         self._faults.stop(faults.STOP_BEFORE_HEAD_UPDATE)
