@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
@@ -265,6 +265,19 @@ class DynamoRegistry(RegistryStore):
         if values.get("st") == "committed":
             return operation_record(values)
         return await resolve_pending(self.db, values)
+
+    async def get_operations(self, operation_ids: Sequence[str]) -> dict[str, OperationRecord]:
+        """One batch read for a commit group (each id as :meth:`get_operation` answers it)."""
+        ids = list(dict.fromkeys(operation_ids))
+        found: dict[str, OperationRecord] = {}
+        for values in await self.db.get_many([op_key(i) for i in ids]):
+            if values.get("st") == "committed":
+                found[values["sk"]] = operation_record(values)
+            else:
+                resolved = await resolve_pending(self.db, values)
+                if resolved is not None:
+                    found[values["sk"]] = resolved
+        return found
 
     async def versions(self, incarnation: str) -> list[VersionRecord]:
         return [

@@ -7,9 +7,10 @@ protocol from these calls; the key layout and the item codec are in
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import structlog
@@ -31,9 +32,14 @@ from lake_metasrv.registry.dynamo_layout import (
     s_attr,
 )
 
-__all__ = ["DynamoTable"]
+__all__ = ["BATCH_GET_KEYS", "DynamoTable"]
 
 log = structlog.get_logger("lake_metasrv.registry.dynamo")
+
+#: DynamoDB's bound on the keys of one BatchGetItem.
+BATCH_GET_KEYS = 100
+#: Rounds of re-asking for keys DynamoDB left unprocessed before giving up.
+BATCH_GET_ROUNDS = 8
 
 
 class DynamoTable:
@@ -76,6 +82,42 @@ class DynamoTable:
         reply = await self.read("get_item", Key=key, ConsistentRead=True)
         item = reply.get("Item")
         return None if item is None else decode(item)
+
+    async def get_many(self, keys: Sequence[Item]) -> list[dict[str, Any]]:
+        """The items that exist among ``keys``, strongly consistent, in any order.
+
+        One BatchGetItem per :data:`BATCH_GET_KEYS` keys instead of one
+        GetItem each; keys DynamoDB leaves unprocessed (throttling) are asked
+        again, and still missing after :data:`BATCH_GET_ROUNDS` rounds are
+        UNAVAILABLE, never reported absent.
+        """
+        found: list[dict[str, Any]] = []
+        for start in range(0, len(keys), BATCH_GET_KEYS):
+            request: Item = {
+                self.table: {
+                    "Keys": list(keys[start : start + BATCH_GET_KEYS]),
+                    "ConsistentRead": True,
+                }
+            }
+            for attempt in range(BATCH_GET_ROUNDS):
+                if self.client is None:
+                    raise Internal(f"registry {self.table} is not open")
+                try:
+                    reply = await self.client.batch_get_item(RequestItems=request)
+                except Exception as exc:
+                    raise self.unavailable(exc) from None
+                found.extend(
+                    decode(item) for item in reply.get("Responses", {}).get(self.table, [])
+                )
+                request = reply.get("UnprocessedKeys") or {}
+                if not request.get(self.table, {}).get("Keys"):
+                    break
+                await asyncio.sleep(0.01 * 2**attempt)
+            else:
+                raise Unavailable(
+                    f"registry table {self.table} kept throttling a batch read; retry"
+                )
+        return found
 
     async def query(
         self, pk: str, *, below: str | None = None, limit: int = PAGE_SIZE
