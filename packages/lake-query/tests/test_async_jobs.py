@@ -77,6 +77,10 @@ def test_settings_are_validated_before_anything_binds(tmp_path: Path) -> None:
         AsyncSettings.from_env(ON, data_dir=None)
 
 
+def _seal(ring: TicketKeyRing) -> JobSeal:
+    return JobSeal(TicketSealer(ring, "t/job", 3600), TicketSealer(ring, "t/handle", 3600), ring)
+
+
 def _record(job_id: str, tenant: str, state: str = "pending") -> JobRecord:
     now = time.time()
     return JobRecord(
@@ -161,9 +165,7 @@ class _Blocking:
 def test_workers_go_round_robin_across_tenants_without_parking_slots(tmp_path: Path) -> None:
     async def go() -> None:
         ring = TicketKeyRing.ephemeral()
-        seal = JobSeal(
-            TicketSealer(ring, "t/job", 3600), TicketSealer(ring, "t/handle", 3600), ring
-        )
+        seal = _seal(ring)
         store = LocalStateStore(tmp_path / "state")
         settings = AsyncSettings(
             mode="local", worker_concurrency=2, worker_concurrency_per_tenant=1, lease_ms=5000
@@ -218,9 +220,7 @@ def test_workers_go_round_robin_across_tenants_without_parking_slots(tmp_path: P
 def test_jobs_past_their_retention_are_swept_with_their_results_and_slots(tmp_path: Path) -> None:
     async def go() -> None:
         ring = TicketKeyRing.ephemeral()
-        seal = JobSeal(
-            TicketSealer(ring, "t/job", 3600), TicketSealer(ring, "t/handle", 3600), ring
-        )
+        seal = _seal(ring)
         store = LocalStateStore(tmp_path / "state")
         results = LocalResults(tmp_path / "results")
         slots = TenantSlots(store, 8)
@@ -251,9 +251,7 @@ def test_a_result_stored_by_an_older_version_polls_as_failed_precondition(tmp_pa
 
     async def go() -> None:
         ring = TicketKeyRing.ephemeral()
-        seal = JobSeal(
-            TicketSealer(ring, "t/job", 3600), TicketSealer(ring, "t/handle", 3600), ring
-        )
+        seal = _seal(ring)
         state = LocalStateStore(tmp_path / "state")
         results = LocalResults(tmp_path / "results")
         queries = AsyncQueries(
