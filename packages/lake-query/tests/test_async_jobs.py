@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from lake_core.errors import ConfigError, FailedPrecondition, ResourceExhausted
+from lake_core.errors import ConfigError, DataCorrupted, FailedPrecondition, ResourceExhausted
 from lake_core.principal import Principal
 from lake_core.schemas import schema_to_base64
 from lake_core.tickets import TicketKeyRing, TicketSealer
@@ -246,7 +246,7 @@ def test_jobs_past_their_retention_are_swept_with_their_results_and_slots(tmp_pa
     asyncio.run(go())
 
 
-def test_a_result_stored_by_an_older_version_polls_as_failed_precondition(tmp_path: Path) -> None:
+def test_a_result_stored_by_an_older_version_or_damaged_polls_as_such(tmp_path: Path) -> None:
     """A schema-1 manifest (plain SHA-256 parts) is refused as such, not as a server fault."""
 
     async def go() -> None:
@@ -283,9 +283,16 @@ def test_a_result_stored_by_an_older_version_polls_as_failed_precondition(tmp_pa
             update={"sealed": seal.seal_body(body), "manifest": f"{job_id}/1/manifest.json"}
         )
         await state.write(JOBS, job_id, record.model_dump(mode="json"), None)
+        handle = seal.seal_handle(principal, job_id)
         try:
             with pytest.raises(FailedPrecondition, match="submit the query again"):
-                await queries.poll(seal.seal_handle(principal, job_id), principal)
+                await queries.poll(handle, principal)
+            # A damaged manifest is storage's fault, not another version's.
+            path = tmp_path / "results" / job_id / "1" / "manifest.json"
+            for damaged in (b'{"schema_version": 2, "job_id": ', b"[]", b'{"schema_version": 2}'):
+                path.write_bytes(damaged)
+                with pytest.raises(DataCorrupted, match="manifest is damaged"):
+                    await queries.poll(handle, principal)
         finally:
             await queries.close()
 

@@ -28,6 +28,7 @@ from pydantic import ValidationError
 
 from lake_core.errors import (
     WIRE_CLASSES,
+    DataCorrupted,
     FailedPrecondition,
     Internal,
     InvalidArgument,
@@ -73,6 +74,24 @@ Plan = Callable[[pb.FlightDescriptor, Principal], Awaitable[tuple[pa.Schema, Que
 def is_handle(cmd: bytes) -> bool:
     """Whether a descriptor's command is an async handle (a sealed ticket, not an Any)."""
     return cmd.startswith(b"LKT1")
+
+
+def _manifest(raw: bytes) -> ResultManifest:
+    """A stored manifest; one of another Lake version, or a damaged one, is said as such."""
+    try:
+        return ResultManifest.model_validate_json(raw)
+    except ValidationError:
+        pass
+    try:
+        version = json.loads(raw).get("schema_version")
+    except (ValueError, AttributeError):
+        version = None
+    if version == 1:  # schema 1 parts carried a plain SHA-256
+        raise FailedPrecondition(
+            "the async result was stored by an incompatible Lake Query version; "
+            "submit the query again"
+        )
+    raise DataCorrupted("the async query's result manifest is damaged")
 
 
 def _timestamp(seconds: float) -> Timestamp:
@@ -221,14 +240,7 @@ class AsyncQueries:
             raw = await self._results.read_bytes(record.manifest)
             if raw is None:
                 raise NotFound("the async query's result is gone")
-            try:
-                manifest = ResultManifest.model_validate_json(raw)
-            except ValidationError:
-                # Written by another Lake version (schema 1 parts carried a plain SHA-256).
-                raise FailedPrecondition(
-                    "the async result was stored by an incompatible Lake Query version; "
-                    "submit the query again"
-                ) from None
+            manifest = _manifest(raw)
         return self._poll_info(record, body, principal, manifest)
 
     def _poll_info(
