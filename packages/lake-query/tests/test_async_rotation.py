@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +29,7 @@ from lake_core.principal import Principal
 from lake_core.proto import flight_pb2 as pb
 from lake_core.tickets import TicketKeyRing, TicketSealer
 from lake_query.jobs.model import JobRecord, JobSeal
-from lake_query.jobs.quotas import TenantSlots
+from lake_query.jobs.quotas import ExecutionLease, TenantSlots
 from lake_query.jobs.results import LocalResults
 from lake_query.jobs.service import AsyncQueries
 from lake_query.jobs.settings import AsyncSettings
@@ -239,5 +241,79 @@ def test_a_job_whose_key_left_the_ring_fails_typed(tmp_path: Path) -> None:
         slots = await LocalStateStore(tmp_path / "state").read(SLOTS, record.tenant_key)
         assert slots is not None
         assert slots[0]["jobs"] == {}
+
+    asyncio.run(go())
+
+
+class _Gated:
+    """An execute() whose streams wait for a gate; records which SQL started."""
+
+    def __init__(self) -> None:
+        self.started: list[str] = []
+        self.gate = threading.Event()
+
+    def __call__(self, spec: QuerySpec, principal: Principal) -> Any:
+        self.started.append(spec.sql)
+        gate = self.gate
+
+        class Stream:
+            def __iter__(self) -> Iterator[pa.RecordBatch]:
+                gate.wait(30)
+                yield pa.record_batch([pa.array([1])], schema=SCHEMA)
+
+            def close(self) -> None:
+                pass
+
+        return Stream()
+
+
+def test_a_tenants_jobs_under_two_keys_share_its_per_tenant_worker_limit(tmp_path: Path) -> None:
+    async def go() -> None:
+        # One job submitted before the activation, one after: the same tenant.
+        for ring, sql in ((BEFORE, "SELECT 1"), (ACTIVATED, "SELECT 2")):
+            await _submit(_service(tmp_path, ring), ANN, sql)
+        execute = _Gated()
+        worker = AsyncQueries(
+            AsyncSettings(mode="local", worker_concurrency=2, worker_concurrency_per_tenant=1),
+            LocalStateStore(tmp_path / "state"),
+            LocalResults(tmp_path / "results"),
+            seal=_seal(ACTIVATED),
+            tickets=TicketSealer(ACTIVATED, "t", 3600),
+            execute=execute,
+        )
+        worker.start()
+        try:
+            for _ in range(200):
+                if execute.started:
+                    break
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.5)
+            assert len(execute.started) == 1, "one tenant ran two jobs at once"
+            execute.gate.set()
+            for _ in range(200):
+                if all(j.state == "done" for j in _jobs(tmp_path)):
+                    break
+                await asyncio.sleep(0.05)
+            assert sorted(execute.started) == ["SELECT 1", "SELECT 2"]
+        finally:
+            execute.gate.set()
+            await worker.close()
+
+    asyncio.run(go())
+
+
+def test_the_fleet_lease_knows_a_tenant_under_either_key(tmp_path: Path) -> None:
+    async def go() -> None:
+        lease = ExecutionLease(LocalStateStore(tmp_path), total=4, per_tenant=1, ttl_s=30)
+        # A replica with A active holds the tenant's one token; one with B active asks.
+        held = await lease.acquire("ta", also=["tb"])
+        assert held is not None
+        assert await lease.acquire("tb", also=["ta"]) is None
+        await lease.release(held)
+        # A holder written by an older replica (no "also") is matched on its key too.
+        held = await lease.acquire("ta")
+        assert held is not None
+        assert await lease.acquire("tb", also=["ta"]) is None
+        assert await lease.acquire("tc", also=["td"]) is not None
 
     asyncio.run(go())

@@ -35,6 +35,7 @@ from pydantic import (
 from lake_core.errors import (
     FailedPrecondition,
     InvalidArgument,
+    LakeError,
     PermissionDenied,
     Unauthenticated,
 )
@@ -236,6 +237,19 @@ class JobSeal:
         """
         others = sorted(k for k in self._keys if k != self._ring.active_id)
         return [self.tenant_key(principal, k) for k in (self._ring.active_id, *others)]
+
+    def tenant_keys_of(self, record: JobRecord) -> list[str]:
+        """The job's tenant's keys under every ring key (active first), for fair scheduling.
+
+        A job's stored tenant key is its sealing key's, so during a rotation one
+        tenant's jobs carry two; the sealed body names the tenant. A body that
+        does not open (another ring, a retired key) has only its stored key:
+        running it fails at once.
+        """
+        try:
+            return self.tenant_keys(self.open_body(record).principal)
+        except (LakeError, ValueError):
+            return [record.tenant_key]
 
     def owns(self, record: JobRecord, principal: Principal) -> bool:
         """Whether ``record`` is a job of the principal's tenant (FailedPrecondition: key retired)."""

@@ -129,8 +129,15 @@ class ExecutionLease:
         self.per_tenant = per_tenant
         self.ttl_s = ttl_s
 
-    async def acquire(self, tenant_key: str) -> str | None:
-        """An opaque holder token, or None when the fleet or the tenant is saturated."""
+    async def acquire(self, tenant_key: str, *, also: Sequence[str] = ()) -> str | None:
+        """An opaque holder token, or None when the fleet or the tenant is saturated.
+
+        ``also``: the tenant's keys under the ring's other keys. A holder is the
+        same tenant's when any of its keys is one of ours, so replicas a
+        rotation step apart (their rings share a key) still agree. Holders
+        written without ``also`` (older replicas) are matched on ``tenant``.
+        """
+        mine = {tenant_key, *also}
         for _ in range(_ATTEMPTS):
             found = await self._store.read(LEASES, self.KEY)
             now = time.time()
@@ -139,11 +146,17 @@ class ExecutionLease:
                 for token, held in (found[0]["holders"] if found else {}).items()
                 if held["expires"] > now
             }
-            same = sum(1 for held in holders.values() if held["tenant"] == tenant_key)
+            same = sum(
+                1
+                for held in holders.values()
+                if not mine.isdisjoint([held["tenant"], *held.get("also", ())])
+            )
             if len(holders) >= self.total or same >= self.per_tenant:
                 return None
             token = secrets.token_hex(16)
             holders[token] = {"tenant": tenant_key, "expires": now + self.ttl_s}
+            if also:
+                holders[token]["also"] = list(also)
             if await self._store.write(
                 LEASES, self.KEY, {"holders": holders}, None if found is None else found[1]
             ):
