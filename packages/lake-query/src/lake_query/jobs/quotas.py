@@ -4,11 +4,11 @@ Slots: one document per tenant key listing its outstanding job ids, each
 with the time it was reserved. A tenant has one tenant key per key of the
 ticket key ring (:class:`~lake_query.jobs.model.JobSeal`); a job's slot is in
 the document of the key it was sealed under, and a reservation counts the
-tenant's jobs in every document it can name. Submission reserves a slot *before* the job
-is written; a full list is reconciled by point reads of its jobs, dropping
-only jobs that are gone (and were reserved long enough ago that their
-submission cannot still be writing them), expired, cancelled or failed, so
-a crash can keep a slot too long but never lose a live one.
+tenant's jobs in every document its ring can name. Submission reserves a
+slot *before* the job is written; a full list is reconciled by point reads
+of its jobs, dropping only jobs that are gone (and were reserved long enough
+ago that their submission cannot still be writing them), expired, cancelled
+or failed, so a crash can keep a slot too long but never lose a live one.
 
 The execution lease (only with ``LAKE_ASYNC_GLOBAL_WORKER_CONCURRENCY``): one
 document of opaque holder tokens with expiries and tenant keys; a worker
