@@ -29,13 +29,36 @@ from lake_core.errors import ConfigError, PermissionDenied, Unauthenticated
 from lake_core.principal import Principal
 from lake_core.private_file import check_private_file
 
-__all__ = ["MAX_VERIFICATION_KEYS", "TicketKeyRing", "TicketSealer", "check_private_file"]
+__all__ = [
+    "MAX_VERIFICATION_KEYS",
+    "TicketKeyRing",
+    "TicketSealer",
+    "check_private_file",
+    "ticket_key_id",
+]
 
 MAGIC = b"LKT1"
 KEY_BYTES = 32
 NONCE_BYTES = 12
 MAX_VERIFICATION_KEYS = 3
 _MAX_CLAIMS_BYTES = 4 * 1024 * 1024
+
+
+def ticket_key_id(ticket: bytes) -> str | None:
+    """The key id a ticket's header names, or None when it has no well-formed header.
+
+    Not a proof of anything until the ticket opens (the header is authenticated
+    data): it says which key to try, or that the ring no longer holds it.
+    """
+    if len(ticket) < len(MAGIC) + 2 or not ticket.startswith(MAGIC):
+        return None
+    end = len(MAGIC) + 1 + ticket[len(MAGIC)]
+    if len(ticket) < end:
+        return None
+    try:
+        return ticket[len(MAGIC) + 1 : end].decode()
+    except UnicodeDecodeError:
+        return None
 
 
 @dataclass(frozen=True, repr=False)

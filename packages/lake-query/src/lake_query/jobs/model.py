@@ -32,10 +32,16 @@ from pydantic import (
     model_serializer,
 )
 
-from lake_core.errors import InvalidArgument, PermissionDenied, Unauthenticated
+from lake_core.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    LakeError,
+    PermissionDenied,
+    Unauthenticated,
+)
 from lake_core.principal import Principal
 from lake_core.telemetry.propagation import checked_traceparent, checked_tracestate
-from lake_core.tickets import TicketKeyRing, TicketSealer
+from lake_core.tickets import TicketKeyRing, TicketSealer, ticket_key_id
 from lake_query.jobs.tags import PartTag, PartTags
 from lake_query.planning import QuerySpec
 
@@ -169,32 +175,103 @@ class JobSeal:
 
     Three audiences derived from the fleet's, so a handle never opens as a
     ticket or a job body and the other way round.
+
+    A job's tenant key and request digest are keyed by the ring key its body
+    was sealed under, and that key's id is read back from the sealed body's
+    header (authenticated when the body opens), not from the ring's active
+    key: activating a new key (step 2 of a rotation) must not make a job
+    submitted before it look like another tenant's or another statement, and
+    replicas mid-rollout must agree on every job. The id is not a new record
+    field, so records written before this rule and records read by replicas
+    that predate it keep one format. A job whose key has left the ring fails
+    with FailedPrecondition, as a part tagged under such a key does.
     """
 
     def __init__(self, jobs: TicketSealer, handles: TicketSealer, ring: TicketKeyRing) -> None:
         self._jobs = jobs
         self._handles = handles
+        self._ring = ring
         # Tenant keys: a keyed digest, so the store cannot be joined to tenant names.
-        key = ring.keys[ring.active_id]
-        self._key = hashlib.sha256(b"lake-async-tenant\0" + key).digest()
+        # One digest key per ring key (the derivation is unchanged, so stored keys stay valid).
+        self._keys = {
+            key_id: hashlib.sha256(b"lake-async-tenant\0" + key).digest()
+            for key_id, key in ring.keys.items()
+        }
         #: The tags that make every stored part verifiable end to end.
         self.tags = PartTags(ring)
 
-    def tenant_key(self, principal: Principal) -> str:
-        mac = hmac.new(self._key, principal.tenant_id.encode(), hashlib.sha256)
+    def _digest_key(self, key_id: str) -> bytes:
+        key = self._keys.get(key_id)
+        if key is None:
+            raise FailedPrecondition(
+                "the async query was submitted under a ticket key this replica no longer "
+                "holds; submit the query again"
+            )
+        return key
+
+    @staticmethod
+    def sealed_key_id(sealed: str) -> str:
+        """The ring key a sealed body names (its job's tenant key and digest are keyed by it)."""
+        try:
+            key_id = ticket_key_id(base64.b64decode(sealed, validate=True))
+        except ValueError:
+            key_id = None
+        if key_id is None:
+            raise InvalidArgument("the async job was sealed by an incompatible replica")
+        return key_id
+
+    def key_id(self, record: JobRecord) -> str:
+        return self.sealed_key_id(record.sealed)
+
+    def tenant_key(self, principal: Principal, key_id: str | None = None) -> str:
+        """The tenant's keyed digest under ``key_id`` (None: the active key, a new job's)."""
+        key = self._digest_key(self._ring.active_id if key_id is None else key_id)
+        mac = hmac.new(key, principal.tenant_id.encode(), hashlib.sha256)
         return mac.hexdigest()[:32]
 
-    def request_digest(self, principal: Principal, spec: QuerySpec) -> str:
-        mac = hmac.new(self._key, digestmod=hashlib.sha256)
+    def tenant_keys(self, principal: Principal) -> list[str]:
+        """The tenant's key under every key of the ring, the active key's first.
+
+        A tenant's jobs are counted under all of them: during a rotation its
+        outstanding jobs are split between the old key's and the new key's.
+        """
+        others = sorted(k for k in self._keys if k != self._ring.active_id)
+        return [self.tenant_key(principal, k) for k in (self._ring.active_id, *others)]
+
+    def tenant_keys_of(self, record: JobRecord) -> list[str]:
+        """The job's tenant's keys under every ring key (active first), for fair scheduling.
+
+        A job's stored tenant key is its sealing key's, so during a rotation one
+        tenant's jobs carry two; the sealed body names the tenant. A body that
+        does not open (another ring, a retired key) has only its stored key:
+        running it fails at once.
+        """
+        try:
+            return self.tenant_keys(self.open_body(record).principal)
+        except (LakeError, ValueError):
+            return [record.tenant_key]
+
+    def owns(self, record: JobRecord, principal: Principal) -> bool:
+        """Whether ``record`` is a job of the principal's tenant (FailedPrecondition: key retired)."""
+        expected = self.tenant_key(principal, self.key_id(record))
+        return hmac.compare_digest(record.tenant_key, expected)
+
+    def request_digest(
+        self, principal: Principal, spec: QuerySpec, key_id: str | None = None
+    ) -> str:
+        key = self._digest_key(self._ring.active_id if key_id is None else key_id)
+        mac = hmac.new(key, digestmod=hashlib.sha256)
         for part in (principal.principal_id, principal.tenant_id, spec.sql, spec.params_ipc or ""):
             mac.update(part.encode())
             mac.update(b"\0")
         return mac.hexdigest()
 
     def seal_body(self, body: JobBody) -> str:
+        """The sealed body (under the active key: :meth:`sealed_key_id` names it)."""
         return _b64(self._jobs.seal(JOB_PRINCIPAL, body.model_dump(mode="json")))
 
     def open_body(self, record: JobRecord) -> JobBody:
+        self._digest_key(self.key_id(record))  # FailedPrecondition when the key was retired
         try:
             raw = self._jobs.open(base64.b64decode(record.sealed), JOB_PRINCIPAL)
             return JobBody.model_validate(raw)
@@ -206,9 +283,20 @@ class JobSeal:
         return self._handles.seal(principal, {"k": "job", "j": job_id})
 
     def open_handle(self, handle: bytes, principal: Principal) -> str:
-        """The job id of a handle, or Unauthenticated/PermissionDenied."""
+        """The job id of a handle, or Unauthenticated/PermissionDenied.
+
+        FailedPrecondition for a well-formed handle sealed under a key the ring
+        no longer holds: a durable handle outlives a rotation's retire step,
+        and its holder must learn to submit again, not that its token is bad.
+        """
         if len(handle) > 16 * 1024:
             raise Unauthenticated("invalid async query handle")
+        key_id = ticket_key_id(handle)
+        if key_id is not None and key_id not in self._keys:
+            raise FailedPrecondition(
+                "the async query handle was sealed under a ticket key this replica no longer "
+                "holds; submit the query again"
+            )
         body = self._handles.open(handle, principal)
         job_id = body.get("j")
         if body.get("k") != "job" or not isinstance(job_id, str) or not JOB_ID.fullmatch(job_id):

@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import contextlib
+import hmac
 import json
 import secrets
 import time
@@ -150,12 +151,10 @@ class AsyncQueries:
         if job_id is not None and not JOB_ID.fullmatch(job_id):
             raise InvalidArgument("an async job id must be 32 lowercase hex digits")
         job_id = job_id or secrets.token_hex(16)
-        tenant = self._seal.tenant_key(principal)
         existing = await self._jobs.get(job_id)
         if existing is not None:
-            return await self._resubmitted(existing[0], principal, tenant, states)
+            return await self._resubmitted(existing[0], principal, states)
         schema, spec = await plan(descriptor, principal)
-        digest = self._seal.request_digest(principal, spec)
         ceiling = self.settings.max_result_bytes
         body = JobBody(
             principal=principal,
@@ -163,14 +162,19 @@ class AsyncQueries:
             schema_ipc=schema_to_base64(schema),
             max_result_bytes=ceiling,
         )
+        # Tenant key and digest under the key the body is sealed with (the active one),
+        # which later readers take from the sealed body: a rotation does not move them.
+        sealed = self._seal.seal_body(body)
+        key_id = self._seal.sealed_key_id(sealed)
+        tenant = self._seal.tenant_key(principal, key_id)
         now = time.time()
         # The PollFlightInfo span's context (a child of the client's): the worker continues it.
         traceparent, tracestate = durable_context()
         record = JobRecord(
             job_id=job_id,
             tenant_key=tenant,
-            request_digest=digest,
-            sealed=self._seal.seal_body(body),
+            request_digest=self._seal.request_digest(principal, spec, key_id),
+            sealed=sealed,
             submitted_at=now,
             expires_at=now + RETENTION_SECS,
             max_result_bytes=ceiling,
@@ -178,25 +182,27 @@ class AsyncQueries:
             tracestate=tracestate,
         )
         # The slot first: a crash after it conservatively holds it until reconciled.
-        await self._slots.reserve(tenant, job_id)
+        others = [k for k in self._seal.tenant_keys(principal) if k != tenant]
+        await self._slots.reserve(tenant, job_id, also=others)
         await self._state.write(ACTIVE, job_id, {}, None)
         if not await self._state.write(JOBS, job_id, record.model_dump(mode="json"), None):
             found = await self._jobs.get(job_id)  # a concurrent retry wrote it first
             if found is None:
                 raise Internal("the async job could not be stored")
-            return await self._resubmitted(found[0], principal, tenant, states)
+            return await self._resubmitted(found[0], principal, states)
         self.pool.wake()
         return self._poll_info(record, body, principal, None)
 
     async def _resubmitted(
-        self, record: JobRecord, principal: Principal, tenant: str, states: bool
+        self, record: JobRecord, principal: Principal, states: bool
     ) -> pb.PollInfo:
-        if record.tenant_key != tenant:
+        if not self._seal.owns(record, principal):
             raise PermissionDenied("that async job id belongs to another caller")
         body = self._seal.open_body(record)
         if body.principal.principal_id != principal.principal_id:
             raise PermissionDenied("that async job id belongs to another caller")
-        if record.request_digest != self._seal.request_digest(principal, body.spec):
+        digest = self._seal.request_digest(principal, body.spec, self._seal.key_id(record))
+        if not hmac.compare_digest(record.request_digest, digest):
             raise InvalidArgument("that async job id was used for a different statement")
         return await self._answer(record, body, principal, states)
 
@@ -208,7 +214,7 @@ class AsyncQueries:
         if found is None or found[0].expired():
             raise NotFound("the async query is unknown or has expired")
         record = found[0]
-        if record.tenant_key != self._seal.tenant_key(principal):
+        if not self._seal.owns(record, principal):
             raise PermissionDenied("the async query belongs to another caller")
         return await self._answer(record, self._seal.open_body(record), principal, states)
 
@@ -300,7 +306,7 @@ class AsyncQueries:
         """Cancel the job ``info`` names; the CancelStatus to answer."""
         job_id = self._job_of(info, principal)
         found = await self._jobs.get(job_id)
-        if found is None or found[0].tenant_key != self._seal.tenant_key(principal):
+        if found is None or not self._seal.owns(found[0], principal):
             raise NotFound("the async query is unknown or has expired")
         if found[0].state == "failed":
             return pb.CANCEL_STATUS_NOT_CANCELLABLE

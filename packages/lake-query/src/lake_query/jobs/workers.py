@@ -2,7 +2,8 @@
 
 The scheduler pages through the active-job index (bounded pages), groups
 eligible jobs (pending, or running under an expired lease: its worker died)
-by tenant key and takes them round-robin across tenants, one tenant at a time,
+by tenant (its key under the active ticket key, from the sealed body: a job
+stores its sealing key's, and a rotation gives one tenant two) and takes them round-robin across tenants, one tenant at a time,
 skipping a tenant that is at its per-tenant limit instead of holding a slot
 for it. A claim is a compare-and-swap of the job record that sets a fresh
 lease token; the worker renews it (and the fleet execution lease) while it
@@ -50,6 +51,8 @@ log = structlog.get_logger("lake_query.jobs")
 SCAN_PAGE = 64
 #: Idle scan interval (a submission on this replica wakes the scheduler at once).
 SCAN_INTERVAL_S = 0.25
+#: Jobs whose tenant keys the scheduler remembers (cleared when full).
+TENANT_CACHE = 4096
 #: How often a replica deletes jobs past their retention.
 SWEEP_INTERVAL_S = 60.0
 #: The span of one attempt at running a job (no workload identity in name or attributes).
@@ -145,6 +148,7 @@ class WorkerPool:
             max_workers=3 * settings.worker_concurrency, thread_name_prefix="lake-async"
         )
         self._running: dict[str, tuple[str, asyncio.Task[None]]] = {}
+        self._tenants: dict[tuple[str, float], list[str]] = {}
         self._stops: dict[str, _Stop] = {}
         self._wake = asyncio.Event()
         self._rotation = 0
@@ -224,6 +228,20 @@ class WorkerPool:
     def _free(self) -> int:
         return self._settings.worker_concurrency - len(self._running)
 
+    def _tenant_keys(self, record: JobRecord) -> list[str]:
+        """:meth:`JobSeal.tenant_keys_of`, opened once per job (about 25 us each).
+
+        A waiting job is seen by every scan (four a second); its sealed body
+        never changes, and the submission time tells a reused id apart.
+        """
+        key = (record.job_id, record.submitted_at)
+        found = self._tenants.get(key)
+        if found is None:
+            if len(self._tenants) >= TENANT_CACHE:
+                self._tenants.clear()
+            found = self._tenants[key] = self._seal.tenant_keys_of(record)
+        return found
+
     def _busy(self, tenant_key: str) -> int:
         return sum(1 for tenant, _ in self._running.values() if tenant == tenant_key)
 
@@ -234,7 +252,7 @@ class WorkerPool:
             if not keys:
                 return
             after = keys[-1]
-            by_tenant: dict[str, list[tuple[JobRecord, int]]] = defaultdict(list)
+            by_tenant: dict[str, list[tuple[JobRecord, int, list[str]]]] = defaultdict(list)
             now = time.time()
             for job_id in keys:
                 if job_id in self._running:
@@ -246,12 +264,15 @@ class WorkerPool:
                 if record.terminal:
                     await self._jobs.store.remove(ACTIVE, job_id)
                 elif record.state == "pending" or record.lease_expires < now:
-                    by_tenant[record.tenant_key].append(found)
+                    # Grouped by the tenant's active-key digest, not the stored one:
+                    # during a key rotation one tenant's jobs are stored under two.
+                    tenant_keys = self._tenant_keys(record)
+                    by_tenant[tenant_keys[0]].append((*found, tenant_keys))
             await self._dispatch(by_tenant)
             if len(keys) < SCAN_PAGE:
                 return
 
-    async def _dispatch(self, by_tenant: dict[str, list[tuple[JobRecord, int]]]) -> None:
+    async def _dispatch(self, by_tenant: dict[str, list[tuple[JobRecord, int, list[str]]]]) -> None:
         """Round-robin over tenants with eligible jobs; a saturated tenant is skipped."""
         tenants = sorted(by_tenant)
         if not tenants:
@@ -268,11 +289,11 @@ class WorkerPool:
                 if self._busy(tenant) >= self._settings.worker_concurrency_per_tenant:
                     queue.clear()
                     continue
-                record, revision = queue.pop(0)
-                if await self._claim(record, revision):
+                record, revision, tenant_keys = queue.pop(0)
+                if await self._claim(record, revision, tenant_keys):
                     progress = True
 
-    async def _claim(self, record: JobRecord, revision: int) -> bool:
+    async def _claim(self, record: JobRecord, revision: int, tenant_keys: list[str]) -> bool:
         if record.cancel_requested:
             await self._finish_cancelled(record.job_id)
             return False
@@ -280,7 +301,7 @@ class WorkerPool:
             return False
         fleet_token = None
         if self._fleet is not None:
-            fleet_token = await self._fleet.acquire(record.tenant_key)
+            fleet_token = await self._fleet.acquire(tenant_keys[0], also=tenant_keys[1:])
             if fleet_token is None:
                 return False  # saturated fleet: the job stays pending for a later scan
         token = secrets.token_hex(16)
@@ -302,7 +323,7 @@ class WorkerPool:
             reclaimed=record.state == "running",
         )
         task = asyncio.get_running_loop().create_task(self._traced(claimed, fleet_token))
-        self._running[record.job_id] = (record.tenant_key, task)
+        self._running[record.job_id] = (tenant_keys[0], task)
         return True
 
     # Running one job.
