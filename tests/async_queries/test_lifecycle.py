@@ -16,6 +16,7 @@ import pytest
 import lake_sdk
 from tests.async_queries.conftest import FOREVER, SQL, TOKENS, AsyncLake, client
 from tools.lake_testing.data import EPISODES, episodes
+from tools.lake_testing.servers import LakeProcess
 
 #: Small parts (several per result), a short lease (fast reclaim), a crash after the first part.
 CRASHING = {
@@ -143,15 +144,27 @@ def test_a_lost_submission_reply_retried_with_the_same_id_runs_the_sql_once(
         ("authorization", f"Bearer {TOKENS['acme']}"),
         (protocol.ASYNC_JOB_ID_HEADER, job_id),
     ]
-    replies = []
-    for replica in (first, second, first):  # the first reply is "lost": retried elsewhere, twice
+
+    def poll(replica: LakeProcess, command: flight_pb2.FlightDescriptor) -> flight_pb2.PollInfo:
         with grpc.insecure_channel(replica.addr) as channel:
-            poll = channel.unary_unary(
+            rpc = channel.unary_unary(
                 "/arrow.flight.protocol.FlightService/PollFlightInfo",
                 request_serializer=flight_pb2.FlightDescriptor.SerializeToString,
                 response_deserializer=flight_pb2.PollInfo.FromString,
             )
-            replies.append(poll(descriptor, metadata=metadata, timeout=60))
+            return rpc(command, metadata=metadata, timeout=60)
+
+    # The first reply is "lost": retried elsewhere, twice.
+    replies = [poll(replica, descriptor) for replica in (first, second, first)]
+    # The id names one statement: reused for another one it is refused, on any replica.
+    other = flight_pb2.FlightDescriptor(
+        type=flight_pb2.FlightDescriptor.CMD, cmd=_statement(SQL + " LIMIT 1")
+    )
+    for replica in (first, second):
+        with pytest.raises(grpc.RpcError) as refused:
+            poll(replica, other)
+        assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "different statement" in (refused.value.details() or "")
     handle = lake_sdk.AsyncQueryHandle(
         capability=replies[-1].flight_descriptor.cmd or replies[-1].info.flight_descriptor.cmd,
         expires_at=time.time() + 60,

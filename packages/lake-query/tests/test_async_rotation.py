@@ -22,6 +22,7 @@ import pytest
 
 from lake_core.errors import (
     FailedPrecondition,
+    InvalidArgument,
     PermissionDenied,
     ResourceExhausted,
 )
@@ -78,6 +79,10 @@ async def _plan(
     return SCHEMA, QuerySpec(sql=descriptor.cmd.decode())
 
 
+async def _statement(descriptor: pb.FlightDescriptor, principal: Principal) -> QuerySpec:
+    return QuerySpec(sql=descriptor.cmd.decode())
+
+
 def _sql(text: str) -> pb.FlightDescriptor:
     return pb.FlightDescriptor(type=pb.FlightDescriptor.CMD, cmd=text.encode())
 
@@ -86,7 +91,7 @@ async def _submit(
     service: AsyncQueries, principal: Principal, sql: str, job_id: str | None = None
 ) -> bytes:
     """The handle of a submission."""
-    info = await service.submit(_sql(sql), principal, job_id, _plan)
+    info = await service.submit(_sql(sql), principal, job_id, _plan, _statement)
     return info.flight_descriptor.cmd
 
 
@@ -102,6 +107,26 @@ def _jobs(tmp_path: Path) -> list[JobRecord]:
     ]
 
 
+def test_a_job_id_reused_for_another_statement_is_refused(tmp_path: Path) -> None:
+    """A retry is the same statement: the id of one job never answers for another."""
+
+    async def go() -> None:
+        job_id = "fedcba9876543210fedcba9876543210"
+        before = _service(tmp_path, BEFORE)
+        await _submit(before, ANN, "SELECT 1", job_id)
+        stored = _jobs(tmp_path)
+        for ring in (BEFORE, PRELOADED, ACTIVATED):
+            replica = _service(tmp_path, ring)
+            for other in ("SELECT 2", "SELECT 1 ", "select 1"):
+                with pytest.raises(InvalidArgument, match="different statement"):
+                    await replica.submit(_sql(other), ANN, job_id, _plan, _statement)
+            again = await replica.submit(_sql("SELECT 1"), ANN, job_id, _plan, _statement)
+            assert _state(again) == "pending"
+        assert _jobs(tmp_path) == stored  # nothing new was written or run
+
+    asyncio.run(go())
+
+
 def test_a_job_submitted_before_activation_polls_and_retries_after_it(tmp_path: Path) -> None:
     async def go() -> None:
         job_id = "0123456789abcdef0123456789abcdef"
@@ -114,13 +139,13 @@ def test_a_job_submitted_before_activation_polls_and_retries_after_it(tmp_path: 
             replica = _service(tmp_path, ring)
             assert _state(await replica.poll(handle, ANN)) == "pending"
             # The submitter's retry finds the one job (its request digest still matches).
-            again = await replica.submit(_sql("SELECT 1"), ANN, job_id, _plan)
+            again = await replica.submit(_sql("SELECT 1"), ANN, job_id, _plan, _statement)
             assert _state(again) == "pending"
             # The tenant binding holds across the rotation.
             with pytest.raises(PermissionDenied):
-                await replica.submit(_sql("SELECT 1"), GUS, job_id, _plan)
+                await replica.submit(_sql("SELECT 1"), GUS, job_id, _plan, _statement)
             with pytest.raises(PermissionDenied):
-                await replica.submit(_sql("SELECT 1"), BOB, job_id, _plan)
+                await replica.submit(_sql("SELECT 1"), BOB, job_id, _plan, _statement)
             with pytest.raises(PermissionDenied):
                 await replica.poll(foreign, ANN)
             # A refreshed handle (sealed under the active key) names the same job.
@@ -225,7 +250,7 @@ def test_a_job_whose_key_left_the_ring_fails_typed(tmp_path: Path) -> None:
             with pytest.raises(FailedPrecondition, match="submit the query again"):
                 await retired.poll(held, ANN)
         with pytest.raises(FailedPrecondition, match="submit the query again"):
-            await retired.submit(_sql("SELECT 1"), ANN, job_id, _plan)
+            await retired.submit(_sql("SELECT 1"), ANN, job_id, _plan, _statement)
         # A worker holding only B fails the job with the same typed error, and frees its slot.
         retired.start()
         try:

@@ -194,6 +194,15 @@ class QueryHandler(FlightHandler):
         )
         return planned
 
+    def _spec_of(self, command: Any, principal: Principal) -> QuerySpec | None:
+        """The SQL statement (and bound parameters) a command runs; None: not a statement."""
+        if isinstance(command, sql_pb.CommandStatementQuery):
+            wire.no_transaction(command)
+            return QuerySpec(sql=command.query)
+        if isinstance(command, sql_pb.CommandPreparedStatementQuery):
+            return self._statements.open(command.prepared_statement_handle, principal)
+        return None
+
     async def _describe(
         self, descriptor: pb.FlightDescriptor, principal: Principal
     ) -> tuple[pa.Schema, list[dict[str, Any]]]:
@@ -201,11 +210,8 @@ class QueryHandler(FlightHandler):
         if descriptor.type != pb.FlightDescriptor.CMD:
             raise InvalidArgument("Lake Query answers Flight SQL commands (CMD descriptors)")
         command = wire.unpack_any(descriptor.cmd, "the descriptor")
-        if isinstance(command, sql_pb.CommandStatementQuery):
-            wire.no_transaction(command)
-            planned = await self._plan(QuerySpec(sql=command.query), principal)
-        elif isinstance(command, sql_pb.CommandPreparedStatementQuery):
-            spec = self._statements.open(command.prepared_statement_handle, principal)
+        spec = self._spec_of(command, principal)
+        if spec is not None:
             planned = await self._plan(spec, principal)
         elif isinstance(command, wire.METADATA_COMMANDS):
             schema = discovery.metadata_schema(command)
@@ -253,6 +259,14 @@ class QueryHandler(FlightHandler):
             raise InvalidArgument("PollFlightInfo runs SQL statements only")
         return schema, QuerySpec.model_validate(bodies[0]["q"])
 
+    async def _statement(self, descriptor: pb.FlightDescriptor, principal: Principal) -> QuerySpec:
+        """The statement a job submission names, unplanned: a retry is compared by it."""
+        if descriptor.type == pb.FlightDescriptor.CMD:
+            spec = self._spec_of(wire.unpack_any(descriptor.cmd, "the descriptor"), principal)
+            if spec is not None:
+                return spec
+        raise InvalidArgument("PollFlightInfo runs SQL statements only")
+
     async def poll_flight_info(
         self, descriptor: pb.FlightDescriptor, context: Context
     ) -> pb.PollInfo:
@@ -267,6 +281,7 @@ class QueryHandler(FlightHandler):
                 principal,
                 headers.get(protocol.ASYNC_JOB_ID_HEADER),
                 self._plan_statement,
+                self._statement,
                 states=states,
             )
         # Planning is synchronous, so the first poll is already complete

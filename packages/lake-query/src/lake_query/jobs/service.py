@@ -70,6 +70,9 @@ PART_PREFETCH = 2
 
 #: Plans a descriptor for a principal: (result schema, the pinned statement).
 Plan = Callable[[pb.FlightDescriptor, Principal], Awaitable[tuple[pa.Schema, QuerySpec]]]
+#: The statement a descriptor names (its SQL and bound parameters), decoded without
+#: planning: a retried submission is compared with its job by it.
+Statement = Callable[[pb.FlightDescriptor, Principal], Awaitable[QuerySpec]]
 
 
 def is_handle(cmd: bytes) -> bool:
@@ -145,6 +148,7 @@ class AsyncQueries:
         principal: Principal,
         job_id: str | None,
         plan: Plan,
+        statement: Statement,
         *,
         states: bool = False,
     ) -> pb.PollInfo:
@@ -153,7 +157,8 @@ class AsyncQueries:
         job_id = job_id or secrets.token_hex(16)
         existing = await self._jobs.get(job_id)
         if existing is not None:
-            return await self._resubmitted(existing[0], principal, states)
+            incoming = await statement(descriptor, principal)
+            return await self._resubmitted(existing[0], principal, incoming, states)
         schema, spec = await plan(descriptor, principal)
         ceiling = self.settings.max_result_bytes
         body = JobBody(
@@ -189,19 +194,20 @@ class AsyncQueries:
             found = await self._jobs.get(job_id)  # a concurrent retry wrote it first
             if found is None:
                 raise Internal("the async job could not be stored")
-            return await self._resubmitted(found[0], principal, states)
+            return await self._resubmitted(found[0], principal, spec, states)
         self.pool.wake()
         return self._poll_info(record, body, principal, None)
 
     async def _resubmitted(
-        self, record: JobRecord, principal: Principal, states: bool
+        self, record: JobRecord, principal: Principal, incoming: QuerySpec, states: bool
     ) -> pb.PollInfo:
+        """A submission whose job id is taken: the same caller's same statement gets its job."""
         if not self._seal.owns(record, principal):
             raise PermissionDenied("that async job id belongs to another caller")
         body = self._seal.open_body(record)
         if body.principal.principal_id != principal.principal_id:
             raise PermissionDenied("that async job id belongs to another caller")
-        digest = self._seal.request_digest(principal, body.spec, self._seal.key_id(record))
+        digest = self._seal.request_digest(principal, incoming, self._seal.key_id(record))
         if not hmac.compare_digest(record.request_digest, digest):
             raise InvalidArgument("that async job id was used for a different statement")
         return await self._answer(record, body, principal, states)
