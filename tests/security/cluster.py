@@ -38,6 +38,16 @@ from tools.lake_testing.tls import TestCA
 
 META_NAME = "lake-meta.test"
 QUERY_NAME = "lake-query.test"
+#: gRPC channel arguments, as pyarrow's ``generic_options`` takes them.
+GrpcOptions = list[tuple[str, str | int]]
+#: Channels of clients that stop reading to hold a stream (and its permit).
+#: gRPC's BDP probe grows a channel's receive window to the bandwidth-delay
+#: product it measures, which late ping answers on a loaded machine inflate:
+#: the window then took a whole ~20 MB result in, unread, the server rightly
+#: finished the stream (no message waited) and its permit was free again. The
+#: default 64 KiB window keeps such a result blocked in a server write.
+NEVER_READING: GrpcOptions = [("grpc.http2.bdp_probe", 0)]
+
 
 RUNS = TableRef("acme_ops", "runs")
 RUNS_SCHEMA = pa.schema([("run_id", pa.int64()), ("robot", pa.utf8()), ("score", pa.float64())])
@@ -113,19 +123,36 @@ class SecureCluster:
     query_env: dict[str, str]
     extra: list[LakeProcess] = field(default_factory=list)
 
-    def flight(self, process: LakeProcess | None = None, *, ca: bool = True) -> flight.FlightClient:
+    def flight(
+        self,
+        process: LakeProcess | None = None,
+        *,
+        ca: bool = True,
+        options: GrpcOptions | None = None,
+    ) -> flight.FlightClient:
         target = process or self.query
         if ca:
-            return flight.FlightClient(f"grpc+tls://{target.addr}", tls_root_certs=self.ca.cert_pem)
-        return flight.FlightClient(f"grpc+tls://{target.addr}")
+            return flight.FlightClient(
+                f"grpc+tls://{target.addr}",
+                tls_root_certs=self.ca.cert_pem,
+                generic_options=options,
+            )
+        return flight.FlightClient(f"grpc+tls://{target.addr}", generic_options=options)
 
-    def doget(self, process: LakeProcess | None = None) -> flight.FlightClient:
-        """Where ``process`` redeems tickets: its native data plane when on, else its listener."""
+    def doget(
+        self, process: LakeProcess | None = None, *, options: GrpcOptions | None = None
+    ) -> flight.FlightClient:
+        """Where ``process`` redeems tickets: its native data plane when on, else its listener.
+
+        ``options``: gRPC channel arguments for the client (``generic_options``).
+        """
         target = process or self.query
         data = target.env.get(QUERY_DATA_ADDR)
         if data is None:
-            return self.flight(target)
-        return flight.FlightClient(f"grpc+tls://{data}", tls_root_certs=self.ca.cert_pem)
+            return self.flight(target, options=options)
+        return flight.FlightClient(
+            f"grpc+tls://{data}", tls_root_certs=self.ca.cert_pem, generic_options=options
+        )
 
     def add_data_plane(self, name: str, env: dict[str, str] | None = None) -> LakeProcess:
         """A replica serving DoGet on a native data plane too (``LAKE_QUERY_DATA_ADDR``)."""

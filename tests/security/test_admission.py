@@ -1,6 +1,7 @@
 """Admission control on a real Query replica: 2 running, 8 per tenant, 100 ms queue.
 
-Results are ~20 MB, larger than everything gRPC and Query buffer, so a client
+Results are ~20 MB, larger than everything gRPC and Query buffer while the
+client's receive window stays at its default (``NEVER_READING``), so a client
 that stops reading keeps its query running: the tests control exactly how
 long each permit is held. Every test runs on both DoGet paths: grpcio, and the
 native data plane (``limited`` is a replica of each kind).
@@ -19,7 +20,13 @@ import pyarrow.flight as flight
 import pytest
 
 from lake_core.names import TableRef
-from tests.security.cluster import SecureCluster, bearer, on_data_plane, statement
+from tests.security.cluster import (
+    NEVER_READING,
+    SecureCluster,
+    bearer,
+    on_data_plane,
+    statement,
+)
 from tests.security.conftest import DOGET_PATHS, sdk
 from tools.lake_testing.servers import LakeProcess
 
@@ -79,7 +86,7 @@ class Holder:
         options = bearer(secure.tokens[user])
         with secure.flight(replica) as planner:
             info = planner.get_flight_info(statement(sql(user)), options)
-        self.client = secure.doget(replica)
+        self.client = secure.doget(replica, options=NEVER_READING)
         self.reader = self.client.do_get(info.endpoints[0].ticket, options)
         first = self.reader.read_chunk().data
         self.rows, self.id_sum = first.num_rows, sum(first.column("id").to_pylist())

@@ -1,8 +1,9 @@
 """Eight never-read DoGets cannot lock their tenant out of a real Query replica.
 
 The tenant may run 8 queries at once; results are ~20 MB, more than gRPC and
-Query buffer, so a client that never reads leaves its stream blocked in a
-write. At ``LAKE_QUERY_STALL_TIMEOUT_MS`` the replica ends those streams and
+Query buffer while the client's receive window stays at its default (see
+``NEVER_READING``), so a client that never reads leaves its stream blocked in
+a write. At ``LAKE_QUERY_STALL_TIMEOUT_MS`` the replica ends those streams and
 releases their permits, and the tenant's next query is admitted.
 """
 
@@ -17,7 +18,13 @@ import pyarrow.flight as flight
 import pytest
 
 from lake_core.names import TableRef
-from tests.security.cluster import SecureCluster, bearer, on_data_plane, statement
+from tests.security.cluster import (
+    NEVER_READING,
+    SecureCluster,
+    bearer,
+    on_data_plane,
+    statement,
+)
 from tests.security.conftest import DOGET_PATHS, sdk
 from tools.lake_testing.servers import LakeProcess
 
@@ -67,7 +74,7 @@ def planned(
         info = planner.get_flight_info(
             statement(f"SELECT * FROM {TABLE.qualified}"), bearer(secure.tokens[user])
         )
-    return secure.doget(replica), info.endpoints[0].ticket
+    return secure.doget(replica, options=NEVER_READING), info.endpoints[0].ticket
 
 
 def refusal(secure: SecureCluster, replica: LakeProcess, user: str) -> str | None:

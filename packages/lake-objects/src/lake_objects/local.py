@@ -19,6 +19,7 @@ from lake_core.ids import new_operation_id
 from lake_core.models import DataLocation
 from lake_objects.descriptor import StageDescriptor
 from lake_objects.errors import LocationOutsideStage, ObjectNotFound, ObjectOverlong, PrematureEof
+from lake_objects.file_chunks import FileChunks, HashedFileChunks
 from lake_objects.progress import ProgressCallback, UploadProgress
 from lake_objects.reader import ObjectReader
 from lake_objects.source import FileUpload
@@ -29,44 +30,6 @@ __all__ = ["LOCAL_CHUNK_SIZE", "LocalObjectStore"]
 #: Copy and read size for local objects.
 LOCAL_CHUNK_SIZE = 4 * 1024 * 1024
 OBJECTS_DIR = "objects"
-
-
-class _FileChunks:
-    """Chunks of an open file, read (and optionally hashed) on a worker thread."""
-
-    def __init__(self, file: BinaryIO, remaining: int | None, hash_it: bool) -> None:
-        self._file = file
-        self._remaining = remaining
-        self._hasher = hashlib.sha256() if hash_it else None
-        self._probed_eof = False
-
-    def __aiter__(self) -> _FileChunks:
-        return self
-
-    def _read(self) -> bytes:
-        size = LOCAL_CHUNK_SIZE
-        if self._remaining is not None:
-            size = min(size, self._remaining)
-            if size == 0:
-                return b""
-        data = self._file.read(size)
-        if self._remaining is not None:
-            self._remaining -= len(data)
-        if self._hasher is not None and data:
-            self._hasher.update(data)
-        return data
-
-    async def __anext__(self) -> bytes:
-        data = await asyncio.to_thread(self._read)
-        if not data:
-            raise StopAsyncIteration
-        return data
-
-    def sha256_hexdigest(self) -> str:
-        return self._hasher.hexdigest() if self._hasher is not None else ""
-
-    async def aclose(self) -> None:
-        self._file.close()
 
 
 class LocalObjectStore(ManagedObjectStore):
@@ -137,7 +100,7 @@ class LocalObjectStore(ManagedObjectStore):
 
     async def _open(self, location: DataLocation, name: str) -> ObjectReader:
         file = await self._open_file(name)
-        return ObjectReader(location, _FileChunks(file, None, True), hashed_chunks=True)
+        return ObjectReader(location, HashedFileChunks(file, LOCAL_CHUNK_SIZE), hashed_chunks=True)
 
     async def _open_range(
         self, location: DataLocation, name: str, start: int, end: int
@@ -154,7 +117,9 @@ class LocalObjectStore(ManagedObjectStore):
                 uri=location.uri,
             )
         await asyncio.to_thread(file.seek, start)
-        return ObjectReader(location, _FileChunks(file, end - start, False), start=start, end=end)
+        return ObjectReader(
+            location, FileChunks(file, end - start, LOCAL_CHUNK_SIZE), start=start, end=end
+        )
 
 
 def _write_and_hash(out: BinaryIO, hasher: hashlib._Hash, data: bytes) -> None:

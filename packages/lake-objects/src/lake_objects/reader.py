@@ -5,7 +5,8 @@ HTTP capability. A whole-object reader counts bytes and hashes them as they
 pass, and proves size and SHA-256 at EOF; a range reader proves it got
 exactly ``end - start`` bytes. Both raise a typed
 :class:`~lake_objects.errors.ObjectIntegrityError` and never hand out a byte
-beyond the declared length. Memory stays at one chunk whatever the size.
+beyond the declared length. Memory stays at a chunk or two whatever the size
+(a local whole-object read holds the next chunk read ahead).
 """
 
 from __future__ import annotations
