@@ -34,6 +34,7 @@ from lake_core.errors import (
 )
 from lake_iceberg.federation.cache import SnapshotCache
 from lake_iceberg.federation.config import FederationConfig
+from lake_iceberg.federation.contents import ManifestBytes
 from lake_iceberg.federation.counters import CounterSwitch, FederationCounters
 from lake_iceberg.federation.filters import to_iceberg_filter
 from lake_iceberg.federation.rest import RestClient
@@ -103,6 +104,8 @@ class IcebergFederation:
             SnapshotCache(counters=self.counters) if cache is None else cache
         )
         self._files = files
+        #: Manifest bytes read by this replica's direct reads (a manifest never changes).
+        self.manifests = ManifestBytes()
         # Extra client-side file-I/O properties (in-process tools only; never credentials
         # from configuration: Query reads with its workload identity).
         self._file_io = dict(file_io or {})
@@ -205,4 +208,5 @@ class IcebergFederation:
             properties,
             self.files,
             storage_timeout_s=self.config.s3_timeout_s,
+            manifests=self.manifests,
         )

@@ -61,6 +61,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.utils.concurrent import ExecutorFactory
 
 from lake_core.errors import DataCorrupted, LakeError, Unavailable, Unimplemented
+from lake_iceberg.federation.contents import ManifestBytes
 from lake_iceberg.federation.manifests import live_entries
 from lake_iceberg.federation.reader import (
     DataFileError,
@@ -134,6 +135,7 @@ class PinnedSnapshot:
         file_io: Mapping[str, str],
         files: PinFiles,
         storage_timeout_s: float = DEFAULT_STORAGE_TIMEOUT_S,
+        manifests: ManifestBytes | None = None,
     ) -> None:
         self.namespace = namespace
         self.table = table
@@ -144,6 +146,8 @@ class PinnedSnapshot:
         self._files = files
         #: The stall bound of direct reads and of the whole failure probe.
         self._timeout_s = storage_timeout_s
+        #: The replica's kept manifest bytes (lake_iceberg.federation.contents), if any.
+        self._manifests = manifests
         # None: a table without any snapshot yet (it reads as empty).
         self._snapshot = None if snapshot_id is None else metadata.snapshot_by_id(snapshot_id)
         assert snapshot_id is None or self._snapshot is not None, "the caller checked it exists"
@@ -324,7 +328,8 @@ class PinnedSnapshot:
         # All at once on pyiceberg's own planning pool, in order, as plan_files does.
         pool = ExecutorFactory.get_or_create()
         try:
-            for entries in pool.map(lambda manifest: live_entries(io, manifest), manifests):
+            kept = self._manifests
+            for entries in pool.map(lambda manifest: live_entries(io, manifest, kept), manifests):
                 for entry in entries:
                     if entry.data_file.record_count == 0:
                         continue  # as plan_files' metrics evaluator (empty files are skipped)
