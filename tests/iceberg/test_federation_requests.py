@@ -5,9 +5,9 @@ front of SeaweedFS, for a table pyiceberg wrote (its manifests record each
 file's column sizes). A small file whose columns read make up most of it is
 fetched in one GET after its HEAD (lake_iceberg.federation.reader.reads_whole);
 a narrow projection of a wide file fetches the footer and its column chunk
-only, as before. Both return pyiceberg's own rows. A manifest read once is
-not fetched again by a later scan of the replica (lake_iceberg.federation.contents);
-the manifest list and the data files are.
+only, as before. Both return pyiceberg's own rows. A manifest or manifest
+list read once is not fetched again by a later scan of the replica
+(lake_iceberg.federation.contents); the data files are.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import pytest
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
+from lake_iceberg.federation.contents import ManifestBytes, ManifestLists
 from tools.lake_testing.iceberg import SeaweedIceberg, in_process_federation
 from tools.lake_testing.s3proxy import S3Proxy
 
@@ -106,15 +107,17 @@ def test_a_manifest_read_once_is_not_fetched_again(counted: tuple[S3Proxy, Any, 
     proxy, federation, table = counted
     schema = pa.schema([("id", pa.int64()), ("payload", pa.string())])
     expected = sorted(table.scan().to_arrow().to_pylist(), key=by_id)
-    federation.manifests = type(federation.manifests)()  # none kept yet
+    federation.manifests = ManifestBytes()  # none kept yet
+    federation.manifest_lists = ManifestLists()
     first, first_files = _scan(proxy, federation, schema)
     lists, manifests = _metadata_requests(proxy)
     assert lists["GET"] == 1
     assert manifests["GET"] == FILES  # one manifest per append
     assert len(federation.manifests) == FILES
+    assert len(federation.manifest_lists) == 1
     again, again_files = _scan(proxy, federation, schema)
     lists, manifests = _metadata_requests(proxy)
-    assert lists["GET"] == 1  # the manifest list is read fresh each time
+    assert lists == Counter()  # the manifest list's manifests were kept
     assert manifests == Counter()  # every manifest came from the kept bytes
     assert again_files == first_files == Counter({"HEAD": FILES, "GET": FILES})
     assert sorted(again.to_pylist(), key=by_id) == sorted(first.to_pylist(), key=by_id) == expected

@@ -37,7 +37,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from lake_core.errors import DataCorrupted, VersionReclaimed
 from lake_iceberg.federation import IcebergFederation
-from lake_iceberg.federation.contents import ManifestBytes
+from lake_iceberg.federation.contents import ManifestBytes, ManifestLists
 from lake_iceberg.federation.manifests import live_entries
 from lake_iceberg.federation.scan import PinnedSnapshot
 from tools.lake_testing.iceberg import SeaweedIceberg, in_process_federation
@@ -141,10 +141,11 @@ def test_a_streamed_plan_equals_the_eager_plan_at_every_snapshot(
         got = [(t.file.file_path, t.file.record_count) for t in streamed]
         eager = [(t.file.file_path, t.file.record_count) for t in pinned._tasks(None)]
         assert got == eager, snapshot.snapshot_id
-        # Every manifest is kept now: this plan is decoded from the kept bytes alone.
+        # Every manifest and the list are kept now: this plan makes no metadata request.
         io = pinned._io()
         for manifest in snapshot.manifests(io):
             assert federation.manifests.get(manifest.manifest_path, manifest.manifest_length)
+        assert federation.manifest_lists.get(snapshot.manifest_list) is not None
         again = pinned._streamed_tasks(io)
         assert again is not None
         assert [(t.file.file_path, t.file.record_count) for t in again] == eager
@@ -212,6 +213,8 @@ def test_a_delete_manifest_is_planned_whole(
     federation: IcebergFederation, histories: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     name = f"h{SEEDS[0]}"
+    # Nothing kept from earlier reads: the (patched) manifest list is read.
+    monkeypatch.setattr(federation, "manifest_lists", ManifestLists())
     pinned = _pinned(federation, name, histories[name].metadata.current_snapshot_id)
     real = Snapshot.manifests
     deletes = SimpleNamespace(content=ManifestContent.DELETES, partition_spec_id=0)

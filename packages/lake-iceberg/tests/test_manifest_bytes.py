@@ -1,8 +1,11 @@
-"""ManifestBytes: kept by path and recorded length, bounded in bytes and per file."""
+"""ManifestBytes (by path and recorded length, bounded in bytes and per file) and
+ManifestLists (by path, bounded by manifests listed)."""
 
 from __future__ import annotations
 
-from lake_iceberg.federation.contents import ManifestBytes
+from pyiceberg.manifest import ManifestFile
+
+from lake_iceberg.federation.contents import ManifestBytes, ManifestLists
 
 
 def test_bytes_are_found_by_path_and_recorded_length() -> None:
@@ -43,3 +46,27 @@ def test_the_least_recently_used_go_first_and_the_total_stays_bounded() -> None:
     kept.put("a", 4, b"aaaa")  # kept already: counted once
     assert kept.nbytes == 8
     assert len(kept) == 2
+
+
+def _listed(count: int) -> list[ManifestFile]:
+    return [
+        ManifestFile.from_args(
+            manifest_path=f"s3://b/m{i}.avro", manifest_length=10, partition_spec_id=0
+        )
+        for i in range(count)
+    ]
+
+
+def test_manifest_lists_are_kept_by_path_and_bounded_by_manifests_listed() -> None:
+    lists = ManifestLists(capacity=5)
+    lists.put("s3://b/snap-1.avro", _listed(2))
+    lists.put("s3://b/snap-2.avro", _listed(3))
+    first = lists.get("s3://b/snap-1.avro")
+    assert first is not None
+    assert [m.manifest_path for m in first] == ["s3://b/m0.avro", "s3://b/m1.avro"]
+    lists.put("s3://b/snap-3.avro", _listed(1))  # 6 > 5 listed: snap-2 goes (least recent)
+    assert lists.get("s3://b/snap-2.avro") is None
+    assert lists.get("s3://b/snap-3.avro") is not None
+    lists.put("s3://b/huge.avro", _listed(6))  # longer than the whole bound: not kept
+    assert lists.get("s3://b/huge.avro") is None
+    assert len(lists) == 2

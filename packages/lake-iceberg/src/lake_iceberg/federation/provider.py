@@ -34,8 +34,9 @@ from lake_core.errors import (
 )
 from lake_iceberg.federation.cache import SnapshotCache
 from lake_iceberg.federation.config import FederationConfig
-from lake_iceberg.federation.contents import ManifestBytes
+from lake_iceberg.federation.contents import ManifestBytes, ManifestLists
 from lake_iceberg.federation.counters import CounterSwitch, FederationCounters
+from lake_iceberg.federation.fileios import FileIOs
 from lake_iceberg.federation.filters import to_iceberg_filter
 from lake_iceberg.federation.rest import RestClient
 from lake_iceberg.federation.scan import PinFiles, PinnedSnapshot
@@ -106,6 +107,10 @@ class IcebergFederation:
         self._files = files
         #: Manifest bytes read by this replica's direct reads (a manifest never changes).
         self.manifests = ManifestBytes()
+        #: The manifests each manifest list names, as read by this replica (never rewritten).
+        self.manifest_lists = ManifestLists()
+        #: FileIOs (S3 clients and their connections) reused across this replica's reads.
+        self.file_ios = FileIOs()
         # Extra client-side file-I/O properties (in-process tools only; never credentials
         # from configuration: Query reads with its workload identity).
         self._file_io = dict(file_io or {})
@@ -209,4 +214,6 @@ class IcebergFederation:
             self.files,
             storage_timeout_s=self.config.s3_timeout_s,
             manifests=self.manifests,
+            file_ios=self.file_ios,
+            manifest_lists=self.manifest_lists,
         )
