@@ -59,6 +59,11 @@ class IcebergTable:
     def snapshot_id(self) -> int | None:
         return None if self._pinned is None else self._pinned.snapshot_id
 
+    @property
+    def version(self) -> str | None:
+        """The metadata file loaded (a new one with every upstream commit, schema changes too)."""
+        return None if self._pinned is None else self._pinned.metadata_location
+
     def provider(self, filters: Sequence[Any] = ()) -> Any:
         """A DataFusion table provider; ``filters`` (DataFusion exprs) prune data files."""
         if self._pinned is None:

@@ -164,6 +164,11 @@ class PinnedSnapshot:
         return f"PinnedSnapshot(iceberg.{self.namespace}.{self.table}@{self.snapshot_id})"
 
     @property
+    def metadata_location(self) -> str:
+        """The table metadata file this snapshot was loaded from."""
+        return self._location
+
+    @property
     def schema(self) -> Any:
         """The snapshot's own Iceberg schema."""
         schema_id = None if self._snapshot is None else self._snapshot.schema_id
