@@ -5,7 +5,9 @@ front of SeaweedFS, for a table pyiceberg wrote (its manifests record each
 file's column sizes). A small file whose columns read make up most of it is
 fetched in one GET after its HEAD (lake_iceberg.federation.reader.reads_whole);
 a narrow projection of a wide file fetches the footer and its column chunk
-only, as before. Both return pyiceberg's own rows.
+only, as before. Both return pyiceberg's own rows. A manifest or manifest
+list read once is not fetched again by a later scan of the replica
+(lake_iceberg.federation.contents); the data files are.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import pytest
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField, StringType
 
+from lake_iceberg.federation.contents import ManifestBytes, ManifestLists
 from tools.lake_testing.iceberg import SeaweedIceberg, in_process_federation
 from tools.lake_testing.s3proxy import S3Proxy
 
@@ -87,3 +90,34 @@ def test_a_narrow_projection_fetches_its_chunks_only(counted: tuple[S3Proxy, Any
     rows, per_file = _scan(proxy, federation, pa.schema([("id", pa.int64())]))
     assert sorted(rows.column("id").to_pylist()) == list(range(FILES * ROWS))
     assert per_file == Counter({"HEAD": FILES, "GET": 2 * FILES})  # the footer, then the chunk
+
+
+def _metadata_requests(proxy: S3Proxy) -> tuple[Counter[str], Counter[str]]:
+    """Requests for the manifest list(s) and for manifests, by method."""
+    lists: Counter[str] = Counter()
+    manifests: Counter[str] = Counter()
+    for (method, path), count in proxy.paths.items():
+        name = path.rsplit("/", 1)[-1]
+        if name.endswith(".avro"):
+            (lists if name.startswith("snap-") else manifests)[method] += count
+    return lists, manifests
+
+
+def test_a_manifest_read_once_is_not_fetched_again(counted: tuple[S3Proxy, Any, Any]) -> None:
+    proxy, federation, table = counted
+    schema = pa.schema([("id", pa.int64()), ("payload", pa.string())])
+    expected = sorted(table.scan().to_arrow().to_pylist(), key=by_id)
+    federation.manifests = ManifestBytes()  # none kept yet
+    federation.manifest_lists = ManifestLists()
+    first, first_files = _scan(proxy, federation, schema)
+    lists, manifests = _metadata_requests(proxy)
+    assert lists["GET"] == 1
+    assert manifests["GET"] == FILES  # one manifest per append
+    assert len(federation.manifests) == FILES
+    assert len(federation.manifest_lists) == 1
+    again, again_files = _scan(proxy, federation, schema)
+    lists, manifests = _metadata_requests(proxy)
+    assert lists == Counter()  # the manifest list's manifests were kept
+    assert manifests == Counter()  # every manifest came from the kept bytes
+    assert again_files == first_files == Counter({"HEAD": FILES, "GET": FILES})
+    assert sorted(again.to_pylist(), key=by_id) == sorted(first.to_pylist(), key=by_id) == expected

@@ -8,7 +8,8 @@ overwrites, deletes (copy-on-write, so manifests hold DELETED and EXISTING
 entries), an append of no rows and an added column. At every snapshot of
 every history, the streamed files equal the eager plan's (pyiceberg's
 ``plan_files``), in order, and the rows read equal pyiceberg's ``to_arrow``
-as a multiset. Then the cases that must not stream or must fail typed: a
+as a multiset; a second streamed plan, decoded from the manifest bytes the
+replica kept (lake_iceberg.federation.contents), equals it too. Then the cases that must not stream or must fail typed: a
 delete manifest and an identity partition fall back to the eager plan, a
 manifest gone from storage is DataCorrupted, an expired snapshot is still
 VersionReclaimed before any read.
@@ -36,6 +37,7 @@ from pyiceberg.types import LongType, NestedField, StringType
 
 from lake_core.errors import DataCorrupted, VersionReclaimed
 from lake_iceberg.federation import IcebergFederation
+from lake_iceberg.federation.contents import ManifestBytes, ManifestLists
 from lake_iceberg.federation.manifests import live_entries
 from lake_iceberg.federation.scan import PinnedSnapshot
 from tools.lake_testing.iceberg import SeaweedIceberg, in_process_federation
@@ -139,6 +141,14 @@ def test_a_streamed_plan_equals_the_eager_plan_at_every_snapshot(
         got = [(t.file.file_path, t.file.record_count) for t in streamed]
         eager = [(t.file.file_path, t.file.record_count) for t in pinned._tasks(None)]
         assert got == eager, snapshot.snapshot_id
+        # Every manifest and the list are kept now: this plan makes no metadata request.
+        io = pinned._io()
+        for manifest in snapshot.manifests(io):
+            assert federation.manifests.get(manifest.manifest_path, manifest.manifest_length)
+        assert federation.manifest_lists.get(snapshot.manifest_list) is not None
+        again = pinned._streamed_tasks(io)
+        assert again is not None
+        assert [(t.file.file_path, t.file.record_count) for t in again] == eager
         # The rows read equal pyiceberg's own scan of the same snapshot.
         schema = table.scan(snapshot_id=snapshot.snapshot_id).projection().as_arrow()
         promised = pa.schema(
@@ -185,10 +195,14 @@ def test_live_entries_equal_pyiceberg_fetch_manifest_entry(
         for snapshot in table.metadata.snapshots
         for manifest in snapshot.manifests(table.io)
     ]
+    kept = ManifestBytes()
     for io, manifest in manifests + manifests[::-1]:
         ours = [_plain(e) for e in live_entries(io, manifest)]
         theirs = [_plain(e) for e in manifest.fetch_manifest_entry(io, discard_deleted=True)]
         assert ours == theirs, manifest.manifest_path
+        # Read again from bytes kept by the first pass (filled on it).
+        assert [_plain(e) for e in live_entries(io, manifest, kept)] == theirs
+    assert len(kept) == len({m.manifest_path for _, m in manifests})
     pinned = _pinned(federation, "bucketed", bucketed.metadata.current_snapshot_id)
     streamed = pinned._streamed_tasks(pinned._io())
     assert streamed is not None  # a bucket keeps its values in the files
@@ -199,6 +213,8 @@ def test_a_delete_manifest_is_planned_whole(
     federation: IcebergFederation, histories: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     name = f"h{SEEDS[0]}"
+    # Nothing kept from earlier reads: the (patched) manifest list is read.
+    monkeypatch.setattr(federation, "manifest_lists", ManifestLists())
     pinned = _pinned(federation, name, histories[name].metadata.current_snapshot_id)
     real = Snapshot.manifests
     deletes = SimpleNamespace(content=ManifestContent.DELETES, partition_spec_id=0)

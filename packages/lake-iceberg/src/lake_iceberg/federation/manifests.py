@@ -15,6 +15,10 @@ Everything else is pyiceberg's own: the read schema, record types, enums
 and sequence-number inheritance of ``fetch_manifest_entry``. The streamed
 plan that uses this (lake_iceberg.federation.scan) is compared with
 pyiceberg's ``plan_files`` by tests/iceberg/test_federation_streamed_plan.py.
+
+Given a :class:`~lake_iceberg.federation.contents.ManifestBytes`, a manifest
+already read under the same path and recorded length is decoded from the
+bytes kept there instead of being fetched again (a manifest never changes).
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ from pyiceberg.manifest import (
 )
 from pyiceberg.schema import Schema
 
+from lake_iceberg.federation.contents import ManifestBytes
+
 __all__ = ["READER_TREES", "live_entries"]
 
 #: Distinct manifest schemas (one per table and partition spec) whose reader trees are kept.
@@ -54,11 +60,18 @@ _lock = threading.Lock()
 
 
 class _ReusedReaderFile(AvroFile[ManifestEntry]):
-    """pyiceberg's AvroFile, resolving each distinct embedded schema once."""
+    """pyiceberg's AvroFile, resolving each distinct embedded schema once.
+
+    ``content``: the file's bytes, when already at hand (not fetched again).
+    """
+
+    content: bytes | None = None
 
     def __enter__(self) -> _ReusedReaderFile:
-        with self.input_file.open() as stream:
-            self.decoder = new_decoder(stream.read())
+        if self.content is None:
+            with self.input_file.open() as stream:
+                self.content = stream.read()
+        self.decoder = new_decoder(self.content)
         self.header = self._read_header()
         text = self.header.meta.get(_SCHEMA_KEY)
         tree = None if text is None else _recall(text)
@@ -72,16 +85,26 @@ class _ReusedReaderFile(AvroFile[ManifestEntry]):
         return self
 
 
-def live_entries(io: FileIO, manifest: ManifestFile) -> list[ManifestEntry]:
-    """``manifest.fetch_manifest_entry(io, discard_deleted=True)``, with a reused reader tree."""
-    with _ReusedReaderFile(
-        io.new_input(manifest.manifest_path), _READ_SCHEMA, _READ_TYPES, _READ_ENUMS
-    ) as reader:
-        return [
+def live_entries(
+    io: FileIO, manifest: ManifestFile, contents: ManifestBytes | None = None
+) -> list[ManifestEntry]:
+    """``manifest.fetch_manifest_entry(io, discard_deleted=True)``, with a reused reader tree.
+
+    ``contents``: manifest bytes kept by this replica, consulted and filled.
+    """
+    path, length = manifest.manifest_path, manifest.manifest_length
+    file = _ReusedReaderFile(io.new_input(path), _READ_SCHEMA, _READ_TYPES, _READ_ENUMS)
+    if contents is not None:
+        file.content = contents.get(path, length)
+    with file as reader:
+        entries = [
             _inherit_from_manifest(entry, manifest)
             for entry in reader
             if entry.status != ManifestEntryStatus.DELETED
         ]
+    if contents is not None and file.content is not None:
+        contents.put(path, length, file.content)  # only once it decoded whole
+    return entries
 
 
 def _recall(text: str) -> tuple[Schema, Reader] | None:

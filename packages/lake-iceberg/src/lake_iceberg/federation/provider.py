@@ -34,7 +34,9 @@ from lake_core.errors import (
 )
 from lake_iceberg.federation.cache import SnapshotCache
 from lake_iceberg.federation.config import FederationConfig
+from lake_iceberg.federation.contents import ManifestBytes, ManifestLists
 from lake_iceberg.federation.counters import CounterSwitch, FederationCounters
+from lake_iceberg.federation.fileios import FileIOs
 from lake_iceberg.federation.filters import to_iceberg_filter
 from lake_iceberg.federation.rest import RestClient
 from lake_iceberg.federation.scan import PinFiles, PinnedSnapshot
@@ -56,6 +58,11 @@ class IcebergTable:
     @property
     def snapshot_id(self) -> int | None:
         return None if self._pinned is None else self._pinned.snapshot_id
+
+    @property
+    def version(self) -> str | None:
+        """The metadata file loaded (a new one with every upstream commit, schema changes too)."""
+        return None if self._pinned is None else self._pinned.metadata_location
 
     def provider(self, filters: Sequence[Any] = ()) -> Any:
         """A DataFusion table provider; ``filters`` (DataFusion exprs) prune data files."""
@@ -103,6 +110,12 @@ class IcebergFederation:
             SnapshotCache(counters=self.counters) if cache is None else cache
         )
         self._files = files
+        #: Manifest bytes read by this replica's direct reads (a manifest never changes).
+        self.manifests = ManifestBytes()
+        #: The manifests each manifest list names, as read by this replica (never rewritten).
+        self.manifest_lists = ManifestLists()
+        #: FileIOs (S3 clients and their connections) reused across this replica's reads.
+        self.file_ios = FileIOs()
         # Extra client-side file-I/O properties (in-process tools only; never credentials
         # from configuration: Query reads with its workload identity).
         self._file_io = dict(file_io or {})
@@ -205,4 +218,7 @@ class IcebergFederation:
             properties,
             self.files,
             storage_timeout_s=self.config.s3_timeout_s,
+            manifests=self.manifests,
+            file_ios=self.file_ios,
+            manifest_lists=self.manifest_lists,
         )

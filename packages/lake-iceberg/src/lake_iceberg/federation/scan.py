@@ -61,6 +61,8 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.utils.concurrent import ExecutorFactory
 
 from lake_core.errors import DataCorrupted, LakeError, Unavailable, Unimplemented
+from lake_iceberg.federation.contents import ManifestBytes, ManifestLists
+from lake_iceberg.federation.fileios import FileIOs
 from lake_iceberg.federation.manifests import live_entries
 from lake_iceberg.federation.reader import (
     DataFileError,
@@ -134,6 +136,9 @@ class PinnedSnapshot:
         file_io: Mapping[str, str],
         files: PinFiles,
         storage_timeout_s: float = DEFAULT_STORAGE_TIMEOUT_S,
+        manifests: ManifestBytes | None = None,
+        file_ios: FileIOs | None = None,
+        manifest_lists: ManifestLists | None = None,
     ) -> None:
         self.namespace = namespace
         self.table = table
@@ -144,6 +149,11 @@ class PinnedSnapshot:
         self._files = files
         #: The stall bound of direct reads and of the whole failure probe.
         self._timeout_s = storage_timeout_s
+        #: The replica's kept manifest bytes (lake_iceberg.federation.contents), if any.
+        self._manifests = manifests
+        self._manifest_lists = manifest_lists
+        #: The replica's reused FileIOs (lake_iceberg.federation.fileios); None: one per call.
+        self._file_ios = file_ios
         # None: a table without any snapshot yet (it reads as empty).
         self._snapshot = None if snapshot_id is None else metadata.snapshot_by_id(snapshot_id)
         assert snapshot_id is None or self._snapshot is not None, "the caller checked it exists"
@@ -152,6 +162,11 @@ class PinnedSnapshot:
 
     def __repr__(self) -> str:
         return f"PinnedSnapshot(iceberg.{self.namespace}.{self.table}@{self.snapshot_id})"
+
+    @property
+    def metadata_location(self) -> str:
+        """The table metadata file this snapshot was loaded from."""
+        return self._location
 
     @property
     def schema(self) -> Any:
@@ -288,7 +303,8 @@ class PinnedSnapshot:
     def _streamed_tasks(self, io: FileIO) -> Iterator[FileScanTask] | None:
         """The snapshot's data files as its manifests are read; None: plan them whole.
 
-        Reads the manifest list now (one request). A stream yields exactly
+        Reads the manifest list now (one request, unless this replica kept
+        what it lists: :class:`~lake_iceberg.federation.contents.ManifestLists`). A stream yields exactly
         what :meth:`_tasks` returns without a filter, in the same order: the
         live, non-empty entries of every manifest (what ``plan_files`` keeps
         when nothing is filtered), read all at once on pyiceberg's planning
@@ -303,8 +319,10 @@ class PinnedSnapshot:
         plan handed such a snapshot to iceberg-rust's scan instead).
         """
         assert self._snapshot is not None
+        path = self._snapshot.manifest_list
+        kept = None if self._manifest_lists is None else self._manifest_lists.get(path)
         try:
-            manifests = self._snapshot.manifests(io)
+            manifests = self._snapshot.manifests(io) if kept is None else list(kept)
         except FileNotFoundError:  # the manifest list of a retained snapshot is gone
             raise self.corrupted() from None
         except OSError:
@@ -316,6 +334,8 @@ class PinnedSnapshot:
             for manifest in manifests
         ):
             return None
+        if kept is None and self._manifest_lists is not None:
+            self._manifest_lists.put(path, manifests)
         return self._stream(io, manifests)
 
     def _stream(self, io: FileIO, manifests: Sequence[ManifestFile]) -> Iterator[FileScanTask]:
@@ -324,7 +344,8 @@ class PinnedSnapshot:
         # All at once on pyiceberg's own planning pool, in order, as plan_files does.
         pool = ExecutorFactory.get_or_create()
         try:
-            for entries in pool.map(lambda manifest: live_entries(io, manifest), manifests):
+            kept = self._manifests
+            for entries in pool.map(lambda manifest: live_entries(io, manifest, kept), manifests):
                 for entry in entries:
                     if entry.data_file.record_count == 0:
                         continue  # as plan_files' metrics evaluator (empty files are skipped)
@@ -443,6 +464,8 @@ class PinnedSnapshot:
         return found
 
     def _io(self) -> FileIO:
+        if self._file_ios is not None:
+            return self._file_ios.get(self._file_io, self._location)
         return load_file_io(self._file_io, self._location)
 
     def _tasks(self, row_filter: BooleanExpression | None) -> list[FileScanTask]:

@@ -68,6 +68,10 @@ class ExternalTable(Protocol):
     @property
     def snapshot_id(self) -> int | None: ...
 
+    @property
+    def version(self) -> str | None:
+        """The table's metadata as loaded (changes with every upstream commit); None: unknown."""
+
     def provider(self, filters: Sequence[Any] = ()) -> Any:
         """A DataFusion table provider; ``filters`` are DataFusion exprs above its scan."""
 
@@ -161,6 +165,26 @@ class ExternalTables:
         except LakeError as exc:
             self.error = self.error or exc
             raise
+
+    def resolve(self, catalog: str, namespace: str, name: str) -> ExternalTable:
+        """One table resolved now, without DataFusion, with the checks of a lookup from it.
+
+        Planning: the plug-in's current snapshot (``Planner``'s plain-projection
+        fast path); execution: the ticket's pin. Memoized like a lookup.
+        """
+        key = (catalog, namespace, name)
+        with self._lock:
+            found = self._tables.get(key)
+            if found is None:
+                found = self._resolve(key)
+                self._tables[key] = found
+            return found
+
+    def version(self, key: Key) -> str | None:
+        """The metadata version of a table this request resolved (None: unknown or unresolved)."""
+        with self._lock:
+            found = self._tables.get(key)
+        return None if found is None else getattr(found, "version", None)
 
     def resolve_pins(self) -> None:
         """Resolve every table the ticket pins now, without DataFusion (execution only).

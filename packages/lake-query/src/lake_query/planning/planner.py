@@ -13,7 +13,7 @@ Everything here blocks: callers run it off the event loop.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 from datafusion import SessionContext, SQLOptions
@@ -51,6 +51,21 @@ from lake_query.results import coalesce_batches
 from lake_query.statements import reject_writes, sql_error
 
 __all__ = ["Planner", "ResultStream", "read_only_options"]
+
+
+class PlainExternal(NamedTuple):
+    """A statement planned as a plain projection of one external table, at one version."""
+
+    table: tuple[str, str, str]
+    #: The table's metadata as planned (``ExternalTable.version``): any upstream
+    #: commit, a schema change without a new snapshot included, changes it.
+    version: str
+    schema: pa.Schema
+
+
+def _statement(spec: QuerySpec) -> QuerySpec:
+    """``spec``'s text alone (SQL and bound parameters), the key of a statement."""
+    return QuerySpec(sql=spec.sql, params_ipc=spec.params_ipc)
 
 
 class ResultStream:
@@ -197,6 +212,9 @@ class Planner:
         self._direct: DirectPlans[DirectScan] = DirectPlans()
         #: Result schemas of plain projections of one external table (no DataFusion at DoGet).
         self._plain_external: DirectPlans[pa.Schema] = DirectPlans()
+        #: The same statements by their text (SQL and parameters, nothing pinned): planning
+        #: them again at the snapshot they were planned at needs no DataFusion either.
+        self._plain_statements: DirectPlans[PlainExternal] = DirectPlans()
         self.memory = MemoryBudget(
             self.limits.memory_limit_bytes, self.limits.memory_wait_ms / 1000
         )
@@ -224,6 +242,9 @@ class Planner:
             planned = self._plan_lookup(spec, principal)
             if planned is not None:
                 return planned
+        planned_before = self._plan_plain_external(spec, principal)
+        if planned_before is not None:
+            return planned_before
         binder = PlanningBinder(principal, self._datasets, self._resolve, self._list)
         external = ExternalTables(principal, self.external) if self.external else None
         budget = FunctionBudget(self.limits.max_function_output_bytes)
@@ -243,12 +264,43 @@ class Planner:
             and plain_projection(df, schema)
         ):
             self._plain_external.remember(planned, schema)
+            pin = planned.external[0]
+            version = external.version((str(pin.catalog), pin.namespace, pin.table))
+            if version is not None:
+                self._plain_statements.remember(
+                    _statement(spec),
+                    PlainExternal((str(pin.catalog), pin.namespace, pin.table), version, schema),
+                )
         direct = direct_plan(df, opened, schema)
         parts: tuple[tuple[int, ...], ...] = ()
         if direct is not None:
             self._direct.remember(planned, direct)
             parts = fragment_ranges(opened[0], direct, self.partitions)
         return PlannedQuery(spec=planned, schema=schema, partitions=parts)
+
+    def _plan_plain_external(self, spec: QuerySpec, principal: Principal) -> PlannedQuery | None:
+        """``spec`` planned without DataFusion, if this replica planned its text before as a
+        plain projection of one external table and that table is at the same snapshot now.
+
+        What full planning would return: the table is resolved exactly as a
+        lookup from DataFusion resolves it (the principal's grant, the plug-in's
+        current snapshot), and a plan of the same text over the same table
+        metadata has the same schema. Flight SQL clients such as ADBC prepare a
+        statement and then execute it, which planned it twice. Any upstream
+        commit since (another metadata version): None.
+        """
+        if not self.external:
+            return None
+        known = self._plain_statements.recall(_statement(spec))
+        if known is None:
+            return None
+        external = ExternalTables(principal, self.external)
+        external.resolve(*known.table)  # authorizes; TableNotFound as planning raises it
+        if external.version(known.table) != known.version:
+            return None  # committed to since: DataFusion plans it again
+        planned = spec.model_copy(update={"pins": (), "external": external.pins()})
+        self._plain_external.remember(planned, known.schema)  # for this replica's DoGet
+        return PlannedQuery(spec=planned, schema=known.schema, partitions=())
 
     def _plan_lookup(self, spec: QuerySpec, principal: Principal) -> PlannedQuery | None:
         """``spec`` planned as a key lookup, or None: DataFusion plans it (errors included)."""
