@@ -24,7 +24,6 @@ fails at startup instead of silently testing nothing.
 
 from __future__ import annotations
 
-import logging
 import os
 import signal
 import sys
@@ -172,8 +171,6 @@ class Faults:
         if point not in self.points:
             return
         # Straight to stderr: a logger may buffer or hand off to a thread that never runs.
-        for handler in logging.getLogger().handlers:
-            handler.flush()  # records a writer thread still holds (lake_core.logwriter)
         print(f"lake fault point reached: {point} (exit {CRASH_EXIT_CODE})", file=sys.stderr)
         sys.stderr.flush()
         os._exit(CRASH_EXIT_CODE)

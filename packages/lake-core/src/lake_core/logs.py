@@ -29,7 +29,6 @@ import structlog
 
 from lake_core.config import LOG_FORMAT, LOG_LEVEL
 from lake_core.errors import ConfigError
-from lake_core.logwriter import BackgroundHandler
 
 __all__ = [
     "LogFormat",
@@ -148,17 +147,10 @@ class _JsonLines(io.TextIOBase):
         return False
 
 
-def configure_logging(
-    level: int = logging.INFO,
-    env: Mapping[str, str] = os.environ,
-    *,
-    background: bool = False,
-) -> LogFormat:
+def configure_logging(level: int = logging.INFO, env: Mapping[str, str] = os.environ) -> LogFormat:
     """Route structlog and stdlib logging to one handler on stderr; return the format.
 
     ``LAKE_LOG_LEVEL`` overrides ``level``; a bad value is a ConfigError.
-    ``background``: records are rendered and written by a writer thread
-    (:mod:`lake_core.logwriter`), for servers that log on a latency path.
     """
     fmt, level = log_settings(env, level)
     _state["format"] = fmt
@@ -197,14 +189,9 @@ def configure_logging(
         if not isinstance(sys.stderr, _JsonLines):
             sys.stderr = _JsonLines(stderr, "stderr")
         logging.captureWarnings(True)
-    handler: logging.Handler = logging.StreamHandler(sys.stderr)
+    handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter)
-    if background:
-        handler = BackgroundHandler(handler)
     root = logging.getLogger()
-    for old in root.handlers:
-        if isinstance(old, BackgroundHandler):
-            old.close()  # configured again (tests): its writer thread ends
     root.handlers[:] = [handler]
     root.setLevel(level)
     return fmt

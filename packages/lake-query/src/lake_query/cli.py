@@ -206,8 +206,7 @@ def query(addr: str, metadata_addr: str, log_level: str, data_dir: str | None) -
     """Run a Lake Query replica (Flight SQL over DataFusion)."""
     telemetry: ProcessTelemetry | None = None
     try:
-        # Point queries log on their critical path: lines are written by a writer thread.
-        configure_logging(getattr(logging, log_level.upper(), logging.INFO), background=True)
+        configure_logging(getattr(logging, log_level.upper(), logging.INFO))
         tune_allocator()
         telemetry = ProcessTelemetry.load("lake-query")
         config = QueryConfig.load(addr, metadata_addr, data_dir=data_dir)
