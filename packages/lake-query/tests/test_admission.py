@@ -221,6 +221,68 @@ async def test_threads_trying_beside_the_loop_never_exceed_a_limit() -> None:
     assert (admission.running, admission.tracked_tenants) == (0, 0)
 
 
+@pytest.mark.asyncio
+async def test_a_permit_nobody_waits_behind_is_released_off_the_loop() -> None:
+    admission = Admission(limits(max_concurrent=1, per_tenant=1, queue_timeout_ms=5_000))
+    loop = asyncio.get_running_loop()
+    idle = admission.try_acquire("a")
+    assert idle is not None
+    # From another thread, with nobody queued: released there and then.
+    assert await loop.run_in_executor(None, idle.release_if_unwaited)
+    assert (admission.running, admission.tracked_tenants) == (0, 0)
+    assert idle.release_if_unwaited()  # idempotent
+    idle.release()
+    assert admission.running == 0
+
+    held = admission.try_acquire("a")
+    assert held is not None
+    queued = asyncio.create_task(admission.acquire("b"))
+    await asyncio.sleep(0.02)
+    # A waiter is woken on the loop only: the thread leaves the release to it.
+    assert not await loop.run_in_executor(None, held.release_if_unwaited)
+    assert admission.running == 1
+    assert not queued.done()
+    loop.call_soon_threadsafe(held.release)  # what the data plane's releaser does next
+    (await queued).release()
+    assert (admission.running, admission.tracked_tenants) == (0, 0)
+
+
+@pytest.mark.asyncio
+async def test_threads_releasing_off_the_loop_never_exceed_a_limit() -> None:
+    """As the data plane releases: off the loop when unwaited, else on it."""
+    admission = Admission(limits(max_concurrent=3, per_tenant=2, queue_timeout_ms=5_000))
+    loop = asyncio.get_running_loop()
+    peak = {"running": 0}
+    stop = threading.Event()
+
+    def thread_side(tenant: str) -> int:
+        taken = 0
+        while not stop.is_set():
+            permit = admission.try_acquire(tenant)
+            if permit is not None:
+                taken += 1
+                peak["running"] = max(peak["running"], admission.running)
+                if not permit.release_if_unwaited():
+                    loop.call_soon_threadsafe(permit.release)
+        return taken
+
+    async def loop_side(tenant: str) -> None:
+        for _ in range(200):
+            permit = await admission.acquire(tenant)
+            peak["running"] = max(peak["running"], admission.running)
+            await asyncio.sleep(0)
+            permit.release()
+
+    threads = [loop.run_in_executor(None, thread_side, t) for t in ("a", "b", "c")]
+    await asyncio.gather(*(loop_side(t) for t in ("a", "b", "c", "d")))
+    stop.set()
+    taken = await asyncio.gather(*threads)
+    await asyncio.sleep(0.05)
+    assert sum(taken) > 0
+    assert peak["running"] <= 3
+    assert (admission.running, admission.tracked_tenants) == (0, 0)
+
+
 class FakeContext:
     def __init__(self) -> None:
         self.aborted: list[tuple[grpc.StatusCode, str]] = []

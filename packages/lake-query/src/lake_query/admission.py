@@ -177,9 +177,28 @@ class Permit:
         return self._released
 
     def release(self) -> None:
-        if not self._released:
+        """Release on the loop (which wakes a waiter, if any)."""
+        with self._admission._lock:
+            if self._released:
+                return
             self._released = True
             self._admission._release(self._tenant)
+
+    def release_if_unwaited(self) -> bool:
+        """Release from any thread when nobody waits for either slot; False: not done.
+
+        Waiters are woken on the loop only, so with one queued the caller
+        hands :meth:`release` to the loop instead. A DoGet on the data plane
+        thus ends without a wake-up of the loop on an uncontended replica.
+        """
+        with self._admission._lock:
+            if self._released:
+                return True
+            if not self._admission._unwaited(self._tenant):
+                return False
+            self._released = True
+            self._admission._release(self._tenant)
+            return True
 
 
 class Admission:
@@ -301,6 +320,11 @@ class Admission:
         series.ADMISSION_REFUSED.inc(gate=gate)
         self.refused += 1
         log.info("query refused", gate=gate, waited_ms=round(waited, 1))
+
+    def _unwaited(self, tenant: str) -> bool:
+        """Whether nobody waits at the global gate or ``tenant``'s (the lock is held)."""
+        gate = self._tenants.get(tenant)
+        return not self._global.waiting and (gate is None or not gate.waiting)
 
     def _release(self, tenant: str) -> None:
         with self._lock:

@@ -181,8 +181,11 @@ def releaser(loop: asyncio.AbstractEventLoop, permit: Permit) -> Callable[[], No
     """A thread-safe release of ``permit``, whose admission gates live on ``loop``."""
 
     def release() -> None:
-        # Permit.release is idempotent on the loop. RuntimeError: the loop is
-        # closed, the process is exiting.
+        # Here when nobody queues for the slots (no wake-up of the loop on every
+        # DoGet's end), else on the loop, which wakes the next waiter. Both are
+        # idempotent. RuntimeError: the loop is closed, the process is exiting.
+        if permit.release_if_unwaited():
+            return
         with contextlib.suppress(RuntimeError):
             loop.call_soon_threadsafe(permit.release)
 
