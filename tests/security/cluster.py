@@ -33,20 +33,12 @@ from lake_core.config import QUERY_DATA_ADDR
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2
+from tools.lake_testing.dataplane import GrpcOptions
 from tools.lake_testing.servers import LakeProcess, free_port, start_meta, start_query
 from tools.lake_testing.tls import TestCA
 
 META_NAME = "lake-meta.test"
 QUERY_NAME = "lake-query.test"
-#: gRPC channel arguments, as pyarrow's ``generic_options`` takes them.
-GrpcOptions = list[tuple[str, str | int]]
-#: Channels of clients that stop reading to hold a stream (and its permit).
-#: gRPC's BDP probe grows a channel's receive window to the bandwidth-delay
-#: product it measures, which late ping answers on a loaded machine inflate:
-#: the window then took a whole ~20 MB result in, unread, the server rightly
-#: finished the stream (no message waited) and its permit was free again. The
-#: default 64 KiB window keeps such a result blocked in a server write.
-NEVER_READING: GrpcOptions = [("grpc.http2.bdp_probe", 0)]
 
 
 RUNS = TableRef("acme_ops", "runs")

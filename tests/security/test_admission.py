@@ -21,13 +21,13 @@ import pytest
 
 from lake_core.names import TableRef
 from tests.security.cluster import (
-    NEVER_READING,
     SecureCluster,
     bearer,
     on_data_plane,
     statement,
 )
 from tests.security.conftest import DOGET_PATHS, sdk
+from tools.lake_testing.dataplane import NEVER_READING
 from tools.lake_testing.servers import LakeProcess
 
 QUEUE_TIMEOUT_MS = 100

@@ -6,7 +6,17 @@ import json
 
 from tools.lake_testing.servers import LakeProcess
 
-__all__ = ["data_plane_streams"]
+__all__ = ["NEVER_READING", "GrpcOptions", "data_plane_streams"]
+
+#: gRPC channel arguments, as pyarrow's ``generic_options`` takes them.
+GrpcOptions = list[tuple[str, str | int]]
+#: Channels of clients that stop reading to hold a stream (and its permit or a
+#: drain) open. gRPC's BDP probe grows a channel's receive window to the
+#: bandwidth-delay product it measures, which late ping answers on a loaded
+#: machine inflate: the window then took a whole ~20 MB result in, unread, the
+#: server rightly finished the stream (no message waited). The default 64 KiB
+#: window keeps such a result blocked in a server write.
+NEVER_READING: GrpcOptions = [("grpc.http2.bdp_probe", 0)]
 
 
 def data_plane_streams(process: LakeProcess) -> int:

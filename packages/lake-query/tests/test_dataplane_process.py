@@ -1,7 +1,8 @@
 """The native data plane in a real ``lake query`` process: drain and configuration.
 
-Results are ~20 MB, more than gRPC buffers, so a client that stops reading
-keeps its stream (and its write) blocked in pyarrow's C++ server.
+Results are ~20 MB, more than gRPC buffers with the receive window at its
+default (``NEVER_READING``), so a client that stops reading keeps its stream
+(and its write) blocked in pyarrow's C++ server.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from lake_core.config import QUERY_DATA_ADDR, QUERY_DATA_ADVERTISE, SHUTDOWN_GRA
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2 as sql_pb
 from tools.lake_testing.data import create_table
+from tools.lake_testing.dataplane import NEVER_READING
 from tools.lake_testing.plugin import LakeCluster
 from tools.lake_testing.servers import LakeProcess, free_port, start_query
 
@@ -76,7 +78,7 @@ class Stream:
         (location,) = info.endpoints[0].locations
         assert location.uri.decode() == f"grpc+tcp://{process.env[QUERY_DATA_ADDR]}"
         self.ticket = info.endpoints[0].ticket
-        self.client = flight.FlightClient(location)
+        self.client = flight.FlightClient(location, generic_options=NEVER_READING)
         self.reader = self.client.do_get(self.ticket)
         self.rows = self.reader.read_chunk().data.num_rows
 
