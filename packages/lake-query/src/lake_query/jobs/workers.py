@@ -3,9 +3,9 @@
 The scheduler pages through the active-job index (bounded pages), groups
 eligible jobs (pending, or running under an expired lease: its worker died)
 by tenant (its key under the active ticket key, from the sealed body: a job
-stores its sealing key's, and a rotation gives one tenant two) and takes them round-robin across tenants, one tenant at a time,
-skipping a tenant that is at its per-tenant limit instead of holding a slot
-for it. A claim is a compare-and-swap of the job record that sets a fresh
+stores its sealing key's, and a rotation gives one tenant two) and takes
+them round-robin across tenants, one tenant at a time, skipping a tenant
+that is at its per-tenant limit instead of holding a slot for it. A claim is a compare-and-swap of the job record that sets a fresh
 lease token; the worker renews it (and the fleet execution lease) while it
 runs and gives up as soon as a renewal fails: another replica owns the job
 now. Parts go under ``<job>/<attempt>/``; the manifest is written once after
