@@ -118,7 +118,7 @@ def _store_floor(table: pa.Table, directory: Path) -> float:
         os.close(descriptor)
     elapsed = time.perf_counter() - began
     path.unlink()
-    return table.num_rows / elapsed
+    return float(table.num_rows) / elapsed
 
 
 def run(quick: bool) -> list[Figure]:
@@ -222,5 +222,5 @@ def run(quick: bool) -> list[Figure]:
 
 if __name__ == "__main__":
     print(machine())
-    for figure in run(quick=False):
-        print(figure.json())
+    for measured in run(quick=False):
+        print(measured.json())
