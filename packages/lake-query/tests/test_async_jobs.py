@@ -4,13 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import pyarrow as pa
 import pytest
 
 from lake_core.errors import ConfigError, DataCorrupted, FailedPrecondition, ResourceExhausted
@@ -25,6 +21,7 @@ from lake_query.jobs.settings import AsyncSettings
 from lake_query.jobs.store import ACTIVE, JOBS, LocalStateStore
 from lake_query.jobs.workers import Jobs, WorkerPool
 from lake_query.planning import QuerySpec
+from tools.lake_testing.jobs import ONE_COLUMN, GatedExecute
 
 ON = {"LAKE_ASYNC_QUERIES": "true"}
 
@@ -137,29 +134,7 @@ def test_the_fleet_lease_bounds_total_and_per_tenant(tmp_path: Path) -> None:
     asyncio.run(go())
 
 
-SCHEMA = pa.schema([("n", pa.int64())])
-
-
-class _Blocking:
-    """An execute() whose streams wait for a gate: jobs stay running until released."""
-
-    def __init__(self) -> None:
-        self.started: list[str] = []
-        self.gate = threading.Event()
-
-    def __call__(self, spec: QuerySpec, principal: Principal) -> Any:
-        self.started.append(principal.tenant_id)
-        gate = self.gate
-
-        class Stream:
-            def __iter__(self) -> Iterator[pa.RecordBatch]:
-                gate.wait(30)
-                yield pa.record_batch([pa.array([1])], schema=SCHEMA)
-
-            def close(self) -> None:
-                pass
-
-        return Stream()
+SCHEMA = ONE_COLUMN
 
 
 def test_workers_go_round_robin_across_tenants_without_parking_slots(tmp_path: Path) -> None:
@@ -170,7 +145,7 @@ def test_workers_go_round_robin_across_tenants_without_parking_slots(tmp_path: P
         settings = AsyncSettings(
             mode="local", worker_concurrency=2, worker_concurrency_per_tenant=1, lease_ms=5000
         )
-        execute = _Blocking()
+        execute = GatedExecute()
         pool = WorkerPool(
             settings,
             Jobs(store),
@@ -197,19 +172,19 @@ def test_workers_go_round_robin_across_tenants_without_parking_slots(tmp_path: P
         pool.start()
         try:
             for _ in range(200):
-                if len(execute.started) >= 2:
+                if len(execute.tenants) >= 2:
                     break
                 await asyncio.sleep(0.05)
             # Both slots busy: one per tenant, none held back for "busy"'s queue.
-            assert sorted(execute.started) == ["busy", "quiet"]
+            assert sorted(execute.tenants) == ["busy", "quiet"]
             await asyncio.sleep(0.5)
-            assert len(execute.started) == 2  # "busy" is at its per-tenant limit
+            assert len(execute.tenants) == 2  # "busy" is at its per-tenant limit
             execute.gate.set()
             for _ in range(400):
-                if len(execute.started) == 4:
+                if len(execute.tenants) == 4:
                     break
                 await asyncio.sleep(0.05)
-            assert execute.started.count("busy") == 3
+            assert execute.tenants.count("busy") == 3
         finally:
             execute.gate.set()
             await pool.close()
@@ -225,7 +200,7 @@ def test_jobs_past_their_retention_are_swept_with_their_results_and_slots(tmp_pa
         results = LocalResults(tmp_path / "results")
         slots = TenantSlots(store, 8)
         pool = WorkerPool(
-            AsyncSettings(mode="local"), Jobs(store), results, seal, slots, _Blocking()
+            AsyncSettings(mode="local"), Jobs(store), results, seal, slots, GatedExecute()
         )
         old, fresh = "a" * 32, "b" * 32
         for job_id, age in ((old, 7200.0), (fresh, 0.0)):
@@ -260,7 +235,7 @@ def test_a_result_stored_by_an_older_version_or_damaged_polls_as_such(tmp_path: 
             results,
             seal=seal,
             tickets=TicketSealer(ring, "t", 3600),
-            execute=_Blocking(),
+            execute=GatedExecute(),
         )
         principal = Principal(principal_id="p", tenant_id="t1", role="admin")
         body = JobBody(

@@ -11,9 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +34,9 @@ from lake_query.jobs.service import AsyncQueries
 from lake_query.jobs.settings import AsyncSettings
 from lake_query.jobs.store import SLOTS, LocalStateStore, StateStore
 from lake_query.planning import QuerySpec
+from tools.lake_testing.jobs import ONE_COLUMN, GatedExecute
 
-SCHEMA = pa.schema([("n", pa.int64())])
+SCHEMA = ONE_COLUMN
 KEYS = {"A": os.urandom(32), "B": os.urandom(32)}
 #: The rings of the runbook's steps: before, preloaded, activated, retired.
 BEFORE = TicketKeyRing(active_id="A", keys={"A": KEYS["A"]})
@@ -270,34 +269,12 @@ def test_a_job_whose_key_left_the_ring_fails_typed(tmp_path: Path) -> None:
     asyncio.run(go())
 
 
-class _Gated:
-    """An execute() whose streams wait for a gate; records which SQL started."""
-
-    def __init__(self) -> None:
-        self.started: list[str] = []
-        self.gate = threading.Event()
-
-    def __call__(self, spec: QuerySpec, principal: Principal) -> Any:
-        self.started.append(spec.sql)
-        gate = self.gate
-
-        class Stream:
-            def __iter__(self) -> Iterator[pa.RecordBatch]:
-                gate.wait(30)
-                yield pa.record_batch([pa.array([1])], schema=SCHEMA)
-
-            def close(self) -> None:
-                pass
-
-        return Stream()
-
-
 def test_a_tenants_jobs_under_two_keys_share_its_per_tenant_worker_limit(tmp_path: Path) -> None:
     async def go() -> None:
         # One job submitted before the activation, one after: the same tenant.
         for ring, sql in ((BEFORE, "SELECT 1"), (ACTIVATED, "SELECT 2")):
             await _submit(_service(tmp_path, ring), ANN, sql)
-        execute = _Gated()
+        execute = GatedExecute()
         worker = AsyncQueries(
             AsyncSettings(mode="local", worker_concurrency=2, worker_concurrency_per_tenant=1),
             LocalStateStore(tmp_path / "state"),
@@ -309,17 +286,17 @@ def test_a_tenants_jobs_under_two_keys_share_its_per_tenant_worker_limit(tmp_pat
         worker.start()
         try:
             for _ in range(200):
-                if execute.started:
+                if execute.sqls:
                     break
                 await asyncio.sleep(0.05)
             await asyncio.sleep(0.5)
-            assert len(execute.started) == 1, "one tenant ran two jobs at once"
+            assert len(execute.sqls) == 1, "one tenant ran two jobs at once"
             execute.gate.set()
             for _ in range(200):
                 if all(j.state == "done" for j in _jobs(tmp_path)):
                     break
                 await asyncio.sleep(0.05)
-            assert sorted(execute.started) == ["SELECT 1", "SELECT 2"]
+            assert sorted(execute.sqls) == ["SELECT 1", "SELECT 2"]
         finally:
             execute.gate.set()
             await worker.close()
