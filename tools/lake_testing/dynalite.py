@@ -12,9 +12,13 @@ import signal
 import socket
 import subprocess
 import time
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import boto3
+
+from lake_metasrv.s3engine import MANIFEST_TABLE_SCHEMA
 from tools.lake_testing.servers import free_port
 
 __all__ = ["Dynalite", "dynalite_cli"]
@@ -46,6 +50,14 @@ class Dynalite:
 
     def env(self) -> dict[str, str]:
         return {"AWS_ENDPOINT_URL_DYNAMODB": self.endpoint, "AWS_REGION": self.region}
+
+    def manifest_table(self) -> str:
+        """A new, empty table for Lance's DynamoDB manifest store; its name."""
+        name = f"manifests_{uuid.uuid4().hex[:8]}"
+        client = boto3.client("dynamodb", endpoint_url=self.endpoint, region_name=self.region)
+        client.create_table(TableName=name, BillingMode="PAY_PER_REQUEST", **MANIFEST_TABLE_SCHEMA)
+        client.get_waiter("table_exists").wait(TableName=name, WaiterConfig={"Delay": 0.2})
+        return name
 
     def start(self, timeout_s: float = 30.0) -> Dynalite:
         node = shutil.which("node")

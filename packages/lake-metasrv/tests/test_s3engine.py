@@ -9,9 +9,7 @@ re-created table starts from nothing.
 from __future__ import annotations
 
 import asyncio
-import uuid
 
-import boto3
 import lance
 import pyarrow as pa
 import pytest
@@ -19,7 +17,7 @@ import pytest
 from lake_core.cloud import DatasetStorage
 from lake_core.errors import VersionReclaimed
 from lake_core.models import incarnation_of
-from lake_metasrv.s3engine import MANIFEST_TABLE_SCHEMA, S3LanceEngine
+from lake_metasrv.s3engine import S3LanceEngine
 from tools.lake_testing.dynalite import Dynalite
 from tools.lake_testing.seaweed import SeaweedS3
 
@@ -39,12 +37,7 @@ def storage(
     env = {**s3_server.env(), **dynamodb_server.env(), "LAKE_STORAGE_TIMEOUT_MS": "5000"}
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    table = f"manifests_{uuid.uuid4().hex[:8]}"
-    client = boto3.client(
-        "dynamodb", endpoint_url=dynamodb_server.endpoint, region_name="us-east-1"
-    )
-    client.create_table(TableName=table, BillingMode="PAY_PER_REQUEST", **MANIFEST_TABLE_SCHEMA)
-    client.get_waiter("table_exists").wait(TableName=table, WaiterConfig={"Delay": 0.2})
+    table = dynamodb_server.manifest_table()
     return DatasetStorage.from_env({**env, "LAKE_MANIFEST_DYNAMODB_TABLE": table})
 
 

@@ -6,9 +6,6 @@ plus :class:`~lake_core.cloud.DatasetStorage` is all a replica needs.
 
 from __future__ import annotations
 
-import uuid
-
-import boto3
 import lance
 import pyarrow as pa
 import pytest
@@ -33,23 +30,7 @@ def test_open_pinned_reads_an_s3_table_through_its_manifest_table(
     env = {**s3_server.env(), **dynamodb_server.env()}
     for key, value in env.items():
         monkeypatch.setenv(key, value)
-    manifests = f"manifests_{uuid.uuid4().hex[:8]}"
-    client = boto3.client(
-        "dynamodb", endpoint_url=dynamodb_server.endpoint, region_name="us-east-1"
-    )
-    client.create_table(
-        TableName=manifests,
-        BillingMode="PAY_PER_REQUEST",
-        AttributeDefinitions=[
-            {"AttributeName": "base_uri", "AttributeType": "S"},
-            {"AttributeName": "version", "AttributeType": "N"},
-        ],
-        KeySchema=[
-            {"AttributeName": "base_uri", "KeyType": "HASH"},
-            {"AttributeName": "version", "KeyType": "RANGE"},
-        ],
-    )
-    client.get_waiter("table_exists").wait(TableName=manifests, WaiterConfig={"Delay": 0.2})
+    manifests = dynamodb_server.manifest_table()
     storage = DatasetStorage.from_env({**env, "LAKE_MANIFEST_DYNAMODB_TABLE": manifests})
     location = f"s3://{s3_bucket}/lake/robots/episodes.lance"
     schema = pa.schema([("id", pa.int64())]).with_metadata(incarnation_metadata("inc-7"))

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import uuid
 from datetime import UTC, datetime, timedelta
 
-import boto3
 import lance
 import pyarrow as pa
 import pytest
@@ -191,23 +189,7 @@ def test_time_travel_on_an_s3_table(
     env = {**s3_server.env(), **dynamodb_server.env()}
     for key, value in env.items():
         monkeypatch.setenv(key, value)  # boto3 and Lance read credentials from the environment
-    manifests = f"manifests_{uuid.uuid4().hex[:8]}"
-    client = boto3.client(
-        "dynamodb", endpoint_url=dynamodb_server.endpoint, region_name="us-east-1"
-    )
-    client.create_table(
-        TableName=manifests,
-        BillingMode="PAY_PER_REQUEST",
-        AttributeDefinitions=[
-            {"AttributeName": "base_uri", "AttributeType": "S"},
-            {"AttributeName": "version", "AttributeType": "N"},
-        ],
-        KeySchema=[
-            {"AttributeName": "base_uri", "KeyType": "HASH"},
-            {"AttributeName": "version", "KeyType": "RANGE"},
-        ],
-    )
-    client.get_waiter("table_exists").wait(TableName=manifests, WaiterConfig={"Delay": 0.2})
+    manifests = dynamodb_server.manifest_table()
     storage = DatasetStorage.from_env({**env, MANIFEST_DYNAMODB_TABLE: manifests})
     location = f"s3://{s3_bucket}/lake/robots/episodes.lance"
     data = episodes(0, 3)
