@@ -14,6 +14,15 @@ SeaweedFS and dynalite; each figure pairs two sides of the same rounds.
   against 8 raw chains in parallel. Report only.
 - ``dynamo_commit_parallel_scaling``: 8-table appends/s over one-table
   appends/s, both Lake. Goal: >= 3x (tables commit independently).
+- ``dynamo_lance_commits_vs_chain``: Lance's own commits alone, in process
+  on the same SeaweedFS and dynalite (one-row fragments written first,
+  untimed, then committed one version after another as Metasrv's committer
+  does), against the one-table chain. Report only: the part of Lake's
+  serialized path per version that is Lance's, so the headroom the 0.5 goal
+  leaves for everything else (measured 0.66-0.75, 2026-12-02).
+- ``dynamo_lance_commits_8_vs_1``: the same on 8 datasets at once (a thread
+  each) over one. Report only: how far Lance's commits alone scale on these
+  2 cores beside the servers (2.7-2.8x measured, against the 3x goal).
 - ``dynamo_registry_commit``: the registry's own commit protocol alone
   (DynamoRegistry.commit_append in process, no Lance or S3) against a raw
   loop of conditional UpdateItem version bumps: what the no-transactions
@@ -25,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
+import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -36,6 +46,8 @@ import lance
 import pyarrow as pa
 
 from lake_core import protocol
+from lake_core.cloud import DatasetStorage
+from lake_core.config import MANIFEST_DYNAMODB_TABLE
 from lake_core.ids import new_operation_id, operation_time_ms
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
@@ -176,6 +188,46 @@ async def _chain_rate(
         return count // loops * loops / (time.perf_counter() - started)
 
 
+def _lance_commit_rate(storage: DatasetStorage, count: int, datasets: int) -> float:
+    """Versions/s of Lance's commits alone on ``datasets`` fresh datasets at once.
+
+    Each dataset gets ``count // datasets`` one-row fragments written first
+    (untimed); a thread per dataset then commits them one version at a time
+    on the handle it keeps, with ``read_version``, as Metasrv's committer does.
+    """
+    prepared: list[tuple[Any, list[Any], dict[str, str] | None]] = []
+    for _ in range(datasets):
+        location = f"s3://{BUCKET}/lance-floor/{uuid.uuid4().hex}.lance"
+        uri, options = storage.lance_uri(location), storage.storage_options(location)
+        dataset = lance.write_dataset(
+            SCHEMA.empty_table(), uri, mode="create", storage_options=options
+        )
+        fragments = [
+            lance.fragment.write_fragments(
+                pa.Table.from_batches([_batch(i)]), dataset, storage_options=options
+            )
+            for i in range(count // datasets)
+        ]
+        prepared.append((dataset, fragments, options))
+
+    def commit_all(dataset: Any, fragments: list[Any], options: dict[str, str] | None) -> None:
+        for written in fragments:
+            dataset = lance.LanceDataset.commit(
+                dataset,
+                lance.LanceOperation.Append(written),
+                read_version=dataset.version,
+                storage_options=options,
+            )
+
+    threads = [threading.Thread(target=commit_all, args=one) for one in prepared]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return count // datasets * datasets / (time.perf_counter() - started)
+
+
 async def _lake_rate(meta_addr: str, tables: list[TableRef], count: int, in_flight: int) -> float:
     """``count`` appends spread over fresh ``tables``, ``in_flight`` writers per table.
 
@@ -270,12 +322,16 @@ def run(quick: bool) -> list[Figure]:
         dynalite = Dynalite(root).start()
         meta: LakeProcess | None = None
         saved = dict(os.environ)
-        os.environ.update(s3.env())  # the raw chain's S3 client reads its credentials here
+        # The raw chain's S3 client and Lance's commits (lance_*) read these here.
+        os.environ.update({**dynalite.env(), **s3.env()})
         try:
             s3.create_bucket(BUCKET)
             meta = _start_meta(root, s3, dynalite)
             addr = meta.addr
             objects = _Objects.of_one_append(root)
+            storage = DatasetStorage.from_env(
+                {**os.environ, MANIFEST_DYNAMODB_TABLE: dynalite.manifest_table()}
+            )
 
             rounds = counter()
 
@@ -297,6 +353,8 @@ def run(quick: bool) -> list[Figure]:
                     "chain_many": lambda: asyncio.run(
                         _chain_rate(s3, dynalite, objects, chain_count, TABLES)
                     ),
+                    "lance_one": lambda: _lance_commit_rate(storage, one_count, 1),
+                    "lance_many": lambda: _lance_commit_rate(storage, many_count, TABLES),
                     "registry": lambda: asyncio.run(_registry_rate(dynalite, raw_count // 4)),
                     "raw_updates": lambda: asyncio.run(
                         _raw_loops(dynalite, "bench_raw", raw_count, 1)
@@ -337,6 +395,24 @@ def run(quick: bool) -> list[Figure]:
             samples["lake_one"],
             unit="appends/s (8 tables vs 1 table)",
             goal=at_least(3.0, ">= 3x one table (tables commit independently)"),
+            load_1m=load,
+        ),
+        figure(
+            "dynamo_lance_commits_vs_chain",
+            samples["lance_one"],
+            samples["chain_one"],
+            unit="versions/s",
+            goal=None,
+            report_only="report: Lance's commits alone, one dataset, against the chain",
+            load_1m=load,
+        ),
+        figure(
+            "dynamo_lance_commits_8_vs_1",
+            samples["lance_many"],
+            samples["lance_one"],
+            unit="versions/s (8 datasets vs 1)",
+            goal=None,
+            report_only=f"report: Lance's commits alone on {TABLES} datasets against one",
             load_1m=load,
         ),
         figure(
