@@ -350,6 +350,11 @@ class CommitCoordinator:
             else:
                 self._queues.pop(table, None)
 
+    def _write_side_records(self, record: TableRecord, staged: Sequence[Staged]) -> None:
+        """The staged versions' reference-delta sidecars, then their digests (blocking)."""
+        self.sidecars.write_deltas([s.delta for s in staged])
+        self._record_digests(record, staged)
+
     def _record_digests(self, record: TableRecord, staged: Sequence[Staged]) -> None:
         """Hash the data files each staged version adds (blocking)."""
         if self.digests is not None:
@@ -386,10 +391,12 @@ class CommitCoordinator:
             return retry
         # Sidecars and Lance commits are independent; both must be durable
         # before the registry moves. A failure of either leaves only orphans.
+        # The sidecars and the digests share one thread: a third busy thread
+        # beside the commits slowed them more than it saved (1.08x appends/s
+        # with one, embedded, 8 in flight; docs/performance-analysis.md).
         self._faults.crash(faults.BEFORE_LANCE_COMMIT)
-        sidecars, digests, outcome = await asyncio.gather(
-            asyncio.to_thread(self.sidecars.write_deltas, [s.delta for s in staged]),
-            asyncio.to_thread(self._record_digests, record, staged),
+        beside, outcome = await asyncio.gather(
+            asyncio.to_thread(self._write_side_records, record, staged),
             self.engine.append_many(
                 record.location,
                 record.incarnation,
@@ -398,7 +405,7 @@ class CommitCoordinator:
             ),
             return_exceptions=True,
         )
-        for failure in (sidecars, digests, outcome):
+        for failure in (beside, outcome):
             if isinstance(failure, BaseException):
                 for item in staged:
                     fail(item.queued, failure)
