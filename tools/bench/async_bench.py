@@ -30,7 +30,9 @@ a durable run takes one store plus one serve, so its ratio is at most
 1 / (1/serve + 1/store). Measured 2026-12-02 on a quiet machine: serve 1.04,
 store 1.46, a ceiling of 0.61; Lake reached 0.46. The goal (0.8) is above
 that ceiling: serving from storage is as fast as the interactive stream
-(both are bounded by the same transfer), so executing and storing together
+(both are bounded by the same transfer; reading the two parts on two
+streams at once measured the same, the two cores being the bound), so
+executing and storing together
 would have to take under 0.3 of the interactive time, while one fsynced file
 alone takes 0.69 of it here.
 
