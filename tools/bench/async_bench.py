@@ -32,9 +32,8 @@ store 1.46, a ceiling of 0.61; Lake reached 0.46. The goal (0.8) is above
 that ceiling: serving from storage is as fast as the interactive stream
 (both are bounded by the same transfer; reading the two parts on two
 streams at once measured the same, the two cores being the bound), so
-executing and storing together
-would have to take under 0.3 of the interactive time, while one fsynced file
-alone takes 0.69 of it here.
+executing and storing together would have to take under 0.3 of the
+interactive time, while one fsynced file alone takes 0.69 of it here.
 
 ``async_export_first_batch_ms``: from the poll that reports ``done`` to the
 first batch of the first part in the client. Goal: p50 <= 50 ms (a bound,
@@ -43,7 +42,6 @@ not a measured reference).
 
 from __future__ import annotations
 
-import os
 import sys
 import tempfile
 import time
@@ -57,6 +55,7 @@ import pyarrow.flight as flight
 
 import lake_sdk
 from lake_core.config import QUERY_MAX_ENDPOINTS
+from lake_core.durable import fsync_file
 from tools.bench.harness import (
     Figure,
     alternate,
@@ -113,11 +112,7 @@ def _store_floor(table: pa.Table, directory: Path) -> float:
     began = time.perf_counter()
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_stream(sink, table.schema) as writer:
         writer.write_table(table)
-    descriptor = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+    fsync_file(path)
     elapsed = time.perf_counter() - began
     path.unlink()
     return float(table.num_rows) / elapsed

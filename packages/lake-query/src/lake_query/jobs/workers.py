@@ -5,12 +5,13 @@ eligible jobs (pending, or running under an expired lease: its worker died)
 by tenant (its key under the active ticket key, from the sealed body: a job
 stores its sealing key's, and a rotation gives one tenant two) and takes
 them round-robin across tenants, one tenant at a time, skipping a tenant
-that is at its per-tenant limit instead of holding a slot for it. A claim is a compare-and-swap of the job record that sets a fresh
-lease token; the worker renews it (and the fleet execution lease) while it
-runs and gives up as soon as a renewal fails: another replica owns the job
-now. Parts go under ``<job>/<attempt>/``; the manifest is written once after
-the last part, then the record moves to ``done`` naming it, so no manifest
-names a partial result and no reader sees one.
+that is at its per-tenant limit instead of holding a slot for it. A claim is
+a compare-and-swap of the job record that sets a fresh lease token; the
+worker renews it (and the fleet execution lease) while it runs and gives up
+as soon as a renewal fails: another replica owns the job now. Parts go under
+``<job>/<attempt>/``; the manifest is written once after the last part, then
+the record moves to ``done`` naming it, so no manifest names a partial
+result and no reader sees one.
 """
 
 from __future__ import annotations
