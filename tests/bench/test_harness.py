@@ -5,6 +5,8 @@ from __future__ import annotations
 import itertools
 import json
 import math
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +24,7 @@ from tools.bench.harness import (
     pair_differences,
     pair_ratios,
     quartiles,
+    timed_threads,
     verdict,
 )
 from tools.bench.report import load_figures, load_summary, render, result, write_report
@@ -285,3 +288,28 @@ def test_load_summary_spans_every_figure() -> None:
     summary = load_summary(figs)
     assert "between 0.5 and 3 " in summary
     assert summary.endswith(f"on {figs[0].cpus} CPUs")
+
+
+def test_timed_threads_runs_every_target_at_once_and_raises_after_all_end() -> None:
+    barrier = threading.Barrier(3, timeout=5)
+    ended: list[int] = []
+
+    def target(n: int) -> None:
+        barrier.wait()  # passes only if all three run at the same time
+        ended.append(n)
+
+    assert timed_threads([lambda n=n: target(n) for n in range(3)]) >= 0
+    assert sorted(ended) == [0, 1, 2]
+
+    def fails() -> None:
+        raise ValueError("first")
+
+    slow_done: list[bool] = []
+
+    def slow() -> None:
+        time.sleep(0.05)
+        slow_done.append(True)
+
+    with pytest.raises(ValueError, match="first"):
+        timed_threads([fails, slow])
+    assert slow_done == [True]  # raised only once the other thread had ended

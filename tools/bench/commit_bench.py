@@ -18,6 +18,15 @@ each round:
 - ``commit_throughput_vs_sqlite``: against an in-process SQLite
   compare-and-swap loop (WAL, synchronous=FULL) that bumps a version and
   writes no data. Report only: the cost of a durable commit on this disk.
+- ``commit_floor_vs_lance_sequential``: the commit floor server
+  (:mod:`tools.bench.commit_floor`: Flight DoPut, the fragment, the Lance
+  commit under a lock, nothing of Lake's), driven as Lake is, against the raw
+  loop. Report only: the ceiling of the goal above on this machine, measured
+  0.90-0.98 (lower quartile 0.79-0.86) in three runs on 2026-12-02: the goal
+  is above what any Metasrv can reach here.
+- ``commit_throughput_vs_floor``: Lake against that floor. Report only: what
+  Lake's own work (registry, sidecars, digests, fsyncs, checks) leaves of
+  Lance's per-version rate.
 
 Measured under this reference (full size, 5 pairs of 400 appends each): 0.38
 [0.34, 0.45] at load 0.8-1.6 (Lake 141/s, raw 311/s); 0.48-0.60 in five
@@ -52,7 +61,16 @@ from lake_core import protocol
 from lake_core.ids import new_operation_id
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
-from tools.bench.harness import Figure, alternate, at_least, figure, pairs_for, warmup_for
+from tools.bench.commit_floor import FloorServer, floor_rate
+from tools.bench.harness import (
+    Figure,
+    alternate,
+    at_least,
+    figure,
+    pairs_for,
+    timed_threads,
+    warmup_for,
+)
 from tools.lake_testing.servers import start_meta
 
 SCHEMA = pa.schema([("id", pa.int64()), ("value", pa.float64())])
@@ -121,29 +139,17 @@ def _lance_threads_rate(path: Path, count: int, threads: int) -> float:
     lance.write_dataset(SCHEMA.empty_table(), path, schema=SCHEMA, mode="create")
     rows = iter(range(count))
     lock = threading.Lock()
-    errors: list[BaseException] = []
 
     def writer() -> None:
-        try:
-            while True:
-                with lock:
-                    row = next(rows, None)
-                if row is None:
-                    return
-                _append_retrying(path, row)
-        except BaseException as exc:  # re-raised below, after every thread ends
-            errors.append(exc)
+        while True:
+            with lock:
+                row = next(rows, None)
+            if row is None:
+                return
+            _append_retrying(path, row)
 
     try:
-        workers = [threading.Thread(target=writer) for _ in range(threads)]
-        start = time.perf_counter()
-        for worker in workers:
-            worker.start()
-        for worker in workers:
-            worker.join()
-        elapsed = time.perf_counter() - start
-        if errors:
-            raise errors[0]
+        elapsed = timed_threads([writer] * threads)
         assert lance.dataset(path).version == count + 1
         return count / elapsed
     finally:
@@ -171,7 +177,9 @@ def run(quick: bool) -> list[Figure]:
     with tempfile.TemporaryDirectory(prefix="lake-bench-commit-") as tmp:
         root = Path(tmp)
         meta = start_meta(root / "data", root)
+        floor = FloorServer(root / "floor")
         try:
+            floor.start()
             rounds = counter()
             # Every sample starts from a fresh table (or dataset): versions accumulated by
             # earlier samples slow Lance's commits, and must not favour either side.
@@ -185,11 +193,13 @@ def run(quick: bool) -> list[Figure]:
                         root / "threads.lance", count, IN_FLIGHT
                     ),
                     "sqlite": lambda: _sqlite_cas_rate(root / "cas.sqlite3", count),
+                    "floor": lambda: floor_rate(floor.port, 1, count, IN_FLIGHT),
                 },
                 pairs=pairs_for(quick),
                 warmup=warmup_for(quick),
             )
         finally:
+            floor.stop()
             meta.stop()
     lake = samples["lake"]
     return [
@@ -217,6 +227,24 @@ def run(quick: bool) -> list[Figure]:
             unit="appends/s",
             goal=None,
             report_only="report: SQLite compare-and-swap loop, no data",
+            load_1m=samples.load_1m,
+        ),
+        figure(
+            "commit_floor_vs_lance_sequential",
+            samples["floor"],
+            samples["lance_sequential"],
+            unit="appends/s",
+            goal=None,
+            report_only="report: the commit floor server (Flight + Lance only) against the raw loop",
+            load_1m=samples.load_1m,
+        ),
+        figure(
+            "commit_throughput_vs_floor",
+            lake,
+            samples["floor"],
+            unit="appends/s",
+            goal=None,
+            report_only="report: what Lake keeps of the floor (Lake's own work above Lance's)",
             load_1m=samples.load_1m,
         ),
     ]

@@ -23,6 +23,12 @@ SeaweedFS and dynalite; each figure pairs two sides of the same rounds.
 - ``dynamo_lance_commits_8_vs_1``: the same on 8 datasets at once (a thread
   each) over one. Report only: how far Lance's commits alone scale on these
   2 cores beside the servers (2.7-2.8x measured, against the 3x goal).
+- ``dynamo_floor_one_vs_chain``, ``dynamo_floor_8_vs_1``,
+  ``dynamo_floor_8_vs_chain``: the commit floor server
+  (:mod:`tools.bench.commit_floor`: Flight DoPut, the fragment, the Lance
+  commit, nothing of Lake's) on one table and on 8, driven as Lake is, on the
+  same servers. Report only: the ceilings of the two goals on this machine.
+  ``_8_vs_chain`` is the one both goals together ask 1.5 of (3 x 0.5).
 - ``dynamo_registry_commit``: the registry's own commit protocol alone
   (DynamoRegistry.commit_append in process, no Lance or S3) against a raw
   loop of conditional UpdateItem version bumps: what the no-transactions
@@ -34,10 +40,10 @@ from __future__ import annotations
 import asyncio
 import os
 import tempfile
-import threading
 import time
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from itertools import count as counter
 from pathlib import Path
 from typing import Any
@@ -54,7 +60,16 @@ from lake_core.names import TableRef
 from lake_core.schemas import schema_to_ipc
 from lake_metasrv.s3engine import MANIFEST_TABLE_SCHEMA
 from lake_objects.s3 import s3_client
-from tools.bench.harness import Figure, alternate, at_least, figure, pairs_for, warmup_for
+from tools.bench.commit_floor import FloorServer, floor_rate
+from tools.bench.harness import (
+    Figure,
+    alternate,
+    at_least,
+    figure,
+    pairs_for,
+    timed_threads,
+    warmup_for,
+)
 from tools.lake_testing.dynalite import Dynalite
 from tools.lake_testing.seaweed import SeaweedS3
 from tools.lake_testing.servers import LakeProcess, free_port
@@ -219,13 +234,8 @@ def _lance_commit_rate(storage: DatasetStorage, count: int, datasets: int) -> fl
                 storage_options=options,
             )
 
-    threads = [threading.Thread(target=commit_all, args=one) for one in prepared]
-    started = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return count // datasets * datasets / (time.perf_counter() - started)
+    elapsed = timed_threads([partial(commit_all, *one) for one in prepared])
+    return count // datasets * datasets / elapsed
 
 
 async def _lake_rate(meta_addr: str, tables: list[TableRef], count: int, in_flight: int) -> float:
@@ -321,6 +331,7 @@ def run(quick: bool) -> list[Figure]:
         s3 = SeaweedS3(root / "s3").start()
         dynalite = Dynalite(root).start()
         meta: LakeProcess | None = None
+        floor: FloorServer | None = None
         saved = dict(os.environ)
         # The raw chain's S3 client and Lance's commits (lance_*) read these here.
         os.environ.update({**dynalite.env(), **s3.env()})
@@ -329,9 +340,10 @@ def run(quick: bool) -> list[Figure]:
             meta = _start_meta(root, s3, dynalite)
             addr = meta.addr
             objects = _Objects.of_one_append(root)
-            storage = DatasetStorage.from_env(
-                {**os.environ, MANIFEST_DYNAMODB_TABLE: dynalite.manifest_table()}
-            )
+            storage_env = {**os.environ, MANIFEST_DYNAMODB_TABLE: dynalite.manifest_table()}
+            storage = DatasetStorage.from_env(storage_env)
+            floor = FloorServer(f"s3://{BUCKET}/floor", storage_env).start()
+            floor_port = floor.port
 
             rounds = counter()
 
@@ -355,6 +367,8 @@ def run(quick: bool) -> list[Figure]:
                     ),
                     "lance_one": lambda: _lance_commit_rate(storage, one_count, 1),
                     "lance_many": lambda: _lance_commit_rate(storage, many_count, TABLES),
+                    "floor_one": lambda: floor_rate(floor_port, 1, one_count, IN_FLIGHT),
+                    "floor_many": lambda: floor_rate(floor_port, TABLES, many_count, 2),
                     "registry": lambda: asyncio.run(_registry_rate(dynalite, raw_count // 4)),
                     "raw_updates": lambda: asyncio.run(
                         _raw_loops(dynalite, "bench_raw", raw_count, 1)
@@ -368,6 +382,8 @@ def run(quick: bool) -> list[Figure]:
             os.environ.update(saved)
             if meta is not None:
                 meta.stop()
+            if floor is not None:
+                floor.stop()
             dynalite.stop()
             s3.stop()
     load = samples.load_1m
@@ -413,6 +429,34 @@ def run(quick: bool) -> list[Figure]:
             unit="versions/s (8 datasets vs 1)",
             goal=None,
             report_only=f"report: Lance's commits alone on {TABLES} datasets against one",
+            load_1m=load,
+        ),
+        figure(
+            "dynamo_floor_one_vs_chain",
+            samples["floor_one"],
+            samples["chain_one"],
+            unit="appends/s",
+            goal=None,
+            report_only="report: the commit floor server, one table, against the chain (goal 0.5)",
+            load_1m=load,
+        ),
+        figure(
+            "dynamo_floor_8_vs_1",
+            samples["floor_many"],
+            samples["floor_one"],
+            unit="appends/s (8 tables vs 1 table)",
+            goal=None,
+            report_only=f"report: the commit floor server on {TABLES} tables against one (goal 3x)",
+            load_1m=load,
+        ),
+        figure(
+            "dynamo_floor_8_vs_chain",
+            samples["floor_many"],
+            samples["chain_one"],
+            unit="appends/s",
+            goal=None,
+            report_only=f"report: the floor server on {TABLES} tables against the one-table chain"
+            " (both goals together need 1.5)",
             load_1m=load,
         ),
         figure(

@@ -34,6 +34,7 @@ import math
 import os
 import platform
 import statistics
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -61,6 +62,7 @@ __all__ = [
     "pairs_for",
     "quartiles",
     "timed",
+    "timed_threads",
     "verdict",
     "warmup_for",
 ]
@@ -91,6 +93,31 @@ def timed(fn: Callable[[], object]) -> float:
     start = time.perf_counter()
     fn()
     return time.perf_counter() - start
+
+
+def timed_threads(targets: Sequence[Callable[[], object]]) -> float:
+    """Seconds until ``targets``, a thread each and started together, have all ended.
+
+    A failure of any is raised once every thread has ended (the first one).
+    """
+    errors: list[BaseException] = []
+
+    def run(target: Callable[[], object]) -> None:
+        try:
+            target()
+        except BaseException as exc:  # re-raised below, after every thread ends
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(target,)) for target in targets]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - start
+    if errors:
+        raise errors[0]
+    return elapsed
 
 
 # -- statistics ---------------------------------------------------------------

@@ -1,0 +1,200 @@
+"""The floor under Lake's commit figures: a server that does nothing but make Lance versions.
+
+Lake's commit goals compare Metasrv with references that run in process. Any
+Metasrv, however built, receives each append over Flight and makes it one
+Lance version; this server does exactly that and nothing more, so its rate
+is the most Lake could reach on the same machine and storage:
+
+- transport: pyarrow's C++ Flight server and client (less work per call than
+  Metasrv's grpcio, so the floor is generous to Lake);
+- DoPut: the batch becomes a Lance fragment (written concurrently with other
+  appends), then the dataset's next version, committed under a per-dataset
+  lock on the kept handle with ``read_version``, as Metasrv's committer does;
+- not done: authentication, the replay check, row checks, the registry,
+  reference-delta sidecars, digests, fsync, retention.
+
+Run it with :class:`FloorServer` (a child process, stopped by its pid) and
+drive it with :func:`floor_rate`. Its root is a local directory or an
+``s3://bucket/prefix``; for S3 the child reads the same ``LAKE_S3_*`` and
+DynamoDB manifest settings as Metasrv (``DatasetStorage.from_env``).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator, Mapping
+from functools import partial
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import lance
+import pyarrow as pa
+import pyarrow.flight as flight
+
+from lake_core.cloud import DatasetStorage
+from tools.bench.harness import timed_threads
+
+__all__ = ["FloorServer", "floor_rate"]
+
+SCHEMA = pa.schema([("id", pa.int64()), ("value", pa.float64())])
+_CREATE = "create"
+
+
+def _batch(row: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"id": [row], "value": [row * 0.5]}, schema=SCHEMA)
+
+
+class _Service(flight.FlightServerBase):  # type: ignore[misc]
+    """DoAction ``create`` makes an empty dataset; DoPut appends its batch as the next version."""
+
+    def __init__(self, root: str, storage: DatasetStorage | None) -> None:
+        super().__init__("grpc://127.0.0.1:0")
+        self._root = root.rstrip("/")
+        self._storage = storage
+        self._datasets: dict[str, Any] = {}
+        self._options: dict[str, dict[str, str] | None] = {}
+        self._locks: dict[str, threading.Lock] = {}
+
+    def do_action(self, context: Any, action: flight.Action) -> Iterator[bytes]:
+        if action.type != _CREATE:
+            raise flight.FlightServerError(f"unknown action {action.type!r}")
+        name = action.body.to_pybytes().decode()
+        location = f"{self._root}/{name}.lance"
+        uri, options = location, None
+        if self._storage is not None:
+            uri = self._storage.lance_uri(location)
+            options = self._storage.storage_options(location)
+        self._datasets[name] = lance.write_dataset(
+            SCHEMA.empty_table(), uri, schema=SCHEMA, mode="create", storage_options=options
+        )
+        self._options[name] = options
+        self._locks[name] = threading.Lock()
+        return iter([])
+
+    def do_put(
+        self,
+        context: Any,
+        descriptor: flight.FlightDescriptor,
+        reader: flight.MetadataRecordBatchReader,
+        writer: flight.FlightMetadataWriter,
+    ) -> None:
+        name = descriptor.path[0].decode()
+        received = reader.read_all()
+        # Buffers received over Flight are not aligned as Lance's writer requires.
+        table = pa.Table.from_pydict(received.to_pydict(), schema=SCHEMA)
+        options = self._options[name]
+        fragments = lance.fragment.write_fragments(
+            table, self._datasets[name], storage_options=options
+        )
+        with self._locks[name]:
+            dataset = self._datasets[name]
+            dataset = lance.LanceDataset.commit(
+                dataset,
+                lance.LanceOperation.Append(fragments),
+                read_version=dataset.version,
+                storage_options=options,
+            )
+            self._datasets[name] = dataset
+        writer.write(pa.py_buffer(str(dataset.version).encode()))
+
+
+class FloorServer:
+    """The floor server as a child process: ``with FloorServer(root) as floor: floor.port``."""
+
+    def __init__(self, root: str | Path, env: Mapping[str, str] | None = None) -> None:
+        self.root = str(root)
+        self._env = dict(os.environ if env is None else env)
+        self._process: subprocess.Popen[str] | None = None
+        self.port = 0
+
+    def __enter__(self) -> FloorServer:
+        return self.start()
+
+    def start(self) -> FloorServer:
+        """Start the child and wait until it listens."""
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "tools.bench.commit_floor", self.root],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=self._env,
+            cwd=Path(__file__).resolve().parents[2],
+        )
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline()  # the port once it listens; "" if it died
+        if not line.strip().isdigit():
+            self.stop()
+            raise RuntimeError(f"the commit floor server did not start (said {line!r})")
+        self.port = int(line)
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        if self._process is None:
+            return
+        self._process.terminate()
+        try:
+            self._process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self._process.kill()
+            self._process.wait()
+        if self._process.stdout is not None:
+            self._process.stdout.close()
+        self._process = None
+
+
+def floor_rate(port: int, tables: int, count: int, in_flight: int) -> float:
+    """Appends/s of ``count`` one-row appends over fresh ``tables``, ``in_flight`` per table.
+
+    Spread and driven as the benchmarks drive Metasrv: the datasets are
+    created first, untimed; each writer sends its table's next row and waits
+    for the version before sending another.
+    """
+    address = f"grpc://127.0.0.1:{port}"
+    names = [uuid.uuid4().hex for _ in range(tables)]
+    with flight.FlightClient(address) as client:
+        for name in names:
+            list(client.do_action(flight.Action(_CREATE, name.encode())))
+    queues: dict[str, list[int]] = {name: [] for name in names}
+    for row in range(count):
+        queues[names[row % tables]].append(row)
+    lock = threading.Lock()
+
+    def writer(name: str) -> None:
+        with flight.FlightClient(address) as client:
+            while True:
+                with lock:
+                    if not queues[name]:
+                        return
+                    row = queues[name].pop()
+                put, answer = client.do_put(flight.FlightDescriptor.for_path(name), SCHEMA)
+                put.write_batch(_batch(row))
+                put.done_writing()
+                if answer.read() is None:
+                    raise RuntimeError("the floor server answered an append with nothing")
+                put.close()
+
+    writers = [partial(writer, name) for name in names for _ in range(in_flight)]
+    return count / timed_threads(writers)
+
+
+def _serve(root: str) -> None:
+    storage = DatasetStorage.from_env(dict(os.environ)) if DatasetStorage.is_s3(root) else None
+    service = _Service(root, storage)
+    print(service.port, flush=True)
+    service.serve()
+
+
+if __name__ == "__main__":
+    _serve(sys.argv[1])
