@@ -2,14 +2,19 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import boto3
 import lance
 import pyarrow.flight as flight
 import pytest
 
-from lake_core.config import STORAGE_TIMEOUT_MS
+from lake_core.cloud import DatasetStorage
+from lake_core.config import MANIFEST_DYNAMODB_TABLE, STORAGE_TIMEOUT_MS
 from tools.bench.commit_floor import FloorServer, floor_rate
+from tools.lake_testing.dynalite import Dynalite
+from tools.lake_testing.seaweed import SeaweedS3
 
 
 def _datasets(root: Path) -> list[lance.LanceDataset]:
@@ -47,3 +52,42 @@ def test_a_server_that_cannot_start_says_so(tmp_path: Path) -> None:
     env = {"PATH": "/usr/bin:/bin", STORAGE_TIMEOUT_MS.name: "0"}
     with pytest.raises(RuntimeError, match="did not start"):
         FloorServer("s3://nowhere/floor", env).start()
+
+
+@pytest.mark.s3
+@pytest.mark.dynamodb
+def test_in_cloud_mode_each_append_is_one_version_and_one_registry_step(
+    s3_server: SeaweedS3,
+    s3_bucket: str,
+    dynamodb_server: Dynalite,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, value in s3_server.env().items():  # credentials for the manifest table's client
+        monkeypatch.setenv(name, value)
+    env = {
+        **os.environ,
+        **s3_server.env(),
+        **dynamodb_server.env(),
+        MANIFEST_DYNAMODB_TABLE: dynamodb_server.manifest_table(),
+    }
+    root = f"s3://{s3_bucket}/floor"
+    with FloorServer(root, env, registry=True) as floor:
+        floor_rate(floor.port, tables=2, count=10, in_flight=2)
+    ddb = boto3.client(
+        "dynamodb",
+        endpoint_url=dynamodb_server.endpoint,
+        region_name=dynamodb_server.region,
+        aws_access_key_id="test",
+        aws_secret_access_key="test",
+    )
+    (registry,) = [t for t in ddb.list_tables()["TableNames"] if t.startswith("floor_registry_")]
+    heads = {i["pk"]["S"]: int(i["v"]["N"]) for i in ddb.scan(TableName=registry)["Items"]}
+    assert sorted(heads.values()) == [5, 5]
+    storage = DatasetStorage.from_env(env)
+    for name in heads:
+        location = f"{root}/{name}.lance"
+        dataset = lance.dataset(
+            storage.lance_uri(location), storage_options=storage.storage_options(location)
+        )
+        assert dataset.version == 6  # the empty dataset, then one version per append
+        assert dataset.count_rows() == 5

@@ -10,8 +10,11 @@ is the most Lake could reach on the same machine and storage:
 - DoPut: the batch becomes a Lance fragment (written concurrently with other
   appends), then the dataset's next version, committed under a per-dataset
   lock on the kept handle with ``read_version``, as Metasrv's committer does;
-- not done: authentication, the replay check, row checks, the registry,
-  reference-delta sidecars, digests, fsync, retention.
+- with ``registry=True`` (cloud): then the raw chain's registry step, a
+  conditional update of the table's head version in DynamoDB, still under
+  the lock: the visibility point every append needs;
+- not done: authentication, the replay check, row checks, the rest of the
+  registry's records, reference-delta sidecars, digests, fsync, retention.
 
 Run it with :class:`FloorServer` (a child process, stopped by its pid) and
 drive it with :func:`floor_rate`. Its root is a local directory or an
@@ -42,20 +45,76 @@ from tools.bench.harness import timed_threads
 __all__ = ["FloorServer", "floor_rate"]
 
 SCHEMA = pa.schema([("id", pa.int64()), ("value", pa.float64())])
+#: The raw chain's registry table: one item per table, its head version ``v``.
+REGISTRY_SCHEMA: dict[str, Any] = {
+    "AttributeDefinitions": [
+        {"AttributeName": "pk", "AttributeType": "S"},
+        {"AttributeName": "sk", "AttributeType": "S"},
+    ],
+    "KeySchema": [
+        {"AttributeName": "pk", "KeyType": "HASH"},
+        {"AttributeName": "sk", "KeyType": "RANGE"},
+    ],
+}
 _CREATE = "create"
+_REGISTRY_FLAG = "--registry"
 
 
 def _batch(row: int) -> pa.RecordBatch:
     return pa.RecordBatch.from_pydict({"id": [row], "value": [row * 0.5]}, schema=SCHEMA)
 
 
+class _Registry:
+    """The raw chain's registry step on DynamoDB (``AWS_ENDPOINT_URL_DYNAMODB``), a fresh table."""
+
+    def __init__(self, endpoint: str, region: str) -> None:
+        import boto3
+
+        self._client = boto3.client(
+            "dynamodb",
+            endpoint_url=endpoint,
+            region_name=region,
+            aws_access_key_id="floor",
+            aws_secret_access_key="floor",
+        )
+        self._table = f"floor_registry_{uuid.uuid4().hex[:8]}"
+        self._client.create_table(
+            TableName=self._table, BillingMode="PAY_PER_REQUEST", **REGISTRY_SCHEMA
+        )
+        self._client.get_waiter("table_exists").wait(
+            TableName=self._table, WaiterConfig={"Delay": 0.2}
+        )
+
+    def _head(self, name: str) -> dict[str, Any]:
+        return {"pk": {"S": name}, "sk": {"S": "head"}}
+
+    def create(self, name: str) -> None:
+        self._client.put_item(TableName=self._table, Item={**self._head(name), "v": {"N": "0"}})
+
+    def commit(self, name: str, version: int) -> None:
+        """Move the head from ``version - 1`` to ``version``, or fail."""
+        self._client.update_item(
+            TableName=self._table,
+            Key=self._head(name),
+            UpdateExpression="SET v = :next",
+            ConditionExpression="v = :current",
+            ExpressionAttributeValues={
+                ":next": {"N": str(version)},
+                ":current": {"N": str(version - 1)},
+            },
+        )
+
+
 class _Service(flight.FlightServerBase):  # type: ignore[misc]
     """DoAction ``create`` makes an empty dataset; DoPut appends its batch as the next version."""
 
-    def __init__(self, root: str, storage: DatasetStorage | None) -> None:
+    def __init__(
+        self, root: str, storage: DatasetStorage | None, registry: _Registry | None
+    ) -> None:
         super().__init__("grpc://127.0.0.1:0")
         self._root = root.rstrip("/")
         self._storage = storage
+        self._registry = registry
         self._datasets: dict[str, Any] = {}
         self._options: dict[str, dict[str, str] | None] = {}
         self._locks: dict[str, threading.Lock] = {}
@@ -74,6 +133,8 @@ class _Service(flight.FlightServerBase):  # type: ignore[misc]
         )
         self._options[name] = options
         self._locks[name] = threading.Lock()
+        if self._registry is not None:
+            self._registry.create(name)
         return iter([])
 
     def do_put(
@@ -100,15 +161,21 @@ class _Service(flight.FlightServerBase):  # type: ignore[misc]
                 storage_options=options,
             )
             self._datasets[name] = dataset
-        writer.write(pa.py_buffer(str(dataset.version).encode()))
+            version = dataset.version - 1  # Lance's version 1 is the empty dataset
+            if self._registry is not None:
+                self._registry.commit(name, version)
+        writer.write(pa.py_buffer(str(version).encode()))
 
 
 class FloorServer:
     """The floor server as a child process: ``with FloorServer(root) as floor: floor.port``."""
 
-    def __init__(self, root: str | Path, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self, root: str | Path, env: Mapping[str, str] | None = None, *, registry: bool = False
+    ) -> None:
         self.root = str(root)
         self._env = dict(os.environ if env is None else env)
+        self._registry = registry
         self._process: subprocess.Popen[str] | None = None
         self.port = 0
 
@@ -118,7 +185,13 @@ class FloorServer:
     def start(self) -> FloorServer:
         """Start the child and wait until it listens."""
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "tools.bench.commit_floor", self.root],
+            [
+                sys.executable,
+                "-m",
+                "tools.bench.commit_floor",
+                self.root,
+                *([_REGISTRY_FLAG] if self._registry else []),
+            ],
             stdout=subprocess.PIPE,
             text=True,
             env=self._env,
@@ -189,12 +262,15 @@ def floor_rate(port: int, tables: int, count: int, in_flight: int) -> float:
     return count / timed_threads(writers)
 
 
-def _serve(root: str) -> None:
+def _serve(root: str, registry: bool) -> None:
     storage = DatasetStorage.from_env(dict(os.environ)) if DatasetStorage.is_s3(root) else None
-    service = _Service(root, storage)
+    heads = None
+    if registry:
+        heads = _Registry(os.environ["AWS_ENDPOINT_URL_DYNAMODB"], os.environ["AWS_REGION"])
+    service = _Service(root, storage, heads)
     print(service.port, flush=True)
     service.serve()
 
 
 if __name__ == "__main__":
-    _serve(sys.argv[1])
+    _serve(sys.argv[1], _REGISTRY_FLAG in sys.argv[2:])

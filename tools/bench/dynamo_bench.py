@@ -60,7 +60,7 @@ from lake_core.names import TableRef
 from lake_core.schemas import schema_to_ipc
 from lake_metasrv.s3engine import MANIFEST_TABLE_SCHEMA
 from lake_objects.s3 import s3_client
-from tools.bench.commit_floor import FloorServer, floor_rate
+from tools.bench.commit_floor import REGISTRY_SCHEMA, FloorServer, floor_rate
 from tools.bench.harness import (
     Figure,
     alternate,
@@ -128,18 +128,6 @@ async def _create_ddb_table(client: Any, table: str, schema: dict[str, Any]) -> 
     except Exception as exc:
         if "ResourceInUse" not in type(exc).__name__ and "ResourceInUse" not in str(exc):
             raise
-
-
-REGISTRY_SCHEMA = {
-    "AttributeDefinitions": [
-        {"AttributeName": "pk", "AttributeType": "S"},
-        {"AttributeName": "sk", "AttributeType": "S"},
-    ],
-    "KeySchema": [
-        {"AttributeName": "pk", "KeyType": "HASH"},
-        {"AttributeName": "sk", "KeyType": "RANGE"},
-    ],
-}
 
 
 @dataclass(frozen=True)
@@ -342,7 +330,7 @@ def run(quick: bool) -> list[Figure]:
             objects = _Objects.of_one_append(root)
             storage_env = {**os.environ, MANIFEST_DYNAMODB_TABLE: dynalite.manifest_table()}
             storage = DatasetStorage.from_env(storage_env)
-            floor = FloorServer(f"s3://{BUCKET}/floor", storage_env).start()
+            floor = FloorServer(f"s3://{BUCKET}/floor", storage_env, registry=True).start()
             floor_port = floor.port
 
             rounds = counter()

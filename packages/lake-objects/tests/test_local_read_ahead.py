@@ -229,3 +229,32 @@ async def test_range_reads_do_not_read_ahead(tmp_path: Path, gated: list[_GatedF
     rest = b"".join([chunk async for chunk in chunks])
     assert rest == data[10 + CHUNK : 3 * CHUNK]
     assert hashlib.sha256(data).hexdigest() == location.sha256
+
+
+@pytest.mark.asyncio
+async def test_reads_and_hashes_run_on_one_thread_of_the_readers_own_stopped_at_the_end(
+    tmp_path: Path, gated: list[_GatedFile]
+) -> None:
+    data = os.urandom(5 * CHUNK + 3)
+    store, location, _ = await _stored(tmp_path, data)
+    reader = await store.open(location)
+    gated[0].gate.set()
+    readers: set[str] = set()
+    real_read = gated[0].read
+
+    def recording_read(size: int = -1) -> bytes:
+        readers.add(threading.current_thread().name)
+        return real_read(size)
+
+    gated[0].read = recording_read  # type: ignore[method-assign]
+    assert b"".join([chunk async for chunk in reader]) == data
+    assert reader.verified
+    # One thread read every chunk (and hashed it: the hash is proved above).
+    assert len(readers) == 1
+    (name,) = readers
+    assert name.startswith("lake-verified-read")
+    for _ in range(500):  # stopped once the end was reached
+        if not any(t.name == name for t in threading.enumerate()):
+            break
+        await asyncio.sleep(0.01)
+    assert not any(t.name == name for t in threading.enumerate())

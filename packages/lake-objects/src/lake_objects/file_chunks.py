@@ -1,23 +1,19 @@
 """Chunk sources over an open local file, for :class:`~lake_objects.reader.ObjectReader`.
 
 :class:`FileChunks` reads a byte range, one chunk per worker-thread hop.
-:class:`HashedFileChunks` reads a whole object and hashes it, reading the
-next chunk while the current one is hashed: both ``file.read`` and
-``hashlib`` (on more than 2 KiB) release the GIL, so a chunk costs about the
-slower of the two instead of their sum. It reads at most one chunk ahead of
-the one handed out, and hashes strictly in order.
+:class:`HashedFileChunks` reads a whole object and hashes it on a thread of
+its own, one chunk ahead of the consumer (the consumer's work on chunk N
+overlaps the read and hash of N+1), hashing strictly in order.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Callable
-from typing import BinaryIO, TypeVar
+from concurrent.futures import ThreadPoolExecutor
+from typing import BinaryIO
 
 __all__ = ["FileChunks", "HashedFileChunks"]
-
-_T = TypeVar("_T")
 
 
 class FileChunks:
@@ -50,34 +46,44 @@ class FileChunks:
 
 
 class HashedFileChunks:
-    """A whole open file in chunks, SHA-256 over them; chunk N+1 is read while N is hashed.
+    """A whole open file in chunks, SHA-256 over them; chunk N+1 is read and hashed while N is used.
 
-    :meth:`sha256_hexdigest` is final once iteration stopped: the last
-    chunk's hash is awaited before end of file is reported.
+    Each chunk is read and then hashed by the same thread, one of the
+    reader's own, one chunk ahead of the consumer: the same work in the same
+    order as ``hashlib`` over the file, plus one hop per chunk. (Reading on
+    one pool thread while another hashed the previous chunk measured 0.75 of
+    that on some boots of the 2-core machine: the chunks then move between
+    threads, their allocator arenas and caches; docs/performance-analysis.md.)
+    :meth:`sha256_hexdigest` is final once iteration stopped.
     """
 
     def __init__(self, file: BinaryIO, chunk_size: int) -> None:
         self._file = file
         self._chunk_size = chunk_size
         self._hasher = hashlib.sha256()
-        #: The next chunk's read, running on a worker thread.
+        #: The reader's thread, started by the first read and stopped at the end.
+        self._worker: ThreadPoolExecutor | None = None
+        #: The next chunk's read and hash, running on that thread.
         self._ahead: asyncio.Future[bytes] | None = None
-        #: The hash of the chunk last handed out, running on a worker thread.
-        self._hashing: asyncio.Future[None] | None = None
         self._eof = False
         self._closed = False
 
     def __aiter__(self) -> HashedFileChunks:
         return self
 
-    def _read(self) -> bytes:
-        # A read still queued when the reader closed must not touch the (closing) file.
+    def _step(self) -> bytes:
+        # A step still queued when the reader closed must not touch the (closing) file.
         if self._closed:
             return b""
-        return self._file.read(self._chunk_size)
+        data = self._file.read(self._chunk_size)
+        if data:
+            self._hasher.update(data)
+        return data
 
-    def _submit(self, work: Callable[..., _T], *args: object) -> asyncio.Future[_T]:
-        return asyncio.get_running_loop().run_in_executor(None, work, *args)
+    def _submit(self) -> asyncio.Future[bytes]:
+        if self._worker is None:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="lake-verified-read")
+        return asyncio.get_running_loop().run_in_executor(self._worker, self._step)
 
     async def __anext__(self) -> bytes:
         if self._closed:
@@ -86,19 +92,16 @@ class HashedFileChunks:
         if self._eof:
             raise StopAsyncIteration
         if self._ahead is None:
-            self._ahead = self._submit(self._read)
+            self._ahead = self._submit()
         # Shielded: a cancelled consumer must not orphan a running read, which
         # aclose waits for before it closes the file.
         data = await asyncio.shield(self._ahead)
         self._ahead = None
-        if self._hashing is not None:  # the previous chunk's, run alongside this read
-            await asyncio.shield(self._hashing)
-            self._hashing = None
         if not data:
             self._eof = True
+            self._stop_worker()
             raise StopAsyncIteration
-        self._hashing = self._submit(self._hasher.update, data)
-        self._ahead = self._submit(self._read)
+        self._ahead = self._submit()
         return data
 
     def sha256_hexdigest(self) -> str:
@@ -106,23 +109,28 @@ class HashedFileChunks:
             raise RuntimeError("the digest is final only at end of file")
         return self._hasher.hexdigest()
 
+    def _stop_worker(self) -> None:
+        if self._worker is not None:
+            self._worker.shutdown(wait=False)
+            self._worker = None
+
+    def _close_file(self) -> None:
+        self._file.close()
+        self._stop_worker()
+
     async def aclose(self) -> None:
         """Stop: a queued read is skipped, a running one waited for, then the file closed."""
         if self._closed:
             return
         self._closed = True
-        pending = [f for f in (self._ahead, self._hashing) if f is not None]
-        self._ahead = self._hashing = None
-        running = [f for f in pending if not f.done()]
-        if running:
+        pending, self._ahead = self._ahead, None
+        if pending is not None and not pending.done():
             try:
-                await asyncio.wait(running)
+                await asyncio.wait([pending])
             except BaseException:
-                # aclose itself was cancelled: close once the threads let go of the file.
-                waiting = asyncio.gather(*running, return_exceptions=True)
-                waiting.add_done_callback(lambda _: self._file.close())
+                # aclose itself was cancelled: close once the thread lets go of the file.
+                pending.add_done_callback(lambda _: self._close_file())
                 raise
-        for future in pending:
-            if not future.cancelled():
-                future.exception()  # retrieved: the stream already ended another way
-        self._file.close()
+        if pending is not None and not pending.cancelled():
+            pending.exception()  # retrieved: the stream already ended another way
+        self._close_file()
