@@ -40,22 +40,12 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from lake_core.cloud import DatasetStorage
+from lake_metasrv.registry.dynamo_layout import REGISTRY_SCHEMA
 from tools.bench.harness import timed_threads
 
 __all__ = ["FloorServer", "floor_rate"]
 
 SCHEMA = pa.schema([("id", pa.int64()), ("value", pa.float64())])
-#: The raw chain's registry table: one item per table, its head version ``v``.
-REGISTRY_SCHEMA: dict[str, Any] = {
-    "AttributeDefinitions": [
-        {"AttributeName": "pk", "AttributeType": "S"},
-        {"AttributeName": "sk", "AttributeType": "S"},
-    ],
-    "KeySchema": [
-        {"AttributeName": "pk", "KeyType": "HASH"},
-        {"AttributeName": "sk", "KeyType": "RANGE"},
-    ],
-}
 _CREATE = "create"
 _REGISTRY_FLAG = "--registry"
 

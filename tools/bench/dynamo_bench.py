@@ -26,8 +26,8 @@ SeaweedFS and dynalite; each figure pairs two sides of the same rounds.
 - ``dynamo_floor_one_vs_chain``, ``dynamo_floor_8_vs_1``,
   ``dynamo_floor_8_vs_chain``: the commit floor server
   (:mod:`tools.bench.commit_floor`: Flight DoPut, the fragment, the Lance
-  commit, nothing of Lake's) on one table and on 8, driven as Lake is, on the
-  same servers. Report only: the ceilings of the two goals on this machine.
+  commit and the chain's registry head update, nothing else of Lake's) on
+  one table and on 8, driven as Lake is, on the same servers. Report only: the ceilings of the two goals on this machine.
   ``_8_vs_chain`` is the one both goals together ask 1.5 of (3 x 0.5).
 - ``dynamo_registry_commit``: the registry's own commit protocol alone
   (DynamoRegistry.commit_append in process, no Lance or S3) against a raw
@@ -58,9 +58,10 @@ from lake_core.ids import new_operation_id, operation_time_ms
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.schemas import schema_to_ipc
+from lake_metasrv.registry.dynamo_layout import REGISTRY_SCHEMA
 from lake_metasrv.s3engine import MANIFEST_TABLE_SCHEMA
 from lake_objects.s3 import s3_client
-from tools.bench.commit_floor import REGISTRY_SCHEMA, FloorServer, floor_rate
+from tools.bench.commit_floor import FloorServer, floor_rate
 from tools.bench.harness import (
     Figure,
     alternate,

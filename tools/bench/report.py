@@ -118,9 +118,9 @@ hatch run bench --only objects_bench
 hatch run python -m tools.bench.report RUN.jsonl   # this page from saved JSON lines
 ```
 
-A full run took 34 minutes on this 2-core machine under a load average of
-6-8 (less when idle) and needs ~25 GiB free in the temp directory. Run it on an
-otherwise idle machine: the load column says whether it was.
+A full run takes about 35 minutes on this 2-core machine with nothing else
+running (more under load) and needs ~25 GiB free in the temp directory. Run it
+on an otherwise idle machine: the load column says whether it was.
 Each benchmark module in `tools/bench` starts the real servers it needs
 (Metasrv, Query, SeaweedFS, dynalite) on loopback and stops them by pid.
 
