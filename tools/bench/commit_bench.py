@@ -22,7 +22,7 @@ each round:
   (:mod:`tools.bench.commit_floor`: Flight DoPut, the fragment, the Lance
   commit under a lock, nothing of Lake's), driven as Lake is, against the raw
   loop. Report only: the ceiling of the goal above on this machine, measured
-  0.90-0.98 (lower quartile 0.79-0.86) in three runs on 2026-12-02: the goal
+  0.88-0.98 (lower quartile 0.79-0.86) in four runs on 2026-12-02: the goal
   is above what any Metasrv can reach here.
 - ``commit_throughput_vs_floor``: Lake against that floor. Report only: what
   Lake's own work (registry, sidecars, digests, fsyncs, checks) leaves of
