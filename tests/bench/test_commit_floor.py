@@ -50,8 +50,12 @@ def test_the_server_is_stopped_by_its_pid(tmp_path: Path) -> None:
 def test_a_server_that_cannot_start_says_so(tmp_path: Path) -> None:
     # A storage setting out of range makes the child exit before it listens.
     env = {"PATH": "/usr/bin:/bin", STORAGE_TIMEOUT_MS.name: "0"}
-    with pytest.raises(RuntimeError, match="did not start"):
-        FloorServer("s3://nowhere/floor", env).start()
+    floor = FloorServer("s3://nowhere/floor", env)
+    try:
+        with pytest.raises(RuntimeError, match="did not start"):
+            floor.start()
+    finally:
+        floor.stop()  # never leave a server behind, even when the test fails
 
 
 @pytest.mark.s3
