@@ -61,7 +61,7 @@ from lake_core import protocol
 from lake_core.ids import new_operation_id
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
-from tools.bench.commit_floor import FloorServer, floor_rate
+from tools.bench.commit_floor import SCHEMA, FloorServer, floor_rate, one_row_batch
 from tools.bench.harness import (
     Figure,
     alternate,
@@ -73,16 +73,11 @@ from tools.bench.harness import (
 )
 from tools.lake_testing.servers import start_meta
 
-SCHEMA = pa.schema([("id", pa.int64()), ("value", pa.float64())])
 IN_FLIGHT = 8
 
 
-def _batch(start: int) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict({"id": [start], "value": [start * 0.5]}, schema=SCHEMA)
-
-
 def _table(start: int) -> pa.Table:
-    return pa.Table.from_batches([_batch(start)])
+    return pa.Table.from_batches([one_row_batch(start)])
 
 
 def _sqlite_cas_rate(path: Path, count: int) -> float:
@@ -165,7 +160,7 @@ async def _lake_rate(meta_addr: str, table: TableRef, count: int) -> float:
             while rows:
                 row = rows.pop()
                 command = protocol.AppendCommand(table=table, operation_id=new_operation_id())
-                await client.append(command, SCHEMA, [_batch(row)])
+                await client.append(command, SCHEMA, [one_row_batch(row)])
 
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))

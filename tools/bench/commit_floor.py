@@ -43,14 +43,16 @@ from lake_core.cloud import DatasetStorage
 from lake_metasrv.registry.dynamo_layout import REGISTRY_SCHEMA
 from tools.bench.harness import timed_threads
 
-__all__ = ["FloorServer", "floor_rate"]
+__all__ = ["SCHEMA", "FloorServer", "floor_rate", "one_row_batch"]
 
+#: The commit benchmarks' table: Lake's side, the references and the floor append to it.
 SCHEMA = pa.schema([("id", pa.int64()), ("value", pa.float64())])
 _CREATE = "create"
 _REGISTRY_FLAG = "--registry"
 
 
-def _batch(row: int) -> pa.RecordBatch:
+def one_row_batch(row: int) -> pa.RecordBatch:
+    """The one-row batch every commit benchmark appends for ``row``."""
     return pa.RecordBatch.from_pydict({"id": [row], "value": [row * 0.5]}, schema=SCHEMA)
 
 
@@ -242,7 +244,7 @@ def floor_rate(port: int, tables: int, count: int, in_flight: int) -> float:
                         return
                     row = queues[name].pop()
                 put, answer = client.do_put(flight.FlightDescriptor.for_path(name), SCHEMA)
-                put.write_batch(_batch(row))
+                put.write_batch(one_row_batch(row))
                 put.done_writing()
                 if answer.read() is None:
                     raise RuntimeError("the floor server answered an append with nothing")
