@@ -135,7 +135,8 @@ async def test_a_commit_result_moves_the_view_forward_only(catalog: LocalCatalog
     assert cache.apply_commit(table, committed) is True
     assert cache.revision == revision + 1
     moved = cache.entry(table)
-    assert moved is not None and moved.descriptor == committed
+    assert moved is not None
+    assert moved.descriptor == committed
     assert cache.lookup(table).schema == schema  # type: ignore[union-attr]
     # No RPC, and the generation stays so the next refresh still fetches what changed.
     assert (catalog.calls, cache.generation) == stale[:2]
@@ -163,7 +164,8 @@ async def test_a_snapshot_sent_before_a_commit_does_not_undo_it(catalog: LocalCa
 @pytest.mark.asyncio
 async def test_staleness_follows_the_refresh_interval(catalog: LocalCatalog) -> None:
     cache = CatalogCache(catalog, refresh_interval_s=0.05)
-    assert cache.stale(0.05) and cache.age_s() is None
+    assert cache.stale(0.05)
+    assert cache.age_s() is None
     await cache.refresh()
     assert not cache.stale(0.05)
     await asyncio.sleep(0.1)
