@@ -59,5 +59,5 @@ async def test_an_unconfirmed_committed_version_is_unavailable(catalog: LocalCat
     # A stale view whose refresh fails is still planned on...
     await catch_up(cache, {}, ADMIN, 5)
     # ...but a client's own commit that cannot be confirmed is a retryable refusal.
-    with pytest.raises(Unavailable, match="robots.rewards"):
+    with pytest.raises(Unavailable, match=r"robots\.rewards"):
         await catch_up(cache, {REWARDS: 5}, ADMIN, 5)
