@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import adbc_driver_flightsql.dbapi as flightsql
 import adbc_driver_manager
@@ -49,6 +49,7 @@ from tools.lake_testing.servers import LakeProcess, free_port, start_meta, start
 pytestmark = pytest.mark.slow
 
 ROWS = 50
+T = TypeVar("T")
 
 
 class Replicas:
@@ -167,6 +168,19 @@ def test_the_forwarding_replica_reads_its_append_from_the_commit_result(
     assert refreshes() == before
 
 
+def moved(call: Callable[[], T]) -> T:
+    """``call()`` right after the balancer cut the client's connection: a request that
+    went out on the dying connection fails UNAVAILABLE (retryable), as behind any
+    balancer; the retry reconnects."""
+    for attempt in range(3):
+        try:
+            return call()
+        except lake_sdk.Unavailable:
+            if attempt == 2:
+                raise
+    raise AssertionError("unreachable")
+
+
 @pytest.mark.parametrize("kind", ["blocking", "async"])
 def test_an_sdk_client_reads_its_appends_on_another_replica(retained: Replicas, kind: str) -> None:
     table = new_table(retained)
@@ -180,7 +194,7 @@ def test_an_sdk_client_reads_its_appends_on_another_replica(retained: Replicas, 
                 # without the header reads what B has.
                 assert count(retained.b, table) == ROWS
                 balancer.route(retained.b.addr)
-                got = [client.query_table(sql).column("n").to_pylist()]
+                got = [moved(lambda: client.query_table(sql)).column("n").to_pylist()]
                 got.append(client.query_async(sql).to_table().column("n").to_pylist())
         else:
 
@@ -189,7 +203,13 @@ def test_an_sdk_client_reads_its_appends_on_another_replica(retained: Replicas, 
                     assert await client.append_batches(table, [episodes(ROWS, ROWS)]) == 2
                     assert await asyncio.to_thread(count, retained.b, table) == ROWS
                     balancer.route(retained.b.addr)
-                    table_ = await client.query_table(sql)
+                    for attempt in range(3):  # as moved(), awaited
+                        try:
+                            table_ = await client.query_table(sql)
+                            break
+                        except lake_sdk.Unavailable:
+                            if attempt == 2:
+                                raise
                     return [list(table_.column("n").to_pylist())]
 
             got = asyncio.run(scenario())
