@@ -119,3 +119,59 @@ async def test_entry_without_schema_fails_explicitly(catalog: LocalCatalog) -> N
     assert cached.schema is None
     with pytest.raises(FailedPrecondition, match=r"lake\.robots\.rewards"):
         cached.schema_ipc()
+
+
+@pytest.mark.asyncio
+async def test_a_commit_result_moves_the_view_forward_only(catalog: LocalCatalog) -> None:
+    cache = CatalogCache(catalog, refresh_interval_s=3600)
+    await cache.refresh()
+    table = TableRef("robots", "rewards")
+    held = cache.entry(table)
+    assert held is not None
+    stale = catalog.calls, cache.generation, held.descriptor
+    schema = cache.lookup(table).schema  # type: ignore[union-attr]
+    committed = catalog.append("robots.rewards", rewards(10**6, 1)).descriptor
+    revision = cache.revision
+    assert cache.apply_commit(table, committed) is True
+    assert cache.revision == revision + 1
+    moved = cache.entry(table)
+    assert moved is not None
+    assert moved.descriptor == committed
+    assert cache.lookup(table).schema == schema  # type: ignore[union-attr]
+    # No RPC, and the generation stays so the next refresh still fetches what changed.
+    assert (catalog.calls, cache.generation) == stale[:2]
+    # An older result (a replay, a slower writer) never moves it back.
+    assert cache.apply_commit(table, stale[2]) is False
+    assert cache.entry(table).descriptor == committed  # type: ignore[union-attr]
+    # A table the view does not hold waits for a refresh.
+    assert cache.apply_commit(TableRef("robots", "unknown"), committed) is False
+
+
+@pytest.mark.asyncio
+async def test_a_snapshot_sent_before_a_commit_does_not_undo_it(catalog: LocalCatalog) -> None:
+    cache = CatalogCache(catalog, refresh_interval_s=3600)
+    await cache.refresh()
+    table = TableRef("robots", "rewards")
+    before = catalog.entries[table]
+    catalog.generation += 1  # some other table changed: the next snapshot is "changed"
+    newer = catalog.append("robots.rewards", rewards(10**6, 1)).descriptor
+    catalog.entries[table] = before  # the snapshot in flight still holds the older version
+    assert cache.apply_commit(table, newer)
+    assert await cache.refresh() is True
+    assert cache.entry(table).descriptor == newer  # type: ignore[union-attr]
+
+
+@pytest.mark.asyncio
+async def test_staleness_follows_the_refresh_interval(catalog: LocalCatalog) -> None:
+    cache = CatalogCache(catalog, refresh_interval_s=0.05)
+    assert cache.stale(0.05)
+    assert cache.age_s() is None
+    await cache.refresh()
+    assert not cache.stale(0.05)
+    await asyncio.sleep(0.1)
+    assert cache.stale(0.05)
+    catalog.fail = True
+    with pytest.raises(ConnectionError):
+        await cache.refresh()
+    # A failing source is not asked again by every request within the interval.
+    assert not cache.stale(0.05)

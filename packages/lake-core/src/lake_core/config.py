@@ -330,7 +330,12 @@ QUERY_TICKET_AUDIENCE = EnvVar(
 )
 QUERY_CATALOG_REFRESH_MS = EnvVar(
     "LAKE_QUERY_CATALOG_REFRESH_MS",
-    doc="How often a Query replica asks Metasrv whether its catalog changed.",
+    doc=(
+        "How often a Query replica asks Metasrv whether its catalog changed, and the "
+        "freshness bound of planning: a view older than this is refreshed before a "
+        "statement is planned, so other clients see a committed version within this "
+        "interval plus one refresh round trip (docs/consistency.md)."
+    ),
     owner=QUERY,
     default="1000",
     range="1..=3600000, milliseconds",

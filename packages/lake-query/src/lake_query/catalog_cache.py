@@ -1,17 +1,26 @@
 """The Query replica's view of the native catalog, fed by Metasrv snapshots.
 
-The only source is Metasrv's conditional ``catalog_snapshot`` action: the
+The source is Metasrv's conditional ``catalog_snapshot`` action: the
 cache sends the generation it holds and gets ``not_modified`` or the whole
-directory. It refreshes in the background at a fixed interval, after this
-replica forwards an append, and (coalesced) when planning misses a table.
+directory. It refreshes in the background at a fixed interval and
+(coalesced) when planning needs it: a table missing, a view older than the
+freshness bound, a client's committed version it has not seen
+(:mod:`lake_query.freshness`), a head version retention reclaimed.
 Lookups and listings read an immutable in-memory snapshot and make no RPCs;
 a failed refresh keeps the last good snapshot.
+
+An append this replica forwarded patches its table from the commit result
+(:meth:`CatalogCache.apply_commit`), before the client is answered. Views
+only move forward: within one incarnation a table's descriptor never goes
+back to an older (version, engine version), so a snapshot fetched before a
+patch cannot undo it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -21,7 +30,7 @@ import structlog
 
 from lake_core import protocol
 from lake_core.errors import FailedPrecondition, LakeError
-from lake_core.models import CatalogEntry
+from lake_core.models import CatalogEntry, TableDescriptor
 from lake_core.names import TableRef
 from lake_core.schemas import schema_from_base64, schema_to_ipc
 from lake_core.telemetry import series
@@ -76,6 +85,18 @@ class _Snapshot:
 _EMPTY = _Snapshot(None, {}, ())
 
 
+def _newer(mine: TableDescriptor, theirs: TableDescriptor) -> bool:
+    """Whether ``mine`` is a later state of the same table incarnation than ``theirs``."""
+    return mine.incarnation == theirs.incarnation and (mine.version, mine.engine_version) > (
+        theirs.version,
+        theirs.engine_version,
+    )
+
+
+def _ordered(tables: Mapping[TableRef, CachedTable]) -> tuple[CachedTable, ...]:
+    return tuple(sorted(tables.values(), key=lambda t: (t.table.namespace, t.table.name)))
+
+
 class CatalogCache:
     """TableRef -> CatalogEntry (with decoded schema), refreshed from a CatalogSource."""
 
@@ -88,6 +109,12 @@ class CatalogCache:
         self._completed = 0
         self._task: asyncio.Task[None] | None = None
         self._pending: set[asyncio.Task[None]] = set()
+        #: Bumped whenever the view changes (a changed snapshot or a commit applied).
+        self.revision = 0
+        #: When the fetch behind the current view was sent (monotonic; None: never).
+        self._fresh_at: float | None = None
+        #: When a fetch last failed (monotonic), so a failing Metasrv is not asked per request.
+        self._failed_at: float | None = None
 
     def __repr__(self) -> str:
         return f"CatalogCache(generation={self.generation!r}, tables={len(self._snapshot.tables)})"
@@ -110,6 +137,51 @@ class CatalogCache:
     def entry(self, table: TableRef) -> CatalogEntry | None:
         found = self._snapshot.tables.get(table)
         return None if found is None else found.entry
+
+    @property
+    def interval_s(self) -> float:
+        """The background refresh interval (``LAKE_QUERY_CATALOG_REFRESH_MS``): the freshness bound."""
+        return self._interval
+
+    def age_s(self) -> float | None:
+        """Seconds since the request behind this view was sent (None: never loaded)."""
+        return None if self._fresh_at is None else time.monotonic() - self._fresh_at
+
+    def stale(self, max_age_s: float) -> bool:
+        """Whether this view is older than ``max_age_s`` and Metasrv did not just fail.
+
+        After a failed fetch the view stays "fresh enough" for one more
+        interval: a failing Metasrv is asked by the background task, not by
+        every request.
+        """
+        age = self.age_s()
+        if age is not None and age <= max_age_s:
+            return False
+        failed = self._failed_at
+        return failed is None or time.monotonic() - failed > max_age_s
+
+    def apply_commit(self, table: TableRef, descriptor: TableDescriptor) -> bool:
+        """Move ``table`` to ``descriptor`` (a commit result) if that is newer than this view.
+
+        Only a known table of the same incarnation moves (its schema is
+        unchanged by an append); anything else waits for the next refresh.
+        Returns True if the view changed.
+        """
+        current = self._snapshot
+        cached = current.tables.get(table)
+        if cached is None or not _newer(descriptor, cached.entry.descriptor):
+            return False
+        moved = CachedTable(
+            cached.entry.model_copy(update={"descriptor": descriptor}),
+            cached.schema,
+            cached.schema_error,
+        )
+        tables = {**current.tables, table: moved}
+        # The generation stays: the next conditional refresh still fetches what changed.
+        self._snapshot = _Snapshot(current.generation, tables, _ordered(tables))
+        self.revision += 1
+        log.debug("catalog entry moved by a commit", table=str(table), version=descriptor.version)
+        return True
 
     def tables(self) -> tuple[CachedTable, ...]:
         """Every table, ordered by namespace then name."""
@@ -141,18 +213,32 @@ class CatalogCache:
 
     async def _fetch(self) -> bool:
         current = self._snapshot
+        sent = time.monotonic()
         try:
             result = await self._source.catalog_snapshot(current.generation)
         except BaseException:
+            self._failed_at = time.monotonic()
             series.CATALOG_REFRESHES.inc(outcome="failed")
             raise
+        self._fresh_at, self._failed_at = sent, None
         if result.not_modified:
             series.CATALOG_REFRESHES.inc(outcome="not_modified")
             return False
         series.CATALOG_REFRESHES.inc(outcome="changed")
         decoded = [_decode(e) for e in result.tables]
-        decoded.sort(key=lambda t: (t.table.namespace, t.table.name))
-        self._snapshot = _Snapshot(result.generation, {t.table: t for t in decoded}, tuple(decoded))
+        # A commit applied since this fetch was sent (apply_commit) is kept.
+        latest = self._snapshot.tables
+        tables = {
+            t.table: (
+                latest[t.table]
+                if t.table in latest
+                and _newer(latest[t.table].entry.descriptor, t.entry.descriptor)
+                else t
+            )
+            for t in decoded
+        }
+        self._snapshot = _Snapshot(result.generation, tables, _ordered(tables))
+        self.revision += 1
         for broken in (t for t in decoded if t.schema is None):
             log.warning("catalog entry without a readable schema", table=str(broken.table))
         log.debug("catalog refreshed", generation=result.generation, tables=len(decoded))

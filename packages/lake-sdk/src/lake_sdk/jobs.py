@@ -196,6 +196,8 @@ class Jobs:
             metadata.append(("authorization", f"Bearer {token.reveal()}"))
         if job_id is not None:
             metadata.append((protocol.ASYNC_JOB_ID_HEADER, job_id))
+            # A submission plans: it reads this client's own appends (lake_core.min_versions).
+            metadata.extend(self._connection.committed.metadata())
         return metadata
 
     def _poll_call(

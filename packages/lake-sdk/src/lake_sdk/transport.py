@@ -9,6 +9,12 @@ pyarrow failure into the exact Lake error class the server sent. An
 endpoint whose ``location`` names another server (Query's native data plane)
 is read through a connection to it with the same token, CA bundle and
 server name (:meth:`Connection.at`).
+
+Read-your-writes: a connection remembers the highest version each append
+through it committed per table (:class:`CommittedVersions`), and sends them
+with its statements in the ``lake-min-versions`` header
+(:mod:`lake_core.min_versions`), so a Query replica that has not seen them
+yet refreshes its catalog before planning.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -28,10 +35,12 @@ from lake_core.auth import Secret
 from lake_core.endpoints import SCHEMES as ENDPOINT_SCHEMES
 from lake_core.endpoints import parse_endpoint
 from lake_core.errors import InvalidArgument, LakeError, Unavailable, Unimplemented
+from lake_core.min_versions import MIN_VERSIONS_HEADER, format_min_versions
+from lake_core.names import TableRef
 from lake_core.telemetry.propagation import client_span, trace_headers
 from lake_sdk._errors import TrailerCapture, Trailers, calling, lake_error
 
-__all__ = ["SCHEMES", "ConnectOptions", "Connection", "flight_location"]
+__all__ = ["SCHEMES", "CommittedVersions", "ConnectOptions", "Connection", "flight_location"]
 
 T = TypeVar("T")
 
@@ -164,6 +173,43 @@ class ConnectOptions:
         return flight.FlightClient(location, **kwargs)
 
 
+class CommittedVersions:
+    """The highest version this client committed per table, most recent commit first.
+
+    Thread-safe; remembers at most :data:`REMEMBERED` tables (the least
+    recently appended to are forgotten), and the header carries the most
+    recent that fit its bounds.
+    """
+
+    REMEMBERED = 1024
+
+    def __init__(self) -> None:
+        self._versions: OrderedDict[TableRef, int] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def record(self, table: TableRef, version: int) -> None:
+        with self._lock:
+            self._versions[table] = max(version, self._versions.get(table, version))
+            self._versions.move_to_end(table)
+            while len(self._versions) > self.REMEMBERED:
+                self._versions.popitem(last=False)
+
+    def get(self, table: TableRef) -> int | None:
+        with self._lock:
+            return self._versions.get(table)
+
+    def header(self) -> str:
+        """The ``lake-min-versions`` value ("" when nothing was committed)."""
+        with self._lock:
+            recent = dict(reversed(self._versions.items()))
+        return format_min_versions(recent)
+
+    def metadata(self) -> list[tuple[str, str]]:
+        """The request metadata carrying :meth:`header` (none when empty)."""
+        value = self.header()
+        return [(MIN_VERSIONS_HEADER, value)] if value else []
+
+
 class Connection:
     """One Flight client to Query, shared by a client and its clones.
 
@@ -178,6 +224,8 @@ class Connection:
         self._closed = False
         #: Connections to the servers endpoint locations named, by location URI.
         self._located: dict[str, Connection] = {}
+        #: What appends through this connection committed (sent with statements).
+        self.committed = CommittedVersions()
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -232,8 +280,12 @@ class Connection:
         return data
 
     async def flight_info(self, descriptor: flight.FlightDescriptor) -> flight.FlightInfo:
+        """Plan a statement, sending this client's committed versions with it."""
+        options = flight.FlightCallOptions(
+            headers=[(k.encode(), v.encode()) for k, v in self.committed.metadata()]
+        )
         with client_span(_FLIGHT + "GetFlightInfo", {**_DB, "db.operation.name": "plan"}):
-            return await self.call(self._client.get_flight_info, descriptor)
+            return await self.call(self._client.get_flight_info, descriptor, options)
 
     def at(self, locations: Sequence[flight.Location]) -> Connection:
         """The connection that redeems an endpoint with ``locations`` (none: this one).
@@ -296,9 +348,11 @@ class Connection:
             client_span(_FLIGHT + "DoPut", {**_DB, "db.operation.name": "append"}),
         ):
             try:
-                return await asyncio.to_thread(self._put, descriptor, schema, batches)
+                result = await asyncio.to_thread(self._put, descriptor, schema, batches)
             except (flight.FlightError, pa.ArrowException) as exc:
                 raise lake_error(exc, trailers, commit=True) from None
+        self.committed.record(result.table, result.version)
+        return result
 
     def _put(
         self,

@@ -4,6 +4,10 @@ The replica authorizes the namespace, checks the table exists, checks FILE
 cells against the caller's managed stage prefix, and forwards the messages
 unchanged; Metasrv authorizes again as the same principal. The SDK never
 talks to Metasrv itself.
+
+Before the client is answered, the commit result (its version and
+descriptor) moves this replica's catalog view of the table, with no RPC:
+every statement planned here afterwards reads the append.
 """
 
 from __future__ import annotations
@@ -80,8 +84,13 @@ class Appends:
             version=result.version,
             replayed=result.replayed,
         )
-        # Refresh before replying so this replica reads its own writes.
-        await refresh_quietly(self._cache)
+        # Before replying, so this replica reads its own writes (no refresh RPC).
+        if not self._cache.apply_commit(result.table, result.descriptor):
+            known = self._cache.entry(result.table)
+            if known is None or known.descriptor.incarnation != result.descriptor.incarnation:
+                # A table this view does not hold as committed (created or recreated
+                # since): the catalog itself has to say what it is.
+                await refresh_quietly(self._cache)
         return pb.PutResult(app_metadata=protocol.encode(result))
 
     async def _check_file_cells(

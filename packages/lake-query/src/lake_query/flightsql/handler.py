@@ -26,7 +26,7 @@ import base64
 import contextlib
 import functools
 import os
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -41,6 +41,7 @@ from lake_core.errors import (
     Unauthenticated,
     Unavailable,
     Unimplemented,
+    VersionReclaimed,
 )
 from lake_core.flight.encoding import encode_stream, has_dictionary
 from lake_core.flight.server import Context, FlightHandler
@@ -60,6 +61,7 @@ from lake_query.flightsql.discovery import REFRESH_TIMEOUT_S
 from lake_query.flightsql.endpoints import PARTITION, fragments_of, query_bodies
 from lake_query.flightsql.statements import PreparedStatements
 from lake_query.flightsql.wire import MAX_SQL_BYTES, caller
+from lake_query.freshness import MAX_REPLANS, catch_up, min_versions
 from lake_query.jobs.service import PART, AsyncQueries, is_handle
 from lake_query.planning import DatasetOpener, PlannedQuery, Planner, QueryLimits, QuerySpec
 from lake_query.planning.external import ExternalCatalog
@@ -178,15 +180,49 @@ class QueryHandler(FlightHandler):
             ) from None
         return self._cache.entry(table)
 
+    async def _moved_since(self, revision: int) -> bool:
+        """Refresh the catalog; whether the view changed since ``revision``."""
+        try:
+            await asyncio.wait_for(self._cache.refresh(), REFRESH_TIMEOUT_S)
+        except Exception as exc:
+            raise Unavailable(
+                f"a table version was reclaimed and the catalog could not be refreshed: {exc}; "
+                "retry"
+            ) from None
+        return self._cache.revision != revision
+
     # Planning.
 
     async def _plan(
-        self, spec: QuerySpec, principal: Principal, *, prepare: bool = False
+        self,
+        spec: QuerySpec,
+        principal: Principal,
+        *,
+        prepare: bool = False,
+        wanted: Mapping[TableRef, int] | None = None,
     ) -> PlannedQuery:
+        """Plan on a view within the freshness bound and at or past ``wanted`` (the
+        client's committed versions, :mod:`lake_query.freshness`).
+
+        A head version retention reclaimed under this view (a replica behind
+        its writers) is not the client's problem: the catalog is refreshed and
+        the statement planned again, at most :data:`MAX_REPLANS` times and only
+        while a refresh moves the view.
+        """
         wire.check_sql(spec.sql, self._max_sql_bytes)
-        planned = await self._blocking(
-            functools.partial(self.planner.plan_spec, prepare=prepare), spec, principal
-        )
+        await catch_up(self._cache, wanted or {}, principal, REFRESH_TIMEOUT_S)
+        plan = functools.partial(self.planner.plan_spec, prepare=prepare)
+        replans = 0
+        while True:
+            seen = self._cache.revision
+            try:
+                planned = await self._blocking(plan, spec, principal)
+                break
+            except VersionReclaimed:
+                if replans == MAX_REPLANS or not await self._moved_since(seen):
+                    raise
+                replans += 1
+                log.info("planning met a reclaimed version; planning again", replans=replans)
         log.info(
             "query planned",
             principal=principal.principal_id,
@@ -204,7 +240,10 @@ class QueryHandler(FlightHandler):
         return None
 
     async def _describe(
-        self, descriptor: pb.FlightDescriptor, principal: Principal
+        self,
+        descriptor: pb.FlightDescriptor,
+        principal: Principal,
+        wanted: Mapping[TableRef, int] | None = None,
     ) -> tuple[pa.Schema, list[dict[str, Any]]]:
         """The result schema of a descriptor and the ticket bodies (one per endpoint)."""
         if descriptor.type != pb.FlightDescriptor.CMD:
@@ -212,7 +251,7 @@ class QueryHandler(FlightHandler):
         command = wire.unpack_any(descriptor.cmd, "the descriptor")
         spec = self._spec_of(command, principal)
         if spec is not None:
-            planned = await self._plan(spec, principal)
+            planned = await self._plan(spec, principal, wanted=wanted)
         elif isinstance(command, wire.METADATA_COMMANDS):
             schema = discovery.metadata_schema(command)
             return schema, [{"k": wire.METADATA, "c": base64.b64encode(descriptor.cmd).decode()}]
@@ -228,7 +267,7 @@ class QueryHandler(FlightHandler):
         self, descriptor: pb.FlightDescriptor, context: Context
     ) -> pb.FlightInfo:
         principal = caller()
-        schema, bodies = await self._describe(descriptor, principal)
+        schema, bodies = await self._describe(descriptor, principal, min_versions(context))
         locations = self._locations(schema)
         endpoints = [
             pb.FlightEndpoint(
@@ -251,9 +290,12 @@ class QueryHandler(FlightHandler):
         return [pb.Location(uri=self.data_location)]
 
     async def _plan_statement(
-        self, descriptor: pb.FlightDescriptor, principal: Principal
+        self,
+        descriptor: pb.FlightDescriptor,
+        principal: Principal,
+        wanted: Mapping[TableRef, int] | None = None,
     ) -> tuple[pa.Schema, QuerySpec]:
-        schema, bodies = await self._describe(descriptor, principal)
+        schema, bodies = await self._describe(descriptor, principal, wanted)
         # A job runs the whole statement: partitions only split interactive results.
         if bodies[0].get("k") not in (wire.QUERY, PARTITION):
             raise InvalidArgument("PollFlightInfo runs SQL statements only")
@@ -280,7 +322,7 @@ class QueryHandler(FlightHandler):
                 descriptor,
                 principal,
                 headers.get(protocol.ASYNC_JOB_ID_HEADER),
-                self._plan_statement,
+                functools.partial(self._plan_statement, wanted=min_versions(context)),
                 self._statement,
                 states=states,
             )
@@ -292,7 +334,7 @@ class QueryHandler(FlightHandler):
     async def get_schema(
         self, descriptor: pb.FlightDescriptor, context: Context
     ) -> pb.SchemaResult:
-        schema, _ = await self._describe(descriptor, caller())
+        schema, _ = await self._describe(descriptor, caller(), min_versions(context))
         return pb.SchemaResult(schema=schema_to_ipc(schema))
 
     def open_ticket(self, ticket: bytes, principal: Principal) -> dict[str, Any]:
@@ -416,7 +458,12 @@ class QueryHandler(FlightHandler):
                 action.body, sql_pb.ActionCreatePreparedStatementRequest, "the action body"
             )
             wire.no_transaction(request)
-            planned = await self._plan(QuerySpec(sql=request.query), principal, prepare=True)
+            planned = await self._plan(
+                QuerySpec(sql=request.query),
+                principal,
+                prepare=True,
+                wanted=min_versions(context),
+            )
             result = sql_pb.ActionCreatePreparedStatementResult(
                 prepared_statement_handle=self._statements.seal(planned.spec, principal),
                 dataset_schema=schema_to_ipc(planned.schema),
