@@ -20,7 +20,6 @@ import pytest
 
 from lake_core.models import DataLocation
 from tests.cloud.conftest import CloudLake
-from tests.gc.conftest import run_gc
 from tools.lake_testing.fleet import (
     SCHEMA,
     TABLE,
@@ -32,9 +31,10 @@ from tools.lake_testing.fleet import (
     upload_garbage,
     violations,
 )
+from tools.lake_testing.fleet import lake_gc as run_gc
 from tools.lake_testing.servers import LakeProcess
 
-pytestmark = [pytest.mark.slow, pytest.mark.s3, pytest.mark.dynamodb, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.slow, pytest.mark.s3, pytest.mark.dynamodb, pytest.mark.timeout(480)]
 
 WORKLOAD_S = 40.0
 #: S3 ages objects by its own clock: garbage must be older than this when GC plans,

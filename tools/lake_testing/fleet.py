@@ -19,14 +19,19 @@ reports it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import io
+import json
 import os
+import subprocess
+import sys
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import adbc_driver_flightsql.dbapi as flightsql
@@ -39,10 +44,13 @@ import lake_sdk
 from lake_core.errors import LakeError
 from lake_core.filetype import FILE_STRUCT, file_field
 from lake_core.ids import new_operation_id
+from lake_core.metaclient import MetaClient
 from lake_core.models import DataLocation
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2
 from lake_objects.source import FileUpload
+from tools.lake_testing.plugin import write_ticket_keys
+from tools.lake_testing.servers import LakeProcess, start_meta, start_query
 
 __all__ = [
     "ROWS_PER_APPEND",
@@ -52,10 +60,12 @@ __all__ = [
     "Failure",
     "FleetShape",
     "GcRun",
+    "LocalFleet",
     "LostCheck",
     "Record",
     "Workload",
     "batch",
+    "lake_gc",
     "nothing_lost",
     "run_gc_during",
     "upload_garbage",
@@ -106,6 +116,129 @@ def batch(writer: int, seq: int, clips: list[DataLocation] | None = None) -> pa.
     )
 
 
+@dataclass
+class LocalFleet:
+    """One local-mode Metasrv and its Query replicas (async jobs on, beside the catalog)."""
+
+    root: Path
+    meta: LakeProcess
+    env: dict[str, str]
+    replicas: list[LakeProcess] = field(default_factory=list)
+
+    @classmethod
+    def start(cls, root: Path) -> LocalFleet:
+        env = {
+            "LAKE_QUERY_TICKET_KEYS_FILE": str(write_ticket_keys(root / "ticket-keys.json")),
+            "LAKE_MANAGED_OBJECT_ROOT": str(root / "data" / "objects"),
+            "LAKE_ASYNC_QUERIES": "true",
+        }
+        return cls(root, start_meta(root / "data", root, env=env), env)
+
+    @property
+    def data(self) -> Path:
+        return self.root / "data"
+
+    def replicas_started(self, count: int) -> list[Endpoint]:
+        """``count`` more replicas, started side by side (each start takes seconds here)."""
+        started: list[LakeProcess | BaseException] = [RuntimeError("not started")] * count
+
+        def one(i: int) -> None:
+            try:
+                started[i] = start_query(
+                    self.meta.addr,
+                    self.root,
+                    env=self.env,
+                    extra_args=("--data-dir", str(self.data)),  # async jobs beside the catalog
+                )
+            except BaseException as exc:
+                started[i] = exc
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.replicas.extend(p for p in started if isinstance(p, LakeProcess))
+        for outcome in started:
+            if isinstance(outcome, BaseException):
+                raise outcome
+        processes = [p for p in started if isinstance(p, LakeProcess)]
+        names = ["A", "B"] if count == 2 else [f"R{len(self.replicas) - i}" for i in range(count)]
+        return [Endpoint(n, p.addr) for n, p in zip(names, processes, strict=True)]
+
+    def admin(self, work: Callable[[MetaClient], Any]) -> Any:
+        async def go() -> Any:
+            async with MetaClient(f"http://{self.meta.addr}", timeout_s=120) as client:
+                return await work(client)
+
+        return asyncio.run(go())
+
+    def gc_during(self, workload: Workload, plans: Path) -> GcRun:
+        """``lake gc`` plan and apply (default-sized safety age) while ``workload`` writes."""
+
+        def garbage() -> list[DataLocation]:
+            made = upload_garbage(workload.record, workload.a)
+            for location in made:  # a local object's age is its modification time
+                then = time.time() - 2 * GC_SAFETY_AGE_S
+                os.utime(local_path(location), (then, then))
+            return made
+
+        def plan(attempt: int) -> tuple[int, dict[str, Any]]:
+            target = str(plans / f"p{attempt}")
+            return lake_gc(self.data, "--plan", target, "--safety-age-secs", str(GC_SAFETY_AGE_S))
+
+        def apply(attempt: int) -> tuple[int, dict[str, Any]]:
+            target, checkpoint = plans / f"p{attempt}", plans / f"p{attempt}.apply.json"
+            return lake_gc(
+                self.data, "--plan", str(target), "--apply", "--checkpoint", str(checkpoint)
+            )
+
+        return run_gc_during(workload, garbage, plan, apply, lambda g: local_path(g).exists())
+
+    def stop(self) -> None:
+        for process in self.replicas:
+            process.stop()
+        self.meta.stop()
+
+
+#: ``lake gc --safety-age-secs`` of the local runs: an hour, as an operator would pick.
+GC_SAFETY_AGE_S = 3600
+
+
+def local_path(location: DataLocation) -> Path:
+    return Path(location.uri.removeprefix("file://"))
+
+
+def lake_gc(
+    data_dir: Path, *args: str, env: dict[str, str] | None = None, timeout_s: float = 90
+) -> tuple[int, dict[str, Any]]:
+    """``lake --data-dir DATA gc ARGS --json`` in its own process: (exit code, JSON reply).
+
+    A run that takes longer than ``timeout_s`` is killed and reported as exit code -1.
+    """
+    command = [sys.executable, "-c", "from lake_core.cli import main; main()"]
+    command += ["--data-dir", str(data_dir), "gc", *args, "--json"]
+    try:
+        done = subprocess.run(
+            command,
+            env={**os.environ, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+        message = f"lake gc {args[:1]} did not finish in {timeout_s:.0f}s"
+        return -1, {"error": "Timeout", "message": message, "_stderr": stderr[-3000:]}
+    try:
+        reply = json.loads(done.stdout) if done.stdout.strip() else {}
+    except ValueError:
+        reply = {"stdout": done.stdout}
+    reply.setdefault("_stderr", done.stderr[-3000:])
+    return done.returncode, reply
+
+
 def statement(sql: str) -> flight.FlightDescriptor:
     wrapper = any_pb2.Any()
     wrapper.Pack(flight_sql_pb2.CommandStatementQuery(query=sql))
@@ -151,6 +284,7 @@ class Failure:
     kind: str
     message: str
     at_s: float
+    phase: str = ""
 
     def line(self) -> str:
         return f"{self.at_s:7.2f}s {self.actor:<10} {self.replica:<8} {self.kind}: {self.message}"
@@ -163,6 +297,9 @@ class Ack:
     operation_id: str
     version: int
     clips: tuple[DataLocation, ...]
+    #: When it was acknowledged (seconds into the run) and in which phase.
+    at_s: float = 0.0
+    phase: str = ""
 
 
 @dataclass
@@ -181,6 +318,8 @@ class Record:
     """Everything the workload's actors did, thread-safe."""
 
     started: float = field(default_factory=time.monotonic)
+    #: The phase operations are recorded under (the bench names its phases).
+    phase: str = "ingest"
     lock: threading.Lock = field(default_factory=threading.Lock)
     acks: list[Ack] = field(default_factory=list)
     #: (writer, seq) of appends that failed for good: they may or may not have landed.
@@ -203,9 +342,10 @@ class Record:
     def now(self) -> float:
         return time.monotonic() - self.started
 
-    def fail(self, actor: str, replica: str, exc: BaseException) -> None:
+    def fail(self, actor: str, replica: str, exc: BaseException, phase: str = "") -> None:
         message = " ".join(str(exc).split())[:300]
-        failure = Failure(actor, replica, type(exc).__name__, message, self.now())
+        phase = phase or self.phase
+        failure = Failure(actor, replica, type(exc).__name__, message, self.now(), phase)
         with self.lock:
             self.failures.append(failure)
 
@@ -293,6 +433,9 @@ class Workload:
         #: Set while writers may append (the bench pauses them for its idle phases).
         self.ingest = threading.Event()
         self.ingest.set()
+        #: Set while ADBC readers may read (the bench pauses them to time appends alone).
+        self.reading = threading.Event()
+        self.reading.set()
         self._threads: list[threading.Thread] = []
         self._stall_clients: list[tuple[flight.FlightClient, Any]] = []
 
@@ -300,7 +443,11 @@ class Workload:
 
     @property
     def phase(self) -> str:
-        return "ingest" if self.ingest.is_set() else "idle"
+        return self.record.phase
+
+    @phase.setter
+    def phase(self, name: str) -> None:
+        self.record.phase = name
 
     def start(self) -> None:
         shape = self.shape
@@ -338,7 +485,8 @@ class Workload:
 
     def finish(self, timeout_s: float = 120) -> None:
         self.stop.set()
-        self.ingest.set()  # paused writers see the stop
+        self.ingest.set()  # paused actors see the stop
+        self.reading.set()
         deadline = time.monotonic() + timeout_s
         for thread in self._threads:
             thread.join(timeout=max(0.1, deadline - time.monotonic()))
@@ -371,7 +519,9 @@ class Workload:
                 version = self._append(client, w, seq, clips, op_id)
                 if version is not None:
                     with record.lock:
-                        record.acks.append(Ack(w, seq, op_id, version, tuple(clips)))
+                        record.acks.append(
+                            Ack(w, seq, op_id, version, tuple(clips), record.now(), record.phase)
+                        )
                     self._read_own_writes(reader, w)
                 seq += 1
 
@@ -421,7 +571,7 @@ class Workload:
         try:
             seen = int(reader.query_table(sql).column("n")[0].as_py())
         except Exception as exc:
-            self.record.fail("ryw", self.b.name, exc)
+            self.record.fail("ryw", self.b.name, exc, phase)
             return
         self.record.read_ok("ryw", phase, time.monotonic() - started)
         if seen < expected:
@@ -432,6 +582,7 @@ class Workload:
         with endpoint.adbc() as conn:
             turn = 0
             while not self.stop.is_set():
+                self.reading.wait()
                 sql, kind = (COUNT_SQL, "count") if turn % 2 == 0 else (AGGREGATE_SQL, "aggregate")
                 turn += 1
                 phase = self.phase
@@ -441,7 +592,7 @@ class Workload:
                         cursor.execute(sql)
                         cursor.fetch_arrow_table()
                 except Exception as exc:
-                    self.record.fail(f"adbc-{kind}", endpoint.name, exc)
+                    self.record.fail(f"adbc-{kind}", endpoint.name, exc, phase)
                 else:
                     self.record.read_ok(
                         f"{kind}@{endpoint.name}", phase, time.monotonic() - started
@@ -565,6 +716,7 @@ def run_gc_during(
         if code == 0:
             break
     else:
+        run.garbage_left = [g for g in run.garbage if exists(g)]
         return run
     attempt = len(run.plan_attempts) - 1
     run.applied = apply(attempt)
