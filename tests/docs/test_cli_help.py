@@ -55,4 +55,4 @@ def test_help_shows_the_documented_types_and_defaults() -> None:
     assert "-o, --output [table|json|csv]" in sql
     assert "[default: table]" in sql
     assert "[default: grpc://127.0.0.1:50051]" in sql
-    assert "Usage: lake sql [OPTIONS] STATEMENT" in sql
+    assert "Usage: lake sql [OPTIONS] [STATEMENT]" in sql

@@ -98,7 +98,7 @@ SHELL_NOT_RUN = {
     "performance.md": "`hatch run bench` is the benchmark suite itself (tests/bench runs its harness)",
     "security.md": "a deployment's command line over the operator's secret files; "
     "tests/security/cluster.py starts Query with the same variables",
-    "training.md": "`pip install 'lake-sdk[video]'` only; tests/packaging installs the SDK",
+    "training.md": "`pip install './packages/lake-sdk[video]'` only; tests/packaging installs the SDK",
 }
 
 

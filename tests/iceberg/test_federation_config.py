@@ -175,7 +175,7 @@ def test_an_option_without_the_triple_refuses() -> None:
 def test_set_without_the_plugin_names_the_install() -> None:
     with pytest.raises(ConfigError) as info:
         load_external_catalogs(BASE, plugins=[])
-    assert "pip install lake-iceberg" in str(info.value)
+    assert "pip install ./packages/lake-iceberg" in str(info.value)
     assert "very-private-warehouse" not in str(info.value)
     assert load_external_catalogs({}, plugins=[]) == ()
 

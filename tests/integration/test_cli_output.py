@@ -152,6 +152,39 @@ def test_lake_sql_streams_json_csv_and_tables(shots: LakeCluster) -> None:
     assert json.loads(_lake("sql", "SELECT 1 AS one WHERE false", *url, "-o", "json")) == []
 
 
+def test_lake_sql_reads_files_stdin_and_leading_comments(
+    shots: LakeCluster, tmp_path: Path
+) -> None:
+    url = ["--addr", shots.query.url, "-o", "json"]
+    commented = "-- how many shots?\nSELECT count(*) AS n FROM robots.shots"
+    assert json.loads(_lake("sql", commented, *url)) == [{"n": 2}]
+    assert json.loads(_lake("sql", *url, "--  spaced\nSELECT 2 AS n")) == [{"n": 2}]
+    script = tmp_path / "shots.sql"
+    script.write_text("-- from a file\nSELECT shot_id FROM robots.shots ORDER BY shot_id\n")
+    assert json.loads(_lake("sql", "-f", str(script), *url)) == [
+        {"shot_id": "a"},
+        {"shot_id": "b"},
+    ]
+    piped = subprocess.run(
+        [*LAKE, "sql", "-f", "-", *url],
+        input="SELECT 3 AS n -- trailing\n",
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert piped.returncode == 0, piped.stderr
+    assert json.loads(piped.stdout) == [{"n": 3}]
+    both = CliRunner().invoke(lake, ["sql", "SELECT 1", "-f", str(script), *url])
+    assert both.exit_code == 2
+    assert "either as STATEMENT or with -f FILE" in both.output
+    neither = CliRunner().invoke(lake, ["sql", *url])
+    assert neither.exit_code == 2
+    assert "either as STATEMENT or with -f FILE" in neither.output
+    typo = CliRunner().invoke(lake, ["sql", "SELECT 1", "--outptu", "json"])
+    assert typo.exit_code == 2
+    assert "No such option '--outptu'" in typo.output
+
+
 def test_lake_sql_as_of_reads_an_older_version(shots: LakeCluster) -> None:
     sql = "SELECT count(*) AS n FROM lake.robots.shots"
     url = ["--addr", shots.query.url, "-o", "json"]

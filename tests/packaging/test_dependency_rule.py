@@ -381,4 +381,4 @@ def test_lake_query_installs_and_configures_without_the_iceberg_plugin(tmp_path:
     out = subprocess.run(
         [str(python), "-c", probe], check=True, capture_output=True, text=True, env=clean_env
     ).stdout
-    assert "pip install lake-iceberg" in out
+    assert "pip install ./packages/lake-iceberg" in out

@@ -26,6 +26,11 @@ try:
     frames.to_pandas(pa.table({"a": [1]}))
 except lake_sdk.MissingExtra as exc:
     print(exc)
+assert importlib.util.find_spec("av") is None, "PyAV came without the [video] extra"
+try:
+    import lake_sdk.video
+except lake_sdk.MissingExtra as exc:
+    print(exc)
 """
 
 
@@ -56,7 +61,7 @@ def test_readme_path_install_gives_a_working_sdk(tmp_path: Path) -> None:
     out = subprocess.run(
         [str(python), "-c", PROBE], check=True, capture_output=True, text=True, env=clean_env
     ).stdout
-    assert "pip install 'lake-sdk[pandas]'" in out
+    assert "pip install 'pandas>=2.2' (the lake-sdk[pandas] extra" in out
     help_text = subprocess.run(
         [str(env_dir / "bin" / "lake"), "--help"],
         check=True,
@@ -66,3 +71,14 @@ def test_readme_path_install_gives_a_working_sdk(tmp_path: Path) -> None:
     ).stdout
     for command in ("client", "demo", "sql"):
         assert f"  {command} " in help_text
+    # Every install hint names something that installs (Lake is on no index yet).
+    assert "pip install 'av<19,>=18' (the lake-sdk[video] extra" in out
+    demo = subprocess.run(
+        [str(env_dir / "bin" / "lake"), "demo"],
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        timeout=120,
+    )
+    assert demo.returncode != 0
+    assert "pip install ./packages/lake-metasrv ./packages/lake-query" in demo.stderr, demo.stderr

@@ -26,6 +26,7 @@ from pathlib import Path
 import click
 import pyarrow as pa
 
+from lake_core.install import package_hint
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.schemas import parse_column_spec
@@ -68,8 +69,10 @@ def _free_ports(count: int) -> list[int]:
 
 def _spawn(module: str, args: list[str], log: Path) -> subprocess.Popen[bytes]:
     if importlib.util.find_spec(module) is None:
-        package = module.replace("_", "-")
-        raise click.ClickException(f"lake demo needs {package}: pip install {package}")
+        raise click.ClickException(
+            f"lake demo runs Metasrv and Query on this machine and needs {module.replace('_', '-')}: "
+            + package_hint(["lake-metasrv", "lake-query"])
+        )
     with log.open("ab") as out:
         return subprocess.Popen(
             [sys.executable, "-m", module, *args],

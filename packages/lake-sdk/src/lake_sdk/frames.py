@@ -1,9 +1,9 @@
 """DataFrames from query results: pandas and polars behind the SDK's extras.
 
-Neither library is a dependency of ``lake-sdk``: ``pip install 'lake-sdk[pandas]'``
-or ``'lake-sdk[polars]'`` adds one. Without it, :func:`to_pandas` and
-:func:`to_polars` raise :class:`~lake_sdk.errors.MissingExtra` naming the
-``pip install`` to run.
+Neither library is a dependency of ``lake-sdk``: the ``pandas`` and ``polars``
+extras add one. Without it, :func:`to_pandas` and :func:`to_polars` raise
+:class:`~lake_sdk.errors.MissingExtra` naming the ``pip install`` to run
+(:mod:`lake_core.install` words every such hint).
 
 A FILE column stays a struct column (``uri``, ``media_type``, ``size_bytes``,
 ``sha256``): a pandas cell is a ``dict`` and a polars value a ``dict`` too, and
@@ -23,19 +23,20 @@ from pydantic import ValidationError
 
 from lake_core.errors import InvalidArgument
 from lake_core.filetype import row_to_location
+from lake_core.install import extra_hint
 from lake_core.models import DataLocation
 from lake_sdk.errors import MissingExtra
 
 __all__ = ["DataFrameResult", "as_location", "require_extra", "to_pandas", "to_polars"]
 
 
-def require_extra(module: str, extra: str) -> ModuleType:
-    """Import ``module`` or raise MissingExtra naming ``pip install 'lake-sdk[extra]'``."""
+def require_extra(module: str, extra: str, purpose: str = "DataFrames from Lake") -> ModuleType:
+    """Import ``module`` or raise MissingExtra naming what installs ``lake-sdk[extra]``."""
     try:
         return importlib.import_module(module)
     except ImportError:
         raise MissingExtra(
-            f"{module} is not installed: DataFrames from Lake need pip install 'lake-sdk[{extra}]'",
+            f"{module} is not installed: {purpose} need it: {extra_hint('lake-sdk', extra)}",
             name=module,
         ) from None
 

@@ -112,8 +112,45 @@ def _write_tables(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> int:
     return rows
 
 
-@click.command()
-@click.argument("statement")
+class _StatementCommand(click.Command):
+    """A command whose SQL argument may begin with a ``--`` comment.
+
+    click would read ``"-- why\nSELECT 1"`` as an unknown option. An argument
+    that starts with ``--`` followed by whitespace, or that spans lines, is
+    never an option name: it is passed on as the statement.
+    """
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        statements = [a for a in args if _is_commented_statement(a)]
+        if statements:
+            args = [a for a in args if not _is_commented_statement(a)] + ["--", *statements]
+        return super().parse_args(ctx, args)
+
+
+def _is_commented_statement(arg: str) -> bool:
+    return arg.startswith("--") and (arg[2:3].isspace() or "\n" in arg)
+
+
+def read_statement(statement: str | None, file: TextIO | None) -> str:
+    """The statement from the argument or from ``-f FILE`` / ``-f -`` (exactly one of them)."""
+    if (statement is None) == (file is None):
+        raise click.UsageError("give the SQL either as STATEMENT or with -f FILE (-f - for stdin)")
+    text = statement if statement is not None else file.read()  # type: ignore[union-attr]
+    if not text.strip():
+        raise click.UsageError("the SQL statement is empty")
+    return text
+
+
+@click.command(cls=_StatementCommand)
+@click.argument("statement", required=False)
+@click.option(
+    "--file",
+    "-f",
+    "file",
+    type=click.File("r", encoding="utf-8"),
+    default=None,
+    help="Read the statement from FILE instead (- for standard input).",
+)
 @click.option(
     "--addr", default=DEFAULT_QUERY_URL, show_default=True, help="Lake Query's URL (not Metasrv's)."
 )
@@ -133,8 +170,19 @@ def _write_tables(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> int:
     help="Read every lake.<namespace>.<table> the statement names at version V "
     "(3 or v3) or as of an RFC 3339 UTC instant (2026-11-30T12:00:00Z).",
 )
-def sql(statement: str, addr: str, output: SqlOutput, as_of: str | None) -> None:
-    """Run one read-only SQL STATEMENT on Lake Query and print its rows as they stream."""
+def sql(
+    statement: str | None,
+    file: TextIO | None,
+    addr: str,
+    output: SqlOutput,
+    as_of: str | None,
+) -> None:
+    """Run one read-only SQL STATEMENT on Lake Query and print its rows as they stream.
+
+    The statement may also come from a file or standard input (``-f FILE``,
+    ``-f -``), and may start with a ``--`` comment.
+    """
+    statement = read_statement(statement, file)
     with Client(addr if "://" in addr else f"grpc://{addr}") as client:
         result = client.query(statement, as_of=as_of)
         batches = iter(result)

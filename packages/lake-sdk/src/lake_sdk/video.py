@@ -1,7 +1,8 @@
 """Frames of a FILE video at given timestamps, decoded by seeking through ``open_file``.
 
-Needs the ``video`` extra (``pip install 'lake-sdk[video]'``: PyAV, with
-FFmpeg inside its wheel). Only the bytes the demuxer asks for are fetched:
+Needs the ``video`` extra (PyAV, with FFmpeg inside its wheel; without it,
+importing this module raises :class:`~lake_sdk.errors.MissingExtra` naming the
+``pip install`` to run). Only the bytes the demuxer asks for are fetched:
 the container index, then from the keyframe before each timestamp up to the
 frame shown at it::
 
@@ -24,15 +25,17 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import av
-import av.container
-import av.video.stream
-
 from lake_core.errors import InvalidArgument
 from lake_core.models import DataLocation
 from lake_sdk.client import AsyncClient
+from lake_sdk.frames import require_extra
 from lake_sdk.object_file import ObjectFile
 from lake_sdk.sync import Client
+
+require_extra("av", "video", "video frames from Lake")
+import av  # noqa: E402  (after the check above, which names the install)
+import av.container  # noqa: E402
+import av.video.stream  # noqa: E402
 
 __all__ = ["Frames", "decode_frames", "frames", "frames_async"]
 

@@ -4,7 +4,7 @@ Query never imports a plug-in: it loads every ``lake.query.plugins`` entry
 point while parsing its configuration. Each is a callable ``plugin(env)``
 returning an :class:`ExternalCatalog` (configured, not started) or None when
 its variables are unset. When ``LAKE_ICEBERG_*`` variables are set and no
-plug-in answers for ``iceberg``, startup fails naming ``pip install lake-iceberg``.
+plug-in answers for ``iceberg``, startup fails naming the install of ``lake-iceberg``.
 
 Per request, :class:`ExternalTables` resolves ``<catalog>.<ns>.<table>``:
 
@@ -42,6 +42,7 @@ from lake_core.config import (
     ICEBERG_WAREHOUSE,
 )
 from lake_core.errors import ConfigError, InvalidArgument, LakeError, TableNotFound
+from lake_core.install import package_hint
 from lake_core.names import TableRef
 from lake_core.principal import Principal
 from lake_query.planning.spec import ExternalPin
@@ -113,7 +114,7 @@ def load_external_catalogs(
     if configured and "iceberg" not in found and not _iceberg_installed(plugins):
         raise ConfigError(
             f"{', '.join(configured)} set but the Iceberg plug-in is not installed: "
-            "pip install lake-iceberg"
+            + package_hint(["lake-iceberg"])
         )
     return tuple(found.values())
 
