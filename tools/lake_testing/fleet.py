@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import adbc_driver_flightsql.dbapi as flightsql
+import grpc
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.flight as flight
@@ -270,9 +271,11 @@ class Endpoint:
         """pyarrow's Flight client with default gRPC options (BDP probing on)."""
         return flight.FlightClient(f"grpc+tcp://{self.addr}")
 
-    def call_options(self) -> flight.FlightCallOptions:
+    def call_options(
+        self, extra: list[tuple[bytes, bytes]] | None = None
+    ) -> flight.FlightCallOptions:
         headers = [(b"authorization", f"Bearer {self.token}".encode())] if self.token else []
-        return flight.FlightCallOptions(headers=headers, timeout=120)
+        return flight.FlightCallOptions(headers=headers + (extra or []), timeout=120)
 
 
 @dataclass(frozen=True)
@@ -345,7 +348,7 @@ class Record:
     def fail(self, actor: str, replica: str, exc: BaseException, phase: str = "") -> None:
         message = " ".join(str(exc).split())[:300]
         phase = phase or self.phase
-        failure = Failure(actor, replica, type(exc).__name__, message, self.now(), phase)
+        failure = Failure(actor, replica, error_class(exc), message, self.now(), phase)
         with self.lock:
             self.failures.append(failure)
 
@@ -391,6 +394,20 @@ class Record:
                 f" garbage left {len(gc.garbage_left)}, appends meanwhile {gc.appends_during}"
             )
         return "\n".join(lines)
+
+
+def error_class(exc: BaseException) -> str:
+    """The error's class, and for ADBC the gRPC status on the wire (its vendor code).
+
+    ADBC's Flight SQL driver reports its own status (UNKNOWN for FAILED_PRECONDITION,
+    INTERNAL for RESOURCE_EXHAUSTED); the vendor code is the gRPC code the server sent.
+    """
+    name = type(exc).__name__
+    code = getattr(exc, "vendor_code", None)
+    if isinstance(code, int):
+        wire = next((s.name for s in grpc.StatusCode if s.value[0] == code), str(code))
+        return f"{name}[{wire}]"
+    return name
 
 
 def _brief(reply: dict[str, Any]) -> dict[str, Any]:
@@ -503,7 +520,7 @@ class Workload:
 
     def _writer(self, w: int, with_files: bool) -> None:
         record = self.record
-        with self.a.sdk() as client, self.b.sdk() as reader:
+        with self.a.sdk() as client, self.b.flight() as reader:
             store = client.object_store() if with_files else None
             seq = 0
             while not self.stop.is_set():
@@ -522,7 +539,7 @@ class Workload:
                         record.acks.append(
                             Ack(w, seq, op_id, version, tuple(clips), record.now(), record.phase)
                         )
-                    self._read_own_writes(reader, w)
+                    self._read_own_writes(reader, w, version)
                 seq += 1
 
     def _append(
@@ -563,13 +580,24 @@ class Workload:
                     record.unacknowledged.append((w, seq))
                 return None
 
-    def _read_own_writes(self, reader: lake_sdk.Client, w: int) -> None:
+    def _read_own_writes(self, reader: flight.FlightClient, w: int, version: int) -> None:
+        """Count this writer's rows on B, naming the version its append committed.
+
+        The SDK sends ``lake-min-versions`` with the versions its own connection
+        committed; the writer appended through A, so its reader on B sends the
+        header itself, as docs/consistency.md says any Flight SQL client may.
+        """
         expected = self.record.acked_rows(w)
         sql = f"SELECT count(*) AS n FROM {TABLE.qualified} WHERE writer = {w}"
+        options = self.b.call_options(
+            [(b"lake-min-versions", f"{TABLE.qualified}={version}".encode())]
+        )
         phase = self.phase
         started = time.monotonic()
         try:
-            seen = int(reader.query_table(sql).column("n")[0].as_py())
+            info = reader.get_flight_info(statement(sql), options)
+            table = reader.do_get(info.endpoints[0].ticket, options).read_all()
+            seen = int(table.column("n")[0].as_py())
         except Exception as exc:
             self.record.fail("ryw", self.b.name, exc, phase)
             return
