@@ -60,6 +60,11 @@ def exists(lake: CloudLake, location: DataLocation) -> bool:
     return any(o["Key"] == key_of(lake, location) for o in listed.get("Contents", []))
 
 
+def open_uploads(lake: CloudLake) -> list[str]:
+    listed = lake.s3.client().list_multipart_uploads(Bucket=lake.bucket)
+    return [str(u["Key"]) for u in listed.get("Uploads", [])]
+
+
 def gc_env(lake: CloudLake) -> dict[str, str]:
     return {k: v for k, v in lake.meta_env.items() if not k.startswith("LAKE_TLS")}
 
@@ -131,7 +136,13 @@ def run_fleet(lake: CloudLake, tmp_path: Path, *, kill_leader: LakeProcess | Non
             starting.join(timeout=120)
     assert fresh, "the fresh replica did not start"
     final = lake.admin(lambda c: c.describe_table(TABLE)).entry.descriptor.version
-    lost = nothing_lost(workload.record, fresh[0], final, create_version=created)
+    lost = nothing_lost(
+        workload.record,
+        fresh[0],
+        final,
+        create_version=created,
+        leftovers=lambda: open_uploads(lake),
+    )
     print(takeover)
     print(workload.record.report())
     print("nothing-lost:", lost.rows, "rows,", lost.files_checked, "FILE values;", lost.problems())

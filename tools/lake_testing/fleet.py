@@ -174,6 +174,10 @@ class LocalFleet:
 
         return asyncio.run(go())
 
+    def leftovers(self) -> list[str]:
+        """Partial objects an upload left in the stage (``.<name>.partial``)."""
+        return [str(p) for p in (self.data / "objects").rglob(".*.partial")]
+
     def gc_during(self, workload: Workload, plans: Path) -> GcRun:
         """``lake gc`` plan and apply (default-sized safety age) while ``workload`` writes."""
 
@@ -765,6 +769,8 @@ class LostCheck:
     final_version: int = 0
     files_checked: int = 0
     files_bad: list[str] = field(default_factory=list)
+    #: Open multipart uploads and partial objects left in the stage.
+    leftovers: list[str] = field(default_factory=list)
 
     def problems(self) -> list[str]:
         out = []
@@ -778,13 +784,20 @@ class LostCheck:
             out.append(f"batches never appended: {self.unexpected[:5]}")
         if self.version_gaps:
             out.append(f"versions without an acknowledged append: {self.version_gaps[:10]}")
+        if self.leftovers:
+            out.append(f"uploads left open or partial: {self.leftovers[:5]}")
         if self.files_bad:
             out.append(f"{len(self.files_bad)} FILE values unreadable: {self.files_bad[:3]}")
         return out
 
 
 def nothing_lost(
-    record: Record, fresh: Endpoint, final_version: int, *, create_version: int = 0
+    record: Record,
+    fresh: Endpoint,
+    final_version: int,
+    *,
+    create_version: int = 0,
+    leftovers: Callable[[], list[str]] = list,
 ) -> LostCheck:
     """TESTING.md's nothing-lost check, through a replica started after the workload.
 
@@ -796,7 +809,7 @@ def nothing_lost(
     table is append-only (maintenance rewrites layout, never rows), so the
     newest version's FILE values include every older version's.
     """
-    check = LostCheck(final_version=final_version)
+    check = LostCheck(final_version=final_version, leftovers=leftovers())
     with fresh.sdk() as client:
         table = client.query_table(f"SELECT writer, seq, row FROM {TABLE.qualified}")
         check.rows = table.num_rows
