@@ -108,17 +108,23 @@ def run_fleet(lake: CloudLake, tmp_path: Path, *, kill_leader: LakeProcess | Non
 
     # The replica for the nothing-lost check serves none of the workload; it starts
     # beside it (a start takes many seconds on a loaded machine), as does GC.
-    fresh: list[Endpoint] = []
-    starting = threading.Thread(
-        target=lambda: fresh.append(endpoint(lake, "fresh", lake.start_query()))
-    )
+    fresh: list[Endpoint | BaseException] = []
+
+    def start_fresh() -> None:
+        try:
+            fresh.append(endpoint(lake, "fresh", lake.start_query()))
+        except BaseException as exc:  # reported by the assert below
+            fresh.append(exc)
+
+    starting = threading.Thread(target=start_fresh)
     gc = threading.Thread(target=collect_gc)
     takeover = ""
     try:
         assert workload.wait_for_appends(5, timeout_s=90), workload.record.report()
         gc.start()
-        starting.start()
-        if kill_leader is not None:
+        if kill_leader is None:
+            starting.start()
+        else:
             assert workload.wait_for_appends(15, timeout_s=90), workload.record.report()
             before = workload.record.acked()
             killed_at = time.monotonic()
@@ -127,6 +133,7 @@ def run_fleet(lake: CloudLake, tmp_path: Path, *, kill_leader: LakeProcess | Non
             # Everyone keeps going through the takeover, until appends land again.
             assert workload.wait_for_appends(before + 10, timeout_s=90), workload.record.report()
             takeover = f"takeover {seen_at - killed_at:.1f}s after SIGKILL"
+            starting.start()  # after the takeover: starting in any order is not this test's
         while time.monotonic() - started < WORKLOAD_S or gc.is_alive():
             time.sleep(0.2)
     finally:
@@ -135,6 +142,7 @@ def run_fleet(lake: CloudLake, tmp_path: Path, *, kill_leader: LakeProcess | Non
         if starting.ident is not None:
             starting.join(timeout=120)
     assert fresh, "the fresh replica did not start"
+    assert isinstance(fresh[0], Endpoint), f"the fresh replica did not start: {fresh[0]}"
     final = lake.admin(lambda c: c.describe_table(TABLE)).entry.descriptor.version
     lost = nothing_lost(
         workload.record,
