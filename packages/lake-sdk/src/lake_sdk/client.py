@@ -196,14 +196,23 @@ class AsyncClient:
         ``lake.<namespace>.<table>`` the SQL names at that version: the SQL
         is sent as :func:`lake_sdk.as_of_sql` rewrites it.
         """
+        info = await self.plan(sql, as_of=as_of)
+        return await self._read(info, info.endpoints)
+
+    async def plan(self, sql: str, *, as_of: AsOf | None = None) -> flight.FlightInfo:
+        """Plan ``sql`` without reading it: the pinned result's schema and endpoints.
+
+        ``as_of`` as for :meth:`query`. Each endpoint carries a sealed ticket that any replica redeems for its
+        part of the rows, until the ticket expires (``LAKE_QUERY_TICKET_TTL_SECS``);
+        :mod:`lake_sdk.ray` hands them to Ray's workers this way.
+        """
         if not isinstance(sql, str) or not sql.strip():
             raise InvalidArgument("SQL must be a non-empty string")
         if as_of is not None:
             sql = as_of_sql(sql, as_of)
         command = flight_sql_pb2.CommandStatementQuery(query=sql)
         descriptor = flight.FlightDescriptor.for_command(_any(command))
-        info = await self._state.connection.flight_info(descriptor)
-        return await self._read(info, info.endpoints)
+        return await self._state.connection.flight_info(descriptor)
 
     async def scan(
         self, sql: str, *, as_of: AsOf | None = None, shard: tuple[int, int] | None = None
@@ -216,14 +225,7 @@ class AsyncClient:
         then, so shards planned in different processes read the same rows.
         """
         selected = check_shard(shard)
-        when = check_as_of(as_of)
-        if not isinstance(sql, str) or not sql.strip():
-            raise InvalidArgument("SQL must be a non-empty string")
-        if when is not None:
-            sql = as_of_sql(sql, when)
-        command = flight_sql_pb2.CommandStatementQuery(query=sql)
-        descriptor = flight.FlightDescriptor.for_command(_any(command))
-        info = await self._state.connection.flight_info(descriptor)
+        info = await self.plan(sql, as_of=check_as_of(as_of))
         return await self._read(info, shard_endpoints(info.endpoints, selected))
 
     async def _read(

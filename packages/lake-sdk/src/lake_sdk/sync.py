@@ -14,6 +14,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 import pyarrow as pa
+import pyarrow.flight as flight
 
 from lake_core.models import DataLocation
 from lake_core.names import TableRef
@@ -141,6 +142,10 @@ class Client:
 
     def query_table(self, sql: str, *, as_of: AsOf | None = None) -> pa.Table:
         return self._runner.run(self._inner.query_table(sql, as_of=as_of))
+
+    def plan(self, sql: str, *, as_of: AsOf | None = None) -> flight.FlightInfo:
+        """Plan ``sql`` without reading it: the pinned result's schema and endpoints."""
+        return self._runner.run(self._inner.plan(sql, as_of=as_of))
 
     def versions(self, table: TableRef | str) -> pa.Table:
         return self._runner.run(self._inner.versions(table))

@@ -265,6 +265,13 @@ class Connection:
             found = self._located[uri] = Connection(uri, self.options)
             return found
 
+    def do_get(self, ticket: flight.Ticket) -> flight.FlightStreamReader:
+        """A blocking DoGet (for callers without an event loop, e.g. Ray's workers).
+
+        Run it inside :func:`~lake_sdk._errors.calling` to map its failures.
+        """
+        return self._client.do_get(ticket)
+
     async def stream(self, ticket: flight.Ticket) -> tuple[flight.FlightStreamReader, Trailers]:
         """A DoGet stream and the trailer sink its later failures fill."""
         with (

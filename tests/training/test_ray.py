@@ -1,0 +1,139 @@
+"""Ray Data over Lake (lake_sdk.ray): one read task per endpoint of one pinned plan.
+
+A local Ray (two CPUs, its own temp dir) reads the 400,000-row, 7-endpoint
+``training.samples`` table behind two replicas. The dataset must equal the
+statement's own result, row for row, however Ray schedules or retries tasks.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from lake_core.errors import TableNotFound
+from tests.training.conftest import SAMPLES_SCHEMA, Samples, rows_of
+from tools.lake_testing.ray_local import local_ray
+
+ray = pytest.importorskip("ray")  # in the test environment always (hatch.toml); the SDK extra
+from lake_sdk.ray import LakeDatasource, read_lake  # noqa: E402
+
+ALL = "SELECT * FROM training.samples"
+
+
+@pytest.fixture(scope="module")
+def ray_dir() -> Iterator[Path]:
+    with local_ray(num_cpus=2) as temp:
+        yield temp
+
+
+def collect(dataset: Any) -> pa.Table:
+    batches = list(dataset.iter_batches(batch_format="pyarrow", batch_size=65536))
+    return pa.concat_tables(batches) if batches else pa.table({})
+
+
+def test_one_read_task_per_endpoint_and_the_rows_equal_the_result(
+    samples: Samples, ray_dir: Path
+) -> None:
+    url = samples.cluster.queries[1].url  # planned on the replica that does not write
+    source = LakeDatasource(ALL, url=url)
+    assert source.endpoint_count == 7
+    tasks = source.get_read_tasks(parallelism=2)
+    assert len(tasks) == 7
+    assert source.schema.equals(SAMPLES_SCHEMA)
+    dataset = read_lake(ALL, url=url)
+    got = collect(dataset)
+    assert got.num_rows == samples.expected.num_rows
+    assert rows_of(got).equals(samples.expected)
+
+
+def test_projection_limit_and_map_batches_pass_through(samples: Samples, ray_dir: Path) -> None:
+    url = samples.cluster.query.url
+    sql = "SELECT * FROM training.samples WHERE label = 3"
+    projected = collect(read_lake(sql, url=url, columns=["id", "label"]))
+    assert projected.column_names == ["id", "label"]
+    expected = samples.expected.filter(pc.equal(samples.expected["label"], 3))
+    assert rows_of(projected).equals(rows_of(expected.select(["id", "label"])))
+
+    limited = collect(read_lake(f"{sql} -- a trailing comment", url=url, limit=1000))
+    assert limited.num_rows == 1000
+    assert pc.all(pc.equal(limited["label"], 3)).as_py()
+
+    def double(batch: pa.Table) -> pa.Table:
+        return batch.append_column("twice", pc.multiply(batch["id"], 2))
+
+    mapped = collect(read_lake(sql, url=url).map_batches(double, batch_format="pyarrow"))
+    assert mapped.num_rows == expected.num_rows
+    assert pc.all(pc.equal(mapped["twice"], pc.multiply(mapped["id"], 2))).as_py()
+
+
+def test_iter_torch_batches_when_torch_is_present(samples: Samples, ray_dir: Path) -> None:
+    pytest.importorskip("torch")  # never installed here (8 GB); runs where a team has it
+    dataset = read_lake(ALL, url=samples.cluster.query.url, columns=["id", "value"], limit=4096)
+    total = sum(len(b["id"]) for b in dataset.iter_torch_batches(batch_size=1024))
+    assert total == 4096
+
+
+class _CrashOnce(LakeDatasource):
+    """Lake's read tasks, with the worker killed mid-read on its first attempt at task 0."""
+
+    def __init__(self, marker: Path, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._marker = str(marker)
+
+    def get_read_tasks(self, parallelism: int, *args: Any, **kwargs: Any) -> list[Any]:
+        from ray.data.datasource import ReadTask
+
+        tasks = super().get_read_tasks(parallelism, *args, **kwargs)
+        marker = self._marker
+
+        def crashing(read: Any) -> Any:
+            def run() -> Iterator[pa.Table]:
+                sent = 0
+                for table in read():
+                    for start in range(0, table.num_rows, 10_000):
+                        yield table.slice(start, 10_000)
+                        sent += 1
+                        if sent == 3 and not os.path.exists(marker):
+                            Path(marker).touch()
+                            os._exit(1)  # the worker dies with blocks already sent
+
+            return run
+
+        first = tasks[0]
+        tasks[0] = ReadTask(crashing(first.read_fn), first.metadata, schema=first.schema)
+        return tasks
+
+
+def test_a_worker_killed_mid_read_is_retried_and_every_row_arrives_once(
+    samples: Samples, ray_dir: Path, tmp_path: Path
+) -> None:
+    marker = tmp_path / "crashed"
+    source = _CrashOnce(marker, ALL, url=samples.cluster.query.url)
+    dataset = ray.data.read_datasource(source, override_num_blocks=source.endpoint_count)
+    got = collect(dataset)
+    assert marker.exists(), "the fault never fired: the test proved nothing"
+    assert got.num_rows == samples.expected.num_rows
+    assert rows_of(got).equals(samples.expected)
+
+
+def test_planning_errors_are_lake_errors_in_the_caller(samples: Samples, ray_dir: Path) -> None:
+    with pytest.raises(TableNotFound):
+        read_lake("SELECT * FROM training.no_such_table", url=samples.cluster.query.url)
+
+
+def test_the_docs_example_runs(samples: Samples, ray_dir: Path, capsys: Any) -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "training.md").read_text()
+    section = page.split("## Ray Data\n", 1)[1].split("\n## ", 1)[0]
+    [block] = re.findall(r"```python\n(.*?)```", section, re.S)
+    code = block.replace("grpc://127.0.0.1:50051", samples.cluster.query.url)
+    for _ in (1, 2):  # twice, as a reader reruns a page (ray.init tolerates the running Ray)
+        exec(compile(code, "docs/training.md", "exec"), {"__name__": "__main__"})
+    expected = pc.sum(pc.less(samples.expected["label"], 5)).as_py()
+    assert capsys.readouterr().out.split("\n")[:2] == [f"{expected} rows through Ray"] * 2
