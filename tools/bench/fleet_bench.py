@@ -22,15 +22,21 @@ per round (a pair):
   while readers read, over the same writers with the ADBC readers paused.
   Report only: append throughput under the read load.
 
-Not yet measured against a build where the workload holds: on main at the
-time of writing (2026-12-03), reads fail (retention reclaims pinned versions,
-memory pools run out) and the p99 figures include only the reads that
-succeeded.
+Measured on main at e7f0f8a (2026-12-03, full size: 6 rounds of 3 x 15 s
+phases, load average 10-12 on 2 cores, other engineers' suites beside it),
+before issue 30's fixes landed: p99 ingest/idle 1.90 [1.42, 3.17]
+(1432 ms against 645 ms; unsettled), p50 1.78 [1.37, 1.93] (226 against
+147 ms), 22.5 [17.3, 24.8] failed reads per round (missed: tickets and
+read-your-writes reads meeting VersionReclaimed, RESOURCE_EXHAUSTED from the
+replica's four query memory pools), appends with readers 0.49 [0.44, 0.53] of
+the rate without them (4,400 against 9,200 rows/s). The p99 figures include
+only the reads that succeeded.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import sys
 import tempfile
 import threading
@@ -95,6 +101,7 @@ def run(quick: bool) -> list[Figure]:
             gc = threading.Thread(target=collect, daemon=True)
             gc.start()
             windows: dict[str, tuple[float, float]] = {}
+            loads: list[float] = []
             for i in range(rounds):
                 for kind in PHASES[i % 3 :] + PHASES[: i % 3]:
                     name = f"{kind}-{i}"
@@ -102,6 +109,7 @@ def run(quick: bool) -> list[Figure]:
                     began = workload.record.now()
                     time.sleep(phase_s)
                     windows[name] = (began, workload.record.now())
+                loads.append(os.getloadavg()[0])
             workload.phase = "end"
             gc.join(timeout=300)
         finally:
@@ -144,8 +152,16 @@ def run(quick: bool) -> list[Figure]:
             idle_p99,
             unit="ms",
             goal=at_most(2.0, "read p99 under ingest <= 2x idle p99"),
+            load_1m=loads,
         ),
-        figure("fleet_read_p50_ingest_vs_idle", ingest_p50, idle_p50, unit="ms", goal=None),
+        figure(
+            "fleet_read_p50_ingest_vs_idle",
+            ingest_p50,
+            idle_p50,
+            unit="ms",
+            goal=None,
+            load_1m=loads,
+        ),
         figure(
             "fleet_failed_reads",
             failures,
@@ -153,6 +169,7 @@ def run(quick: bool) -> list[Figure]:
             unit="failed reads per round",
             goal=at_most(0.0, "0 failed reads", scale="difference"),
             reference_kind="bound",
+            load_1m=loads,
         ),
         figure(
             "fleet_append_rows_per_s_vs_no_readers",
@@ -160,5 +177,6 @@ def run(quick: bool) -> list[Figure]:
             alone,
             unit="rows/s",
             goal=None,
+            load_1m=loads,
         ),
     ]

@@ -24,6 +24,7 @@ import contextlib
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -405,12 +406,17 @@ def error_class(exc: BaseException) -> str:
 
     ADBC's Flight SQL driver reports its own status (UNKNOWN for FAILED_PRECONDITION,
     INTERNAL for RESOURCE_EXHAUSTED); the vendor code is the gRPC code the server sent.
+    pyarrow raises ``ArrowInvalid`` for several statuses and names the status in its
+    message ("gRPC returned precondition failed error").
     """
     name = type(exc).__name__
     code = getattr(exc, "vendor_code", None)
     if isinstance(code, int):
         wire = next((s.name for s in grpc.StatusCode if s.value[0] == code), str(code))
         return f"{name}[{wire}]"
+    said = re.search(r"gRPC returned ([a-z ]+?) error", str(exc))  # pyarrow's own wording
+    if said is not None:
+        return f"{name}[{said.group(1)}]"
     return name
 
 
