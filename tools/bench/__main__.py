@@ -34,6 +34,7 @@ BENCHMARKS = [
     "tools.bench.async_bench",
     "tools.bench.ray_bench",
     "tools.bench.visibility_bench",
+    "tools.bench.fleet_bench",
 ]
 
 
