@@ -87,7 +87,7 @@ async def test_appends_commit_exactly_on_the_registered_version(
 async def test_retention_keeps_tags_and_branches_and_reclaims_only_dropped_manifests(
     storage: DatasetStorage, location: str
 ) -> None:
-    engine = S3LanceEngine(2, storage)
+    engine = S3LanceEngine(2, storage, retain_min_age_secs=0)  # count window alone
     version = await engine.create(location, SCHEMA, "inc-1")
     versions = [version]
     for i in range(3):
