@@ -188,9 +188,12 @@ async def test_age_floor_keeps_replaced_versions_until_they_are_old(
         current = await coord.describe_table(kit.episodes)
         every = list(range(record.engine_version, current.engine_version + 1))
         assert lance_versions(record.location) == every
-        assert await asyncio.to_thread(
-            coord.engine.cleanup_now, record.location, current.engine_version
-        ) == 0
+        assert (
+            await asyncio.to_thread(
+                coord.engine.cleanup_now, record.location, current.engine_version
+            )
+            == 0
+        )
         real = coord.engine.clock
         coord.engine.clock = lambda: real() + 3600
         removed = await asyncio.to_thread(
@@ -210,9 +213,7 @@ async def test_age_floor_keeps_replaced_versions_until_they_are_old(
 
 
 @pytest.mark.asyncio
-async def test_age_counts_from_when_a_version_was_replaced(
-    make_coordinator: Any, kit: Any
-) -> None:
+async def test_age_counts_from_when_a_version_was_replaced(make_coordinator: Any, kit: Any) -> None:
     # A version committed long ago but replaced only now is still some
     # ticket's head: it stays for the age floor. Lance's own ``older_than``
     # (the version's own commit time) would reclaim it.
@@ -224,8 +225,8 @@ async def test_age_counts_from_when_a_version_was_replaced(
             await append(coord, kit, 1, start=i)
         head = (await coord.describe_table(kit.episodes)).engine_version
         stamp = lance.dataset(record.location).get_version()["timestamp"].timestamp()
-        while time.time() <= stamp + 0.01:  # the next commit is stamped strictly later
-            await asyncio.sleep(0.005)
+        # The next commit is stamped strictly later than the boundary below.
+        await asyncio.sleep(max(0.0, stamp + 0.02 - time.time()))
         boundary = time.time()
         for i in range(3, 5):
             await append(coord, kit, 1, start=i)
@@ -256,7 +257,8 @@ async def test_age_floor_survives_a_compaction(make_coordinator: Any, kit: Any) 
             await append(coord, kit, 1, start=i)
         before = (await coord.describe_table(kit.episodes)).engine_version
         result = await Maintenance(coord).compact(kit.episodes)
-        assert result.changed and result.fragments_after < result.fragments_before
+        assert result.changed
+        assert result.fragments_after < result.fragments_before
         after = (await coord.describe_table(kit.episodes)).engine_version
         assert after > before
         assert (await coord.engine.read(record.location, before)).num_rows == 4
