@@ -143,10 +143,14 @@ class S3Sidecars(SidecarSource):
 
     def deltas_since(self, incarnation: str, start: int) -> Iterator[tuple[int, bytes]]:
         base = f"{self.prefix}/{incarnation}/"
-        # Keys are <base><version, 20 digits>/<name>.json: listing starts at ``start``.
-        pages = self._client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=base, StartAfter=f"{base}{max(0, start):020d}"
-        )
+        # Keys are <base><version, 20 digits>/<name>.json. Start after the version
+        # before ``start`` (not at ``start`` itself: a filer-backed store such as
+        # SeaweedFS skips the whole "directory" named by StartAfter); the check
+        # below drops anything older that a store still lists.
+        kwargs = {"Bucket": self.bucket, "Prefix": base}
+        if start > 0:
+            kwargs["StartAfter"] = f"{base}{start - 1:020d}"
+        pages = self._client.get_paginator("list_objects_v2").paginate(**kwargs)
         for page in guarded(pages, self.location):
             for item in page.get("Contents", []):
                 version, _, name = item["Key"][len(base) :].partition("/")
