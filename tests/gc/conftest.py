@@ -196,3 +196,53 @@ def local_lake(tmp_path: Path) -> Iterator[Lake]:
         yield Lake(tmp_path, data, meta, StageSettings.local(data / "objects"))
     finally:
         meta.stop()
+
+
+class SteadyWriter:
+    """Appends a fresh FILE value to a table over and over, in a thread, until stopped.
+
+    What a fleet does while GC runs: every append uploads a new object first
+    (young, so never a candidate) and commits a new version.
+    """
+
+    def __init__(self, lake: Lake, table: TableRef = EPISODES) -> None:
+        import threading
+
+        self.lake = lake
+        self.table = table
+        self.appended: list[DataLocation] = []
+        self.versions: list[int] = []
+        self.errors: list[BaseException] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="steady-writer", daemon=True)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                location = self.lake.upload(os.urandom(64), "fleet")
+                self.versions.append(self.lake.append([location], self.table))
+                self.appended.append(location)
+            except BaseException as exc:
+                self.errors.append(exc)
+                return
+
+    def commits(self) -> int:
+        return len(self.versions)
+
+    def wait_for_commits(self, more: int, timeout_s: float = 120.0) -> None:
+        """Until ``more`` commits landed after this call."""
+        target = self.commits() + more
+        deadline = time.monotonic() + timeout_s
+        while self.commits() < target:
+            assert not self.errors, self.errors
+            assert time.monotonic() < deadline, "the writer stopped committing"
+            time.sleep(0.02)
+
+    def __enter__(self) -> SteadyWriter:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=120)
+        assert not self._thread.is_alive()

@@ -8,7 +8,6 @@ and the orphans are made older than that first.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,11 +16,11 @@ from typing import Any
 import pytest
 
 from lake_core.cloud import DatasetStorage
-from lake_core.errors import FailedPrecondition, NotLeader, Unavailable
+from lake_core.errors import NotLeader, Unavailable
 from lake_core.models import DataLocation
 from lake_core.names import TableRef
 from lake_objects.settings import StageSettings
-from tests.gc.conftest import EPISODES, HOUR_S, SCHEMA, SCRATCH, Lake
+from tests.gc.conftest import EPISODES, HOUR_S, SCHEMA, SCRATCH, Lake, SteadyWriter
 from tools.lake_testing.dynalite import Dynalite
 from tools.lake_testing.seaweed import SeaweedS3
 from tools.lake_testing.servers import LakeProcess, free_port
@@ -155,13 +154,28 @@ def test_cloud_gc_reclaims_orphans_and_uploads_and_keeps_every_reference(
     for location in retained:
         assert lake.verify(location)
 
-    # A commit after planning: the next plan's apply fails closed.
-    stale_orphan = lake.upload(b"s" * 10, "stale")
+    # Plan and apply while a writer keeps appending FILE values: apply goes on,
+    # deletes what was garbage at plan time, and keeps an old object that a
+    # commit after the plan referenced (the sidecars on S3, read forward).
+    garbage = lake.upload(b"s" * 10, "garbage")
+    revived = lake.upload(b"r" * 10, "revived")
     time.sleep(3)
-    stale = tmp_path / "stale"
-    assert lake.plan(stale, 2).manifest.candidates.entries == 1
-    lake.append([lake.upload(b"n", "new")])
-    with pytest.raises(FailedPrecondition, match="stale"):
-        lake.apply(stale, tmp_path / "stale.apply.json")
-    assert lake.exists(stale_orphan)
-    assert os.path.exists(stale / "manifest.json")
+    busy = tmp_path / "busy"
+    with SteadyWriter(lake) as writer:
+        writer.wait_for_commits(1)
+        assert lake.plan(busy, 2, page_size=1).manifest.candidates.entries == 2
+        lake.append([revived])  # an object past the safety age newly referenced
+        writer.wait_for_commits(2)
+        done = lake.apply(busy, tmp_path / "busy.apply.json")
+        writer.wait_for_commits(1)
+    assert (done.checkpoint.deleted, done.checkpoint.newly_referenced) == (1, 1)
+    assert not lake.exists(garbage)
+    assert lake.exists(revived)
+    retained = lake.retained_locations()
+    assert {loc.uri for loc in retained} == {
+        *(k.uri for k in kept),
+        revived.uri,
+        *(a.uri for a in writer.appended),
+    }
+    for location in retained:
+        assert lake.verify(location)

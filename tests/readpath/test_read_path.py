@@ -1,7 +1,8 @@
 """The read path while appends land (issue 30, items 2-4), on real processes.
 
 Two Query replicas share one Metasrv that keeps a single Lance version
-(``LAKE_LANCE_RETAIN_VERSIONS=1``): every append reclaims the version
+(``LAKE_LANCE_RETAIN_VERSIONS=1`` with no age floor,
+``LAKE_LANCE_RETAIN_MIN_AGE_SECS=0``): every append reclaims the version
 before it. Both replicas refresh their catalog only once a minute
 (``LAKE_QUERY_CATALOG_REFRESH_MS=60000``), so a replica that did not
 forward an append keeps pointing at a reclaimed version unless the read
@@ -58,6 +59,7 @@ class Replicas:
         self.env = {
             "LAKE_QUERY_TICKET_KEYS_FILE": str(write_ticket_keys(root / "ticket-keys.json")),
             "LAKE_LANCE_RETAIN_VERSIONS": str(retain),
+            "LAKE_LANCE_RETAIN_MIN_AGE_SECS": "0",
             "LAKE_COMPACTION": "off",
             "LAKE_QUERY_CATALOG_REFRESH_MS": "60000",
             "LAKE_ASYNC_QUERIES": "true",

@@ -27,7 +27,7 @@ from google.protobuf import any_pb2
 
 import lake_sdk
 from lake_core.admin_cli import client as admin_cli
-from lake_core.config import COMPACTION, LANCE_RETAIN_VERSIONS
+from lake_core.config import COMPACTION, LANCE_RETAIN_MIN_AGE_SECS, LANCE_RETAIN_VERSIONS
 from lake_core.proto import flight_sql_pb2
 from tools.lake_testing.data import EPISODES, EPISODES_SCHEMA, create_table, episodes
 from tools.lake_testing.plugin import LakeCluster, write_ticket_keys
@@ -249,7 +249,7 @@ def test_pins_survive_a_later_append(tmp_path: Path) -> None:
 
 
 def test_reclaimed_versions_fail_explicitly(tmp_path: Path) -> None:
-    running = cluster(tmp_path, {LANCE_RETAIN_VERSIONS: "2"})
+    running = cluster(tmp_path, {LANCE_RETAIN_VERSIONS: "2", LANCE_RETAIN_MIN_AGE_SECS: "0"})
     try:
         create_table(running.meta.addr, EPISODES, EPISODES_SCHEMA)
         with (

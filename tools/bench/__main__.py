@@ -35,6 +35,7 @@ BENCHMARKS = [
     "tools.bench.ray_bench",
     "tools.bench.visibility_bench",
     "tools.bench.fleet_bench",
+    "tools.bench.small_files_bench",
 ]
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import lance
@@ -72,7 +73,7 @@ async def test_unregistered_lance_version_never_becomes_visible(
 
 @pytest.mark.asyncio
 async def test_retention_keeps_newest_and_tagged(make_coordinator: Any, kit: Any) -> None:
-    coord = make_coordinator(retain_versions=2)
+    coord = make_coordinator(retain_versions=2, retain_min_age_secs=0)
     await coord.open()
     try:
         record = await coord.create_table(kit.episodes, kit.schema)
@@ -147,7 +148,7 @@ async def test_retention_catches_up_once_a_stream_of_appends_drains(
 ) -> None:
     # While appends queue up, retention is deferred (at most once a second);
     # the group that empties the queue must still apply it before replying.
-    coord = make_coordinator(retain_versions=2)
+    coord = make_coordinator(retain_versions=2, retain_min_age_secs=0)
     await coord.open()
     try:
         record = await coord.create_table(kit.episodes, kit.schema)
@@ -161,5 +162,137 @@ async def test_retention_catches_up_once_a_stream_of_appends_drains(
         assert current.version == 48
         kept = sorted(v["version"] for v in lance.dataset(record.location).versions())
         assert kept == [current.engine_version - 1, current.engine_version]
+    finally:
+        await coord.close()
+
+
+def lance_versions(location: str) -> list[int]:
+    return sorted(v["version"] for v in lance.dataset(location).versions())
+
+
+@pytest.mark.asyncio
+async def test_age_floor_keeps_replaced_versions_until_they_are_old(
+    make_coordinator: Any, kit: Any
+) -> None:
+    # Count window 2, age floor 60 s: six appends in a second reclaim nothing;
+    # an hour later (the engine's clock moved) the count window alone decides.
+    coord = make_coordinator(retain_versions=2, retain_min_age_secs=60)
+    await coord.open()
+    try:
+        record = await coord.create_table(kit.episodes, kit.schema)
+        await append(coord, kit, 1, start=0)
+        tagged = (await coord.describe_table(kit.episodes)).engine_version
+        lance.dataset(record.location).tags.create("keep", tagged)
+        for i in range(1, 6):
+            await append(coord, kit, 1, start=i)
+        current = await coord.describe_table(kit.episodes)
+        every = list(range(record.engine_version, current.engine_version + 1))
+        assert lance_versions(record.location) == every
+        assert (
+            await asyncio.to_thread(
+                coord.engine.cleanup_now, record.location, current.engine_version
+            )
+            == 0
+        )
+        real = coord.engine.clock
+        coord.engine.clock = lambda: real() + 3600
+        removed = await asyncio.to_thread(
+            coord.engine.cleanup_now, record.location, current.engine_version
+        )
+        kept = sorted({tagged, current.engine_version - 1, current.engine_version})
+        assert removed == len(every) - len(kept)
+        assert lance_versions(record.location) == kept
+        # Every retained version still reads whole: no data file of theirs went.
+        for version in kept:
+            table = await coord.engine.read(record.location, version)
+            assert table.num_rows == version - record.engine_version
+        with pytest.raises(VersionReclaimed):
+            await coord.engine.read(record.location, record.engine_version)
+    finally:
+        await coord.close()
+
+
+@pytest.mark.asyncio
+async def test_age_counts_from_when_a_version_was_replaced(make_coordinator: Any, kit: Any) -> None:
+    # A version committed long ago but replaced only now is still some
+    # ticket's head: it stays for the age floor. Lance's own ``older_than``
+    # (the version's own commit time) would reclaim it.
+    coord = make_coordinator(retain_versions=1, retain_min_age_secs=60)
+    await coord.open()
+    try:
+        record = await coord.create_table(kit.episodes, kit.schema)
+        for i in range(3):
+            await append(coord, kit, 1, start=i)
+        head = (await coord.describe_table(kit.episodes)).engine_version
+        stamp = lance.dataset(record.location).get_version()["timestamp"].timestamp()
+        # The next commit is stamped strictly later than the boundary below.
+        await asyncio.sleep(max(0.0, stamp + 0.02 - time.time()))
+        boundary = time.time()
+        for i in range(3, 5):
+            await append(coord, kit, 1, start=i)
+        current = (await coord.describe_table(kit.episodes)).engine_version
+        # As if the first three appends were committed over a minute ago and the
+        # last two just now.
+        coord.engine.clock = lambda: boundary + 60
+        await asyncio.to_thread(coord.engine.cleanup_now, record.location, current)
+        assert lance_versions(record.location) == [head, current - 1, current]
+        assert (await coord.engine.read(record.location, head)).num_rows == 3
+        with pytest.raises(VersionReclaimed):
+            await coord.engine.read(record.location, head - 1)
+    finally:
+        await coord.close()
+
+
+@pytest.mark.asyncio
+async def test_age_floor_survives_a_compaction(make_coordinator: Any, kit: Any) -> None:
+    # The maintenance compactor commits a new Lance version and runs the same
+    # retention: the version before it stays readable for the age floor.
+    from lake_metasrv.maintenance import Maintenance
+
+    coord = make_coordinator(retain_versions=1, retain_min_age_secs=60)
+    await coord.open()
+    try:
+        record = await coord.create_table(kit.episodes, kit.schema)
+        for i in range(4):
+            await append(coord, kit, 1, start=i)
+        before = (await coord.describe_table(kit.episodes)).engine_version
+        result = await Maintenance(coord).compact(kit.episodes)
+        assert result.changed
+        assert result.fragments_after < result.fragments_before
+        after = (await coord.describe_table(kit.episodes)).engine_version
+        assert after > before
+        assert (await coord.engine.read(record.location, before)).num_rows == 4
+        assert before in lance_versions(record.location)
+    finally:
+        await coord.close()
+
+
+@pytest.mark.asyncio
+async def test_age_floor_retention_stays_bounded_under_steady_appends(
+    make_coordinator: Any, kit: Any
+) -> None:
+    # A floor of 1 s (the smallest useful one) under ~3 s of appends: what is
+    # kept is the count window plus what was replaced within about the floor
+    # (plus one pass interval), never the whole history.
+    coord = make_coordinator(retain_versions=2, retain_min_age_secs=1)
+    await coord.open()
+    try:
+        record = await coord.create_table(kit.episodes, kit.schema)
+        committed: list[float] = []
+        began = time.monotonic()
+        i = 0
+        while time.monotonic() - began < 3.0 or len(committed) < 20:
+            await append(coord, kit, 1, start=i)
+            committed.append(time.time())
+            i += 1
+        kept = lance_versions(record.location)
+        recent = sum(1 for t in committed if t >= time.time() - 1.5)
+        assert len(kept) <= recent + 3, (len(kept), recent, len(committed))
+        assert len(kept) < len(committed)
+        current = (await coord.describe_table(kit.episodes)).engine_version
+        for version in kept:  # every retained version reads whole
+            table = await coord.engine.read(record.location, version)
+            assert table.num_rows == version - record.engine_version
+        assert kept[-1] == current
     finally:
         await coord.close()

@@ -87,7 +87,7 @@ async def test_appends_commit_exactly_on_the_registered_version(
 async def test_retention_keeps_tags_and_branches_and_reclaims_only_dropped_manifests(
     storage: DatasetStorage, location: str
 ) -> None:
-    engine = S3LanceEngine(2, storage)
+    engine = S3LanceEngine(2, storage, retain_min_age_secs=0)  # count window alone
     version = await engine.create(location, SCHEMA, "inc-1")
     versions = [version]
     for i in range(3):
@@ -137,3 +137,35 @@ async def test_a_recreated_table_starts_from_nothing(
     assert ids(storage, location, fresh) == []
     again = await engine.append(location, "inc-2", fresh, rows(7))
     assert ids(storage, location, again) == [7]
+
+
+@pytest.mark.asyncio
+async def test_age_floor_on_s3_keeps_recent_versions_and_probes_reclaimed_ones(
+    storage: DatasetStorage, location: str
+) -> None:
+    engine = S3LanceEngine(2, storage, retain_min_age_secs=60)
+    version = await engine.create(location, SCHEMA, "inc-1")
+    for i in range(4):
+        version = await engine.append(location, "inc-1", version, rows(i))
+
+    def kept() -> list[int]:
+        dataset = lance.dataset(
+            storage.lance_uri(location), storage_options=storage.storage_options(location)
+        )
+        return sorted(v["version"] for v in dataset.versions())
+
+    every = kept()
+    assert len(every) == 5
+    assert await asyncio.to_thread(engine.cleanup_now, location, version) == 0
+    real = engine.clock
+    engine.clock = lambda: real() + 3600  # an hour on: the count window alone decides
+    assert await asyncio.to_thread(engine.cleanup_now, location, version) == 3
+    assert kept() == [version - 1, version]
+    for i in range(4, 6):
+        version = await engine.append(location, "inc-1", version, rows(i))
+    # Back to now: the search for the oldest young version meets reclaimed
+    # manifests on S3 (treated as old) and keeps every young one.
+    engine.clock = real
+    assert await asyncio.to_thread(engine.cleanup_now, location, version) == 0
+    assert kept() == list(range(version - 3, version + 1))
+    assert ids(storage, location, version - 3) == [0, 1, 2]

@@ -193,7 +193,8 @@ def test_ticket_from_one_replica_served_by_another_across_an_append(
 
 
 def _short_retention(tmp_path: Path, data_plane: bool) -> Iterator[LakeCluster]:
-    env = {"LAKE_LANCE_RETAIN_VERSIONS": "1"}
+    # The count window alone (no age floor): a replaced version goes at once.
+    env = {"LAKE_LANCE_RETAIN_VERSIONS": "1", "LAKE_LANCE_RETAIN_MIN_AGE_SECS": "0"}
     if data_plane:
         env[QUERY_DATA_ADDR] = f"127.0.0.1:{free_port()}"
     meta = start_meta(tmp_path / "data", tmp_path, env=env)

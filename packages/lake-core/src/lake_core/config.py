@@ -53,6 +53,7 @@ __all__ = [
     "ICEBERG_S3_REGION",
     "ICEBERG_S3_TIMEOUT_MS",
     "ICEBERG_WAREHOUSE",
+    "LANCE_RETAIN_MIN_AGE_SECS",
     "LANCE_RETAIN_VERSIONS",
     "LOG_FORMAT",
     "LOG_LEVEL",
@@ -226,10 +227,22 @@ PEER_ADVERTISE_URL = EnvVar(
 
 LANCE_RETAIN_VERSIONS = EnvVar(
     "LAKE_LANCE_RETAIN_VERSIONS",
-    doc="Table versions kept per table besides tagged ones; older ones are reclaimed.",
+    doc="Table versions kept per table besides tagged ones; older ones are reclaimed once "
+    "also past LAKE_LANCE_RETAIN_MIN_AGE_SECS.",
     owner=METASRV,
     default="10",
     range="1..=10000",
+)
+LANCE_RETAIN_MIN_AGE_SECS = EnvVar(
+    "LAKE_LANCE_RETAIN_MIN_AGE_SECS",
+    doc="How long a table version stays readable after a newer one replaced it, besides "
+    "the LAKE_LANCE_RETAIN_VERSIONS window: a version is reclaimed only when it is outside "
+    "both. Keep it above LAKE_QUERY_TICKET_TTL_SECS plus the catalog refresh "
+    "(LAKE_QUERY_CATALOG_REFRESH_MS), so an old ticket still reads; 0 (tests) keeps "
+    "only the count window.",
+    owner=METASRV,
+    default="900 (15 minutes)",
+    range="0..=2592000, seconds",
 )
 APPEND_OPERATION_RETENTION_SECS = EnvVar(
     "LAKE_APPEND_OPERATION_RETENTION_SECS",

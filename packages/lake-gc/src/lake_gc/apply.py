@@ -1,14 +1,21 @@
-"""Apply: delete exactly a plan's candidates, page by page, resumable.
+"""Apply: delete a plan's candidates, page by page, resumable, while the fleet writes.
 
     load the plan; refuse it unless its manifest matches its hash
     refuse a plan for another stage or sidecar location
-    read the registry roots: anything moved since planning -> stale, stop   (nothing deleted)
     load the checkpoint (refused unless it names this plan and checks out)
     for each page not yet done:
         read and validate the page (hash, entries, stage, age)
-        roots unchanged? (checked again before every page)
-        delete / abort its entries (already absent: a success); fsync'd
+        read the registry roots; for every table that moved since the plan,
+          read the sidecars of the versions after the planned head
+          (lake_gc.since): every URI they add is kept, not deleted
+        delete / abort the page's other entries (already absent: a success); fsync'd
         write the checkpoint (pages done, counts), fsync'd               <- resume point
+
+Commits after the plan no longer make it stale: appends, compactions,
+creates and drops go on while apply runs, and what they reference is taken
+out of each page before it is deleted (see :mod:`lake_gc.since` for why that
+is safe). Another registry, a head that went backwards or a registered
+version without a sidecar still fail closed.
 
 A SIGKILL between two checkpoints replays at most the page in flight, and
 replaying a deletion is harmless; pages before the checkpoint are never
@@ -32,6 +39,7 @@ from lake_core.errors import DataCorrupted, FailedPrecondition
 from lake_gc.lineage import SidecarSource
 from lake_gc.plan import Plan
 from lake_gc.roots import RootsSource
+from lake_gc.since import SincePlan
 from lake_gc.stage import ManagedStage
 
 __all__ = ["ApplyResult", "Checkpoint", "apply_plan"]
@@ -50,9 +58,15 @@ class Checkpoint(BaseModel):
     pages_done: int = Field(ge=0)
     deleted: int = Field(ge=0)
     absent: int = Field(ge=0)
+    #: Candidates kept because a commit after the plan references them.
+    newly_referenced: int = Field(default=0, ge=0)
 
     def seal(self) -> str:
-        body = json.dumps(self.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+        # Without the field while it is 0: checkpoints written before it existed still seal.
+        skip = {"newly_referenced"} if self.newly_referenced == 0 else None
+        body = json.dumps(
+            self.model_dump(mode="json", exclude=skip), sort_keys=True, separators=(",", ":")
+        )
         return hashlib.sha256(body.encode()).hexdigest()
 
     def write(self, path: Path) -> None:
@@ -100,6 +114,7 @@ class ApplyResult:
             "pages_done": self.checkpoint.pages_done,
             "deleted": self.checkpoint.deleted,
             "already_absent": self.checkpoint.absent,
+            "kept_newly_referenced": self.checkpoint.newly_referenced,
             "complete": self.checkpoint.pages_done == self.pages,
         }
 
@@ -113,7 +128,7 @@ def apply_plan(
     stage: ManagedStage,
     progress: Progress | None = None,
 ) -> ApplyResult:
-    """Delete ``plan``'s candidates (see the module docstring); fails closed when stale."""
+    """Delete ``plan``'s candidates but those referenced since (see the module docstring)."""
     manifest = plan.manifest
     if manifest.stage != stage.base_uri or manifest.sidecars != sidecars.location:
         raise FailedPrecondition(
@@ -122,40 +137,42 @@ def apply_plan(
     checkpoint = Checkpoint.read(checkpoint_path, plan)
     resumed_from = checkpoint.pages_done
     total = len(manifest.pages)
+    since = SincePlan(manifest.roots, sidecars)
     for index in range(checkpoint.pages_done, total):
         page = manifest.pages[index]
         entries = plan.read_page(page, stage)
-        _check_fresh(plan, roots, deleted_before=index > resumed_from)
-        outcome = stage.delete(entries)
+        referenced = _referenced_since(plan, roots, since, deleted_before=index > resumed_from)
+        doomed = [e for e in entries if e.uri not in referenced]
+        outcome = stage.delete(doomed)
         checkpoint = Checkpoint(
             plan_id=plan.plan_id,
             pages_done=index + 1,
             deleted=checkpoint.deleted + outcome.deleted,
             absent=checkpoint.absent + outcome.absent,
+            newly_referenced=checkpoint.newly_referenced + len(entries) - len(doomed),
         )
         checkpoint.write(checkpoint_path)
         faults.crash(faults.GC_AFTER_APPLY_PAGE)
         if progress is not None:
             progress(index + 1, total)
     if total == 0 or resumed_from == total:
-        _check_fresh(
-            plan, roots, deleted_before=False
-        )  # a no-op apply still tells a stale plan apart
+        # A no-op apply still refuses a plan of another registry.
+        _referenced_since(plan, roots, since, deleted_before=False)
         if not checkpoint_path.exists():
             checkpoint.write(checkpoint_path)
     return ApplyResult(plan.plan_id, total, resumed_from, checkpoint)
 
 
-def _check_fresh(plan: Plan, roots: RootsSource, *, deleted_before: bool) -> None:
-    now = roots.read()
-    if now != plan.manifest.roots:
+def _referenced_since(
+    plan: Plan, roots: RootsSource, since: SincePlan, *, deleted_before: bool
+) -> set[str]:
+    """Every URI a commit after the plan added; fails closed (saying what was done) otherwise."""
+    try:
+        return since.refresh(roots.read())
+    except FailedPrecondition as exc:
         done = (
             "pages before this one were deleted (see the checkpoint)"
             if deleted_before
             else "nothing was deleted by this run"
         )
-        raise FailedPrecondition(
-            f"plan {plan.directory} is stale: the registry changed since planning "
-            f"(generation {plan.manifest.roots.generation} -> {now.generation}, or a table "
-            f"head moved); {done}; plan again in a write-quiescent window"
-        )
+        raise FailedPrecondition(f"plan {plan.directory} cannot go on: {exc}; {done}") from None

@@ -33,7 +33,14 @@ from lake_gc.roots import RegistryRoots
 from lake_gc.sorter import ExternalSorter
 from lake_gc.stage import guarded, has_control_chars, s3_error
 
-__all__ = ["Lineage", "LocalSidecars", "S3Sidecars", "SidecarSource", "collect_live"]
+__all__ = [
+    "Lineage",
+    "LocalSidecars",
+    "S3Sidecars",
+    "SidecarSource",
+    "collect_live",
+    "parse_delta",
+]
 
 _LOCAL_NAME = re.compile(r"^(\d+)(?:\.m(\d+))?\.json$")
 _S3_VERSION = re.compile(r"^\d{20}$")
@@ -51,6 +58,15 @@ class SidecarSource(abc.ABC):
     @abc.abstractmethod
     def files(self, incarnation: str) -> Iterator[tuple[int | None, bytes]]:
         """``(version from the name, body)`` of every file; None for a drop marker."""
+
+    def deltas_since(self, incarnation: str, start: int) -> Iterator[tuple[int, bytes]]:
+        """``(version, body)`` of every delta of a version >= ``start`` (drop markers skipped).
+
+        Implementations read only those bodies: apply calls this before every page.
+        """
+        for version, body in self.files(incarnation):
+            if version is not None and version >= start:
+                yield version, body
 
 
 class LocalSidecars(SidecarSource):
@@ -77,6 +93,20 @@ class LocalSidecars(SidecarSource):
             if match is None:
                 raise DataCorrupted(f"unexpected sidecar {path.name!r} of {incarnation}")
             yield int(match.group(1)), path.read_bytes()
+
+    def deltas_since(self, incarnation: str, start: int) -> Iterator[tuple[int, bytes]]:
+        directory = self.root / incarnation
+        if not directory.is_dir():
+            return
+        for path in sorted(directory.iterdir()):
+            match = _LOCAL_NAME.match(path.name)
+            if match is None or int(match.group(1)) < start:
+                continue  # older, a drop marker or a writer's temporary file
+            try:
+                body = path.read_bytes()
+            except FileNotFoundError:
+                continue  # a writer's retry replaced it; the replacement is listed too
+            yield int(match.group(1)), body
 
 
 class S3Sidecars(SidecarSource):
@@ -110,6 +140,24 @@ class S3Sidecars(SidecarSource):
                 if not _S3_VERSION.match(version) or not name.endswith(".json"):
                     raise DataCorrupted(f"unexpected sidecar key {item['Key'][:200]!r}")
                 yield int(version), body
+
+    def deltas_since(self, incarnation: str, start: int) -> Iterator[tuple[int, bytes]]:
+        base = f"{self.prefix}/{incarnation}/"
+        # Keys are <base><version, 20 digits>/<name>.json. Start after the version
+        # before ``start`` (not at ``start`` itself: a filer-backed store such as
+        # SeaweedFS skips the whole "directory" named by StartAfter); the check
+        # below drops anything older that a store still lists.
+        kwargs = {"Bucket": self.bucket, "Prefix": base}
+        if start > 0:
+            kwargs["StartAfter"] = f"{base}{start - 1:020d}"
+        pages = self._client.get_paginator("list_objects_v2").paginate(**kwargs)
+        for page in guarded(pages, self.location):
+            for item in page.get("Contents", []):
+                version, _, name = item["Key"][len(base) :].partition("/")
+                if not _S3_VERSION.match(version) or not name.endswith(".json"):
+                    continue  # the drop marker (its own name) or not a delta
+                if int(version) >= start:
+                    yield int(version), self._get(item["Key"])
 
     def _get(self, key: str) -> bytes:
         try:
@@ -154,7 +202,7 @@ def collect_live(source: SidecarSource, roots: RegistryRoots, live: ExternalSort
                 # A marker without the registry's drop record: keep its objects.
                 _parse_marker(body, incarnation)
                 continue
-            delta = _parse_delta(body, incarnation, version)
+            delta = parse_delta(body, incarnation, version)
             versions.add(version)
             for uri in delta.adds:
                 if has_control_chars(uri):
@@ -177,7 +225,7 @@ def collect_live(source: SidecarSource, roots: RegistryRoots, live: ExternalSort
     return lineage
 
 
-def _parse_delta(body: bytes, incarnation: str, version: int) -> ReferenceDelta:
+def parse_delta(body: bytes, incarnation: str, version: int) -> ReferenceDelta:
     try:
         delta = ReferenceDelta.model_validate_json(body)
     except ValidationError:

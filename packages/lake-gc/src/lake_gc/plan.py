@@ -12,7 +12,9 @@ In order (nothing is deleted, ever)::
     merge the two sorted streams: an entry is a candidate when no live
       URI names it and it is older than the safety age (cut-off = now - age)
     write each candidate page, fsync'd, named by its SHA-256
-    read the roots again: if they moved while planning, fail (plan again)
+    read the roots again: another registry -> fail (commits are fine: the
+      plan binds the first roots, and apply keeps whatever a version after
+      them references, lake_gc.since)
     re-read and validate every page (hash, parse, stage, age)
     publish manifest.json (atomic rename, fsync'd): the plan exists from here
 
@@ -233,10 +235,12 @@ def _plan(
         )
     fsync_dir(pages_dir)
     after = roots_source.read()
-    if after != roots:
+    if (
+        after.registry != roots.registry
+        or after.generation.rpartition(":")[0] != (roots.generation.rpartition(":")[0])
+    ):
         raise FailedPrecondition(
-            "the registry changed while planning (a create, drop, append or maintenance "
-            "commit); plan again into a new directory"
+            "the registry GC reads was replaced while planning; plan again into a new directory"
         )
     manifest = PlanManifest(
         created_at_ms=now_ms,

@@ -3,8 +3,8 @@
 A plan binds the roots it was made against: every table's head
 (incarnation, Lake version, Lance engine version), every dropped
 incarnation, and the registry's directory generation. Apply reads them
-again and refuses a plan whose roots moved: any create, drop, append or
-maintenance commit since planning changes a head (and the generation).
+again before every page: a head that moved since planning is read forward
+through its new sidecars (lake_gc.since), and another registry is refused.
 
 GC is a separate worker: it reads the registry's own storage read-only
 (the data directory's SQLite file, or the cloud DynamoDB table) in the

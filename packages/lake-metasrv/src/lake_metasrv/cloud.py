@@ -240,6 +240,7 @@ async def run_cloud_server(
         engine = S3LanceEngine(
             config.retain_versions,
             cloud.storage,
+            retain_min_age_secs=config.retain_min_age_secs,
             fence=leadership.epoch,
             table_location=cloud.table_location,
         )

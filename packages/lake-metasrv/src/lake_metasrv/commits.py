@@ -141,7 +141,11 @@ class CommitCoordinator:
         return cls(
             config,
             registry if registry is not None else SqliteRegistry(data_dir.registry_path),
-            LocalLanceEngine(config.retain_versions, data_dir.tables_root),
+            LocalLanceEngine(
+                config.retain_versions,
+                data_dir.tables_root,
+                retain_min_age_secs=config.retain_min_age_secs,
+            ),
             LocalSidecarStore(data_dir.sidecars_root),
             data_dir=data_dir,
         )

@@ -31,6 +31,7 @@ from lake_core.auth import PEER_AUTH_TOKEN_FILE, Authenticator, Secret
 from lake_core.cloud import CloudSettings
 from lake_core.config import (
     APPEND_OPERATION_RETENTION_SECS,
+    LANCE_RETAIN_MIN_AGE_SECS,
     LANCE_RETAIN_VERSIONS,
     PEER_ADVERTISE_URL,
     env_int,
@@ -59,6 +60,10 @@ DEFAULT_ADDR = "127.0.0.1:50052"
 DEFAULT_DATA_DIR = "./lake-data"
 DEFAULT_RETAIN_VERSIONS = 10
 MAX_RETAIN_VERSIONS = 10_000
+#: Above the default ticket lifetime (300 s) plus the catalog refresh, with room to spare.
+DEFAULT_RETAIN_MIN_AGE_SECS = 900
+#: 30 days; 0 keeps only the count window (tests).
+MAX_RETAIN_MIN_AGE_SECS = 30 * 24 * 3600
 DEFAULT_OPERATION_RETENTION_SECS = 7 * 24 * 3600
 # Ten years: long enough for any deployment, short enough to stay a sane integer.
 MAX_OPERATION_RETENTION_SECS = 10 * 365 * 24 * 3600
@@ -73,6 +78,8 @@ class MetaConfig:
     data_dir: Path
     addr: str = DEFAULT_ADDR
     retain_versions: int = DEFAULT_RETAIN_VERSIONS
+    #: A replaced version stays at least this long (outside both windows: reclaimed).
+    retain_min_age_secs: int = DEFAULT_RETAIN_MIN_AGE_SECS
     operation_retention_secs: int = DEFAULT_OPERATION_RETENTION_SECS
     shutdown_grace_ms: int = 30_000
     #: Armed fault points (tests only; nothing armed by default).
@@ -111,6 +118,13 @@ class MetaConfig:
             addr=addr,
             retain_versions=env_int(
                 LANCE_RETAIN_VERSIONS, DEFAULT_RETAIN_VERSIONS, 1, MAX_RETAIN_VERSIONS, source
+            ),
+            retain_min_age_secs=env_int(
+                LANCE_RETAIN_MIN_AGE_SECS,
+                DEFAULT_RETAIN_MIN_AGE_SECS,
+                0,
+                MAX_RETAIN_MIN_AGE_SECS,
+                source,
             ),
             operation_retention_secs=env_int(
                 APPEND_OPERATION_RETENTION_SECS,

@@ -31,6 +31,7 @@ import shutil
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +46,7 @@ from lake_core.models import Engine, incarnation_metadata, incarnation_of
 from lake_core.names import TableRef
 from lake_core.storage_probe import StorageProbe
 from lake_core.telemetry import series
+from lake_metasrv.config import DEFAULT_RETAIN_MIN_AGE_SECS
 
 __all__ = [
     "AppendOutcome",
@@ -74,12 +76,26 @@ class LanceEngine(abc.ABC):
         self,
         retain_versions: int,
         *,
+        retain_min_age_secs: int = DEFAULT_RETAIN_MIN_AGE_SECS,
         cleanup_every: int | None = None,
         fence: Callable[[], object] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         if not 1 <= retain_versions <= 10_000:
             raise ValueError("retain_versions must be in 1..=10000")
+        if retain_min_age_secs < 0:
+            raise ValueError("retain_min_age_secs must be >= 0")
         self.retain_versions = retain_versions
+        #: A version replaced less than this long ago is kept whatever the count window
+        #: says (see :func:`reclaim_old_versions`).
+        self.retain_min_age_secs = retain_min_age_secs
+        #: Wall clock retention compares with Lance's commit timestamps (tests move it).
+        self.clock = clock
+        #: Least time between two retention passes of one table: a tenth of the age
+        #: floor (90 s at the default), so a pass (which reads every retained
+        #: manifest) stays rare while versions it could reclaim wait at most 10% longer.
+        self.cleanup_interval_s = retain_min_age_secs / 10
+        self._cleaned_at: dict[str, float] = {}
         #: Retention runs once this many versions were committed since its last run,
         #: so between runs a table holds up to ``retain + cleanup_every - 1`` versions
         #: (never fewer than ``retain``). Default: half the window, at least 1.
@@ -151,7 +167,7 @@ class LanceEngine(abc.ABC):
 
     @abc.abstractmethod
     def cleanup_now(self, location: str, registered_version: int) -> int:
-        """Keep the newest ``retain_versions`` plus tagged versions; reclaim the rest."""
+        """Reclaim the versions outside both windows (count and age), never tagged ones."""
 
     def forget(self) -> None:
         """Drop cached dataset handles (the next append reopens from the registry's version)."""
@@ -326,17 +342,26 @@ class LanceEngine(abc.ABC):
     # -- reads and retention ----------------------------------------------
 
     async def cleanup(self, location: str, registered_version: int) -> int:
-        """Keep the newest ``retain_versions`` Lance versions plus tagged ones.
+        """Reclaim the Lance versions outside both retention windows (never tagged ones).
 
-        Runs only when the registered version is the latest, so it can never
-        reclaim the version readers are told to use. Returns versions removed.
+        A version is reclaimed only when it is not among the newest
+        ``retain_versions`` AND was replaced more than ``retain_min_age_secs``
+        ago (:func:`reclaim_old_versions`). Runs once ``cleanup_every``
+        versions were committed since the last pass, at most every
+        ``cleanup_interval_s``, and only when the registered version is the
+        latest, so it can never reclaim the version readers are told to use.
+        Returns versions removed.
         """
         return await asyncio.to_thread(self._cleanup, location, registered_version)
 
     def _cleanup(self, location: str, registered_version: int) -> int:
         if self._since_cleanup.get(location, 0) < self.cleanup_every:
             return 0
+        now = time.monotonic()
+        if now - self._cleaned_at.get(location, float("-inf")) < self.cleanup_interval_s:
+            return 0
         self._since_cleanup[location] = 0
+        self._cleaned_at[location] = now
         return self.cleanup_now(location, registered_version)
 
 
@@ -348,10 +373,18 @@ class LocalLanceEngine(LanceEngine):
         retain_versions: int,
         tables_root: Path,
         *,
+        retain_min_age_secs: int = DEFAULT_RETAIN_MIN_AGE_SECS,
         cleanup_every: int | None = None,
         fence: Callable[[], object] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(retain_versions, cleanup_every=cleanup_every, fence=fence)
+        super().__init__(
+            retain_versions,
+            retain_min_age_secs=retain_min_age_secs,
+            cleanup_every=cleanup_every,
+            fence=fence,
+            clock=clock,
+        )
         self.tables_root = tables_root
 
     def location(self, table: TableRef) -> str:
@@ -417,7 +450,14 @@ class LocalLanceEngine(LanceEngine):
 
     def cleanup_now(self, location: str, registered_version: int) -> int:
         dataset = lance.dataset(location)
-        removed = reclaim_old_versions(dataset, location, registered_version, self.retain_versions)
+        removed = reclaim_old_versions(
+            dataset,
+            location,
+            registered_version,
+            self.retain_versions,
+            min_age_secs=self.retain_min_age_secs,
+            now=self.clock(),
+        )
         return removed or 0
 
 
@@ -503,11 +543,32 @@ def _names(directory: Path) -> set[str]:
 
 
 def reclaim_old_versions(
-    dataset: Any, location: str, registered_version: int, retain_versions: int
+    dataset: Any,
+    location: str,
+    registered_version: int,
+    retain_versions: int,
+    *,
+    min_age_secs: int = 0,
+    now: float | None = None,
 ) -> int | None:
     """Apply retention to ``dataset``; None when skipped because Lance is ahead of the registry.
 
-    Tagged versions are kept whatever their age.
+    A version is reclaimed only when it is outside BOTH windows: not among
+    the newest ``retain_versions``, and replaced (a newer version committed)
+    more than ``min_age_secs`` before ``now``. The age counts from when a
+    version stopped being the newest, not from its own commit: a table idle
+    for an hour still serves tickets planned on its head a moment before the
+    next append. Tagged versions are kept whatever their age.
+
+    Lance's own ``cleanup_old_versions(older_than, retain_versions)`` removes
+    a version only when both say so (measured with pylance 14), but its age
+    is the version's own commit time; so the count passed to Lance is
+    widened to every version whose successor is younger than the floor,
+    computed here from the versions' commit timestamps (a binary search of
+    single-manifest reads) against ``now`` (Metasrv's clock, the one Lance
+    stamped them with), and Lance is given no age of its own. Data files are deleted only when no retained manifest references
+    them, and files no commit references yet (an append's fragments written
+    before its commit) stay for Lance's 7-day unverified window.
     """
     if dataset.latest_version != registered_version:
         log.warning(
@@ -517,7 +578,44 @@ def reclaim_old_versions(
             latest=dataset.latest_version,
         )
         return None
+    keep = retain_versions
+    if min_age_secs > 0:
+        cutoff = (time.time() if now is None else now) - min_age_secs
+        keep = max(keep, replaced_since(dataset, cutoff))
     stats = dataset.cleanup_old_versions(
-        retain_versions=retain_versions, error_if_tagged_old_versions=False
+        older_than=timedelta(0),  # the age floor is in ``keep``
+        retain_versions=keep,
+        error_if_tagged_old_versions=False,
     )
     return int(stats.old_versions)
+
+
+def replaced_since(dataset: Any, cutoff: float) -> int:
+    """How many newest versions were the head at or after ``cutoff`` (unix seconds).
+
+    That is the versions committed at or after ``cutoff`` plus the one they
+    replaced; 1 (the latest) when nothing was committed since. Versions are
+    numbered contiguously and committed in order, and a reclaimed one (its
+    manifest gone) is older than any retained one, so a binary search finds
+    the oldest version committed at or after ``cutoff``.
+    """
+    latest = int(dataset.latest_version)
+
+    def young(version: int) -> bool:
+        try:
+            stamp = dataset.checkout_version(version).get_version()["timestamp"]
+        except (ValueError, OSError):
+            return False  # reclaimed already: older than everything retained
+        # Lance gives a naive local-time datetime; .timestamp() reads it as local time.
+        return float(stamp.timestamp()) >= cutoff
+
+    if not young(latest):
+        return 1
+    low, high = 1, latest  # the oldest young version is in [low, high]
+    while low < high:
+        middle = (low + high) // 2
+        if young(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return latest - low + 2 if low > 1 else latest

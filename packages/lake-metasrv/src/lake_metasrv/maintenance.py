@@ -19,8 +19,10 @@ generation so Query's catalog caches refresh. In order, under the table lock
 
 A crash before the registry step leaves an invisible orphan that the next
 append or maintenance restores over. Tickets issued before keep the old
-Lance version, readable until retention (``LAKE_LANCE_RETAIN_VERSIONS``)
-reclaims it, exactly as after an append. The sidecar is empty (no FILE
+Lance version, readable until retention reclaims it, exactly as after an
+append: only once it is outside both the count window
+(``LAKE_LANCE_RETAIN_VERSIONS``) and the age floor
+(``LAKE_LANCE_RETAIN_MIN_AGE_SECS``), through the same engine cleanup. The sidecar is empty (no FILE
 reference changes) but present, so every version the registry can point at
 has one and ``lake gc`` needs no exception for maintenance.
 

@@ -35,6 +35,7 @@ from lake_core.errors import Internal, InvalidSchema, Unavailable
 from lake_core.models import incarnation_metadata
 from lake_core.names import TableRef
 from lake_core.storage_probe import StorageProbe
+from lake_metasrv.config import DEFAULT_RETAIN_MIN_AGE_SECS
 from lake_metasrv.engine import LanceEngine, NothingToSync, WrittenFiles, reclaim_old_versions
 
 __all__ = ["MANIFEST_TABLE_SCHEMA", "S3LanceEngine", "is_boto_outage"]
@@ -105,11 +106,19 @@ class S3LanceEngine(LanceEngine):
         retain_versions: int,
         storage: DatasetStorage,
         *,
+        retain_min_age_secs: int = DEFAULT_RETAIN_MIN_AGE_SECS,
         cleanup_every: int = CLEANUP_EVERY,
         fence: Callable[[], object] | None = None,
         table_location: Callable[[TableRef], str] | None = None,
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        super().__init__(retain_versions, cleanup_every=cleanup_every, fence=fence)
+        super().__init__(
+            retain_versions,
+            retain_min_age_secs=retain_min_age_secs,
+            cleanup_every=cleanup_every,
+            fence=fence,
+            clock=clock,
+        )
         self.storage = storage
         self._table_location = table_location
         self._clients: dict[str, Any] = {}
@@ -296,7 +305,7 @@ class S3LanceEngine(LanceEngine):
         return await asyncio.to_thread(read)
 
     def cleanup_now(self, location: str, registered_version: int) -> int:
-        """Keep the newest ``retain_versions`` plus tagged versions; reclaim the rest.
+        """Reclaim the versions outside both windows (count and age), never tagged ones.
 
         Manifest rows in DynamoDB are deleted only for versions Lance itself
         no longer lists after its cleanup (never the latest).
@@ -304,7 +313,14 @@ class S3LanceEngine(LanceEngine):
         options = self.storage_options(location)
         uri = self.uri(location)
         dataset = lance.dataset(uri, storage_options=options)
-        removed = reclaim_old_versions(dataset, location, registered_version, self.retain_versions)
+        removed = reclaim_old_versions(
+            dataset,
+            location,
+            registered_version,
+            self.retain_versions,
+            min_age_secs=self.retain_min_age_secs,
+            now=self.clock(),
+        )
         if removed is None:
             return 0
         kept = {int(v["version"]) for v in lance.dataset(uri, storage_options=options).versions()}
