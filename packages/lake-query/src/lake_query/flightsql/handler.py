@@ -25,7 +25,6 @@ import asyncio
 import base64
 import contextlib
 import functools
-import os
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -65,6 +64,7 @@ from lake_query.planning import DatasetOpener, PlannedQuery, Planner, QueryLimit
 from lake_query.planning.external import ExternalCatalog
 from lake_query.planning.partitions import PartitionLimits
 from lake_query.planning.planner import ResultStream
+from lake_query.planning_threads import PlanningThreads
 from lake_query.results import counted_rows, prefetch
 from lake_query.stage import QueryStage
 
@@ -109,7 +109,7 @@ class QueryHandler(FlightHandler):
         sealer: TicketSealer,
         handle_sealer: TicketSealer,
         appends: AppendSink | None = None,
-        executor: ThreadPoolExecutor | None = None,
+        planning: PlanningThreads | None = None,
         admission: Admission | None = None,
         max_sql_bytes: int = MAX_SQL_BYTES,
         stage: QueryStage | None = None,
@@ -126,9 +126,8 @@ class QueryHandler(FlightHandler):
         self._sealer = sealer
         self._statements = PreparedStatements(handle_sealer, max_sql_bytes)
         self._appends = Appends(cache, appends, self._stage)
-        self._executor = executor or ThreadPoolExecutor(
-            max_workers=max(8, 4 * (os.cpu_count() or 2)), thread_name_prefix="lake-plan"
-        )
+        #: Planning's threads, deadline and per-tenant budget (lake_query.planning_threads).
+        self.planning = planning or PlanningThreads()
         # One producer thread per running DoGet, apart from planning's pool so
         # long streams cannot starve planning.
         self._streams = ThreadPoolExecutor(
@@ -153,14 +152,14 @@ class QueryHandler(FlightHandler):
         return f"QueryHandler({self._cache!r})"
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.planning.close()
         self._streams.shutdown(wait=False, cancel_futures=True)
 
     # Threads.
 
-    async def _blocking(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _blocking(self, tenant: str, fn: Callable[..., T], *args: Any) -> T:
         self._loop = asyncio.get_running_loop()
-        return await self._loop.run_in_executor(self._executor, fn, *args)
+        return await self.planning.run(tenant, fn, *args)
 
     def _resolve(self, table: TableRef) -> CatalogEntry | None:
         """Planning's table lookup (worker thread): the cache, refreshed once on a miss."""
@@ -185,7 +184,10 @@ class QueryHandler(FlightHandler):
     ) -> PlannedQuery:
         wire.check_sql(spec.sql, self._max_sql_bytes)
         planned = await self._blocking(
-            functools.partial(self.planner.plan_spec, prepare=prepare), spec, principal
+            principal.tenant_id,
+            functools.partial(self.planner.plan_spec, prepare=prepare),
+            spec,
+            principal,
         )
         log.info(
             "query planned",

@@ -8,9 +8,11 @@ of ~300 CTEs, each a Projection over a Filter, overflows execution too
 bounds are checked by code that does not recurse:
 
 - before planning, on the SQL tokens: binary operators per statement
-  (``LAKE_QUERY_MAX_EXPRESSION_TERMS``) and SELECT blocks per statement
-  (``LAKE_QUERY_MAX_QUERY_BLOCKS``); parenthesised nesting is already
-  bounded by DataFusion's parser (50 levels);
+  (``LAKE_QUERY_MAX_EXPRESSION_TERMS``), SELECT blocks per statement
+  (``LAKE_QUERY_MAX_QUERY_BLOCKS``) and nesting of every form
+  (``LAKE_QUERY_MAX_NESTING_DEPTH``, :mod:`~lake_query.planning.nesting`):
+  DataFusion's parser stops at 50 levels, but near that limit, and for
+  ``NOT (`` well below it, it backtracks for minutes;
 - after planning, before execution: the logical plan's depth
   (``LAKE_QUERY_MAX_PLAN_DEPTH``), walked iteratively, and how large its
   values may grow by concatenation and repetition
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lake_core.config import QUERY_MAX_EXPRESSION_TERMS as MAX_EXPRESSION_TERMS
+from lake_core.config import QUERY_MAX_NESTING_DEPTH as MAX_NESTING_DEPTH
 from lake_core.config import QUERY_MAX_PLAN_DEPTH as MAX_PLAN_DEPTH
 from lake_core.config import QUERY_MAX_QUERY_BLOCKS as MAX_QUERY_BLOCKS
 from lake_core.config import QUERY_MEMORY_LIMIT_BYTES as MEMORY_LIMIT_BYTES
@@ -42,10 +45,12 @@ from lake_query.planning.functions import (
     ROWS_PER_BATCH,
     SIZED_FUNCTIONS,
 )
+from lake_query.planning.nesting import nesting_depth
 
 __all__ = [
     "DEFAULT_MEMORY_LIMIT_BYTES",
     "MAX_EXPRESSION_TERMS",
+    "MAX_NESTING_DEPTH",
     "MAX_PLAN_DEPTH",
     "MAX_QUERY_BLOCKS",
     "MEMORY_LIMIT_BYTES",
@@ -220,6 +225,8 @@ class QueryLimits:
     max_expression_terms: int = 512
     max_query_blocks: int = 256
     max_plan_depth: int = 96
+    #: Deepest nesting of one statement's text (:mod:`~lake_query.planning.nesting`).
+    max_nesting_depth: int = 32
     #: DataFusion memory of all of a replica's running queries together.
     memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES
     #: DataFusion memory pool of one query (sorts, joins, aggregates spill past it),
@@ -245,6 +252,7 @@ class QueryLimits:
             ),
             max_query_blocks=env_int(MAX_QUERY_BLOCKS, d.max_query_blocks, 1, 100_000, source),
             max_plan_depth=env_int(MAX_PLAN_DEPTH, d.max_plan_depth, 4, 10_000, source),
+            max_nesting_depth=env_int(MAX_NESTING_DEPTH, d.max_nesting_depth, 4, 40, source),
             memory_limit_bytes=memory,
             query_memory_bytes=memory // MEMORY_SHARES,
             max_function_output_bytes=env_int(
@@ -266,6 +274,13 @@ class QueryLimits:
             raise InvalidArgument(
                 f"the statement has {shape.selects} SELECT blocks, more than the limit of "
                 f"{self.max_query_blocks} ({MAX_QUERY_BLOCKS})"
+            )
+        nesting = nesting_depth(sql, self.max_nesting_depth)
+        if nesting > self.max_nesting_depth:
+            raise InvalidArgument(
+                f"the statement nests more than {self.max_nesting_depth} levels deep "
+                f"({MAX_NESTING_DEPTH}: brackets, calls, CAST, CASE, subqueries, NOT and "
+                "unary operators each count); flatten it"
             )
         for name, size in shape.sized_calls:
             self._check_size(name, size)
