@@ -10,6 +10,7 @@ stuck reports NOT_SERVING on gRPC Health until they end.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -17,11 +18,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import grpc
+import pyarrow as pa
 import pytest
 from google.protobuf import any_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from lake_core.faults import QUERY_PLAN_DELAY_MS
+from lake_core.metaclient import MetaClient
+from lake_core.names import TableRef
 from lake_core.proto import flight_grpc
 from lake_core.proto import flight_pb2 as pb
 from lake_core.proto import flight_sql_pb2 as sql_pb
@@ -138,6 +142,25 @@ def test_eight_of_each_leave_the_replica_serving(replica: Replica) -> None:
     assert replica.plan("SELECT 1") == grpc.StatusCode.OK
     assert replica.health() == SERVING
     assert replica.health(PLANNING_SERVICE) == SERVING
+
+
+def test_info_logs_name_no_principal_and_no_table(replica: Replica) -> None:
+    async def create() -> None:
+        async with MetaClient(f"http://{replica.meta.addr}") as meta:
+            await meta.create_table(
+                TableRef("audit_ns", "secret_table"), pa.schema([("x", pa.int64())])
+            )
+
+    asyncio.run(create())
+    assert replica.query is not None
+    query = replica.query
+    until(lambda: replica.plan("SELECT x FROM audit_ns.secret_table") == grpc.StatusCode.OK)
+    until(lambda: '"tables": 1' in query.log() or "tables=1" in query.log())
+    planned = [line for line in query.log().splitlines() if "query planned" in line]
+    assert planned
+    for line in planned:
+        assert "secret_table" not in line
+        assert "acme-user" not in line
 
 
 def test_a_stuck_planner_times_out_and_all_stuck_is_not_serving(stuck_replica: Replica) -> None:

@@ -109,13 +109,15 @@ class SqlShape:
 
     operators: int
     selects: int
-    #: The highest ``$N`` placeholder (0 for none).
+    #: The highest ``$N`` placeholder (0 for none; numbers past 18 digits count as 10**18).
     max_placeholder: int
     #: Names (bare or quoted, lower-cased) of bounded built-ins the text mentions.
     bounded_functions: frozenset[str] = frozenset()
     #: Each call of a :data:`SIZED_FUNCTIONS` built-in: its name and the text of
     #: its size argument (None when the call has none or does not parse).
     sized_calls: tuple[tuple[str, str | None], ...] = ()
+    #: The highest placeholder as the statement wrote it (``$12``), for messages.
+    placeholder_name: str = ""
 
 
 def _skip_quoted(sql: str, i: int) -> int:
@@ -172,6 +174,7 @@ def _argument(sql: str, i: int, index: int) -> str | None:
 def sql_shape(sql: str) -> SqlShape:
     """Scan ``sql``'s tokens once, skipping literals, quoted names and comments."""
     operators = selects = placeholder = 0
+    placeholder_name = ""
     functions: set[str] = set()
     sized: list[tuple[str, str | None]] = []
     # One C-level regex finds the tokens; Python looks only at those (a statement
@@ -187,7 +190,10 @@ def sql_shape(sql: str) -> SqlShape:
                 elif name in SIZED_FUNCTIONS and _is_call(sql, match.end()):
                     sized.append((name, _argument(sql, match.end(), 1)))
         elif first == "$":
-            placeholder = max(placeholder, int(token[1:10]))
+            digits = token[1:].lstrip("0") or "0"
+            number = int(digits) if len(digits) <= 18 else 10**18
+            if number > placeholder or not placeholder_name:
+                placeholder, placeholder_name = number, token
         elif first in _WORD_START:
             word = token.upper()
             if word in _WORD_OPERATORS:
@@ -202,7 +208,9 @@ def sql_shape(sql: str) -> SqlShape:
                     sized.append((lower, _argument(sql, match.end(), 1)))
         elif not token.startswith(("--", "/*")):
             operators += 1
-    return SqlShape(operators, selects, placeholder, frozenset(functions), tuple(sized))
+    return SqlShape(
+        operators, selects, placeholder, frozenset(functions), tuple(sized), placeholder_name
+    )
 
 
 def plan_depth(plan: Any, stop_at: int) -> int:
@@ -285,8 +293,12 @@ class QueryLimits:
         for name, size in shape.sized_calls:
             self._check_size(name, size)
         if bound_parameters is not None and shape.max_placeholder > bound_parameters:
+            name = shape.placeholder_name
+            shown = (
+                name if len(name) <= 40 else f"{name[:20]}...{name[-8:]} ({len(name) - 1} digits)"
+            )
             raise InvalidArgument(
-                f"parameter ${shape.max_placeholder} has no bound value "
+                f"parameter {shown} has no bound value "
                 f"({bound_parameters} bound); bind every $N placeholder"
             )
         return shape
