@@ -127,11 +127,14 @@ class PlanningThreads:
         await self._take(tenant, deadline)
         started = time.monotonic()
         future: Future[T] = self._executor.submit(_planned, fn, *args)
+        wrapped = asyncio.wrap_future(future)
         try:
             result = await asyncio.wait_for(
-                asyncio.shield(asyncio.wrap_future(future)), max(0.0, deadline - loop.time())
+                asyncio.shield(wrapped), max(0.0, deadline - loop.time())
             )
         except TimeoutError:
+            # Nobody awaits the late outcome: retrieve it, so asyncio does not report it.
+            wrapped.add_done_callback(_retrieve)
             if future.cancel():  # never started: nothing is lost
                 self._give(tenant)
             else:
@@ -223,6 +226,11 @@ class PlanningThreads:
     def _changed(self) -> None:
         if self.on_change is not None:
             self.on_change()
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _planned(fn: Callable[..., T], *args: Any) -> T:
