@@ -62,6 +62,9 @@ def _plan_seconds(sql: str, bound_s: float) -> float | None:
         ("SELECT -(-(1))", 5),
         ("SELECT (SELECT 1)", 3),
         ("SELECT CASE WHEN a THEN CASE WHEN b THEN 1 END END", 3),
+        # END closes its CASE: what follows is back at the outer level.
+        ("SELECT CASE WHEN a THEN 1 END, CASE WHEN b THEN 2 END, CASE WHEN c THEN 3 END", 2),
+        ("SELECT (((1))), (((2))), f(g(x)), [[1]]", 4),
         ("SELECT a AND b AND c AND d OR e", 2),
         ("SELECT a = -(b)", 4),
         ("SELECT x FROM t WHERE x IN (1, 2, 3)", 3),

@@ -145,9 +145,11 @@ _CLAUSES = frozenset(
 )
 # Words after which an operator is binary (they end an operand).
 _OPERAND_WORDS = frozenset({"NULL", "TRUE", "FALSE", "END"})
-_KEYWORDS = _CLAUSES | frozenset(_BINARY) | frozenset(_PREFIX) | {"CASE"}
+_KEYWORDS = _CLAUSES | frozenset(_BINARY) | frozenset(_PREFIX) | {"CASE", "END"}
 _OPEN = frozenset("([{")
 _CLOSE = frozenset(")]}")
+#: Every symbol token that is not an operand.
+_SYMBOLS = frozenset(_BINARY) | frozenset(_PREFIX) | _OPEN | _CLOSE | {",", ";"}
 
 
 class _Bracket:
@@ -185,6 +187,9 @@ def nesting_depth(sql: str, stop_at: int | None = None) -> int:
         if token.startswith(("--", "/*")):
             continue
         word = token.upper() if first.isalpha() or first == "_" else token
+        if word not in _KEYWORDS and word not in _SYMBOLS:
+            operand = True  # a name (column, table, function, type): nests nothing
+            continue
         before = top.weight()
         if first in _OPEN or word == "CASE":
             stack.append(_Bracket(1, case=word == "CASE"))
@@ -220,7 +225,7 @@ def nesting_depth(sql: str, stop_at: int | None = None) -> int:
         elif word in _BINARY:
             operand = False  # an operator where an operand was due: the parser refuses it
         else:
-            operand = word not in _KEYWORDS or word in _OPERAND_WORDS
+            operand = word in _OPERAND_WORDS
             continue
         depth += stack[-1].weight() - before if stack[-1] is top else stack[-1].weight()
         if depth > deepest:
