@@ -9,6 +9,9 @@ authenticates every RPC, Health included. This exec probe can:
     LAKE_PROBE_CA_FILE       CA bundle; set it for a TLS listener
     LAKE_PROBE_SERVER_NAME   name the server certificate carries (optional)
     LAKE_PROBE_TIMEOUT_S     deadline of the check (default 2)
+    LAKE_PROBE_SERVICE       the Health service to check (default "": the whole server);
+                             Query's liveness probe checks lake.query.Planning, which is
+                             NOT_SERVING only when every planning thread is stuck
 
 Exit 0 when the server reports SERVING, 1 otherwise. The token is never printed.
 """
@@ -29,6 +32,7 @@ def main() -> int:
     ca_file = os.environ.get("LAKE_PROBE_CA_FILE", "").strip()
     server_name = os.environ.get("LAKE_PROBE_SERVER_NAME", "").strip()
     timeout = float(os.environ.get("LAKE_PROBE_TIMEOUT_S", "2"))
+    service = os.environ.get("LAKE_PROBE_SERVICE", "").strip()
     metadata = ()
     if token_file:
         metadata = (("authorization", f"Bearer {Path(token_file).read_text().strip()}"),)
@@ -41,7 +45,7 @@ def main() -> int:
     with channel:
         try:
             reply = health_pb2_grpc.HealthStub(channel).Check(
-                health_pb2.HealthCheckRequest(), timeout=timeout, metadata=metadata
+                health_pb2.HealthCheckRequest(service=service), timeout=timeout, metadata=metadata
             )
         except grpc.RpcError as exc:
             print(f"not ready: {exc.code().name}", file=sys.stderr)

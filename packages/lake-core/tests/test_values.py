@@ -7,9 +7,11 @@ wrap or overflow to infinity.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from decimal import Decimal
 from fractions import Fraction
+from numbers import Integral
 
 import numpy as np
 import pyarrow as pa
@@ -130,3 +132,137 @@ def test_arrow_float_columns_overflowing_float32() -> None:
         check_batches("ns.t", schema_of(pa.float16()), [batch(pa.array([70000], pa.int32()))])
     # A column of the table's exact type holds its values as they are.
     check_batches("ns.t", table, [batch(pa.array([math.inf], pa.float32()))])
+
+
+# -- every Python input type the SDK's insert accepts, into every column type ------------
+
+UTC = dt.UTC
+EPOCH = dt.datetime(1970, 1, 1, tzinfo=UTC)
+PER_SECOND = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}
+COLUMNS = [
+    pa.int8(),
+    pa.int64(),
+    pa.uint8(),
+    pa.float16(),
+    pa.float32(),
+    pa.float64(),
+    pa.bool_(),
+    pa.utf8(),
+    pa.large_utf8(),
+    pa.binary(),
+    pa.decimal128(10, 2),
+    *(pa.timestamp(unit, tz="UTC") for unit in ("s", "ms", "us", "ns")),
+    pa.timestamp("us"),
+    pa.date32(),
+    pa.time32("s"),
+    pa.time64("us"),
+    pa.duration("s"),
+    pa.duration("us"),
+    pa.list_(pa.int64()),
+]
+INPUTS: list[object] = [
+    7,
+    True,
+    1.5,
+    2.0,
+    1700000000.9,
+    np.int64(3),
+    np.float64(0.25),
+    Decimal("1.25"),
+    Decimal("4"),
+    Fraction(1, 2),
+    "12",
+    "2026-01-01",
+    b"ab",
+    dt.datetime(2026, 1, 1, 12, 0, 0, 500000, tzinfo=dt.timezone(dt.timedelta(hours=2))),
+    dt.datetime(2026, 1, 1, 12, 0, 0),
+    dt.datetime(2026, 1, 1, 12, 0, 0, 1, tzinfo=UTC),
+    dt.date(2026, 1, 2),
+    dt.time(1, 2, 3),
+    dt.time(1, 2, 3, 400),
+    dt.timedelta(seconds=90),
+    dt.timedelta(microseconds=1500),
+    [1, 2],
+]
+
+
+def _units(kind: pa.DataType) -> int:
+    return PER_SECOND[kind.unit]
+
+
+def _kept(value: object, stored: pa.Array, kind: pa.DataType) -> bool:
+    """Whether the one value Arrow stored means what the caller's ``value`` meant."""
+    got = stored[0].as_py() if not pa.types.is_temporal(kind) else None
+    if pa.types.is_integer(kind) or pa.types.is_decimal(kind) or pa.types.is_boolean(kind):
+        return bool(got == value)
+    if pa.types.is_floating(kind):
+        narrow = {16: np.float16, 32: np.float32, 64: np.float64}[kind.bit_width]
+        return bool(got == float(narrow(float(value))))  # type: ignore[arg-type]
+    if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+        return bool(got == (value.decode() if isinstance(value, bytes) else value))
+    if pa.types.is_binary(kind):
+        return bool(got == (value.encode() if isinstance(value, str) else value))
+    if pa.types.is_list(kind):
+        return bool(got == value)
+    # The stored count of the column's unit (its raw integer).
+    count = stored.view(pa.int32() if kind.bit_width == 32 else pa.int64())[0].as_py()
+    if isinstance(value, Integral) and not isinstance(value, bool):
+        return bool(count == int(value))  # an integer is a count of the column's unit
+    if pa.types.is_timestamp(kind) and isinstance(value, dt.datetime):
+        # A naive datetime means UTC (docs/sdk.md), as Arrow reads it.
+        instant = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        micros = (instant - EPOCH) // dt.timedelta(microseconds=1)
+        return bool(count * 1_000_000 == micros * _units(kind))
+    if pa.types.is_date(kind) and isinstance(value, dt.date):
+        return bool(count == (value - EPOCH.date()).days)
+    if pa.types.is_time(kind) and isinstance(value, dt.time):
+        micros = ((value.hour * 60 + value.minute) * 60 + value.second) * 1_000_000
+        return bool(count * 1_000_000 == (micros + value.microsecond) * _units(kind))
+    if pa.types.is_duration(kind) and isinstance(value, dt.timedelta):
+        micros = value // dt.timedelta(microseconds=1)
+        return bool(count * 1_000_000 == micros * _units(kind))
+    return False  # stored, but not as anything the value meant
+
+
+@pytest.mark.parametrize("kind", COLUMNS, ids=str)
+def test_every_python_input_keeps_its_meaning_or_is_refused(kind: pa.DataType) -> None:
+    """The SDK's insert: check_values, then Arrow's conversion; a silent change is a failure."""
+    outcomes: dict[str, str] = {}
+    for value in INPUTS:
+        try:
+            check_values("ns.t", pa.field("c", kind), [value])
+        except InvalidAppend:
+            outcomes[repr(value)] = "refused"
+            continue
+        try:
+            stored = pa.array([value], kind)
+        except (pa.ArrowException, TypeError, ValueError, OverflowError):
+            outcomes[repr(value)] = "refused by Arrow"  # the SDK raises InvalidArgument
+            continue
+        assert _kept(value, stored, kind), f"{value!r} into {kind} silently became {stored[0]}"
+        outcomes[repr(value)] = "kept"
+    assert "kept" in outcomes.values()
+
+
+def test_floats_into_temporal_columns_are_refused_like_fractional_integers() -> None:
+    for kind in (pa.timestamp("us", tz="UTC"), pa.date32(), pa.time64("us"), pa.duration("s")):
+        for value in (1.5, 1700000000.9, 2.0, Decimal("3.5"), np.float64(1.0)):
+            assert "fractional number, not a time" in refused(kind, value)
+    assert "more precise than the column's unit (s)" in refused(
+        pa.timestamp("s", tz="UTC"), dt.datetime(2026, 1, 1, 0, 0, 0, 500000, tzinfo=UTC)
+    )
+    assert "a date column holds dates" in refused(pa.date32(), dt.datetime(2026, 1, 1, 12))
+    assert "not a list" in refused(pa.list_(pa.int64()), b"ab")
+    accepted(pa.timestamp("us", tz="UTC"), dt.datetime(2026, 1, 1, tzinfo=UTC))
+    accepted(pa.timestamp("us", tz="UTC"), 1_700_000_000_000_000)  # a count of microseconds
+
+
+def test_arrow_columns_of_another_type_never_convert_into_a_timestamp() -> None:
+    from lake_core.errors import SchemaMismatch
+    from lake_core.schemas import check_exact_schema
+
+    table = schema_of(pa.timestamp("us", tz="UTC"))
+    for values in (pa.array([1.5, 1700000000.9]), pa.array([1, 2]), pa.array(["2026-01-01"])):
+        check_batches("ns.t", table, [batch(values)])  # not numeric into numeric: no row check
+        with pytest.raises(SchemaMismatch):
+            check_exact_schema(table, batch(values).schema, "ns.t")

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from lake_core.errors import FailedPrecondition
 from lake_core.models import DataLocation
 from lake_objects import (
     FileUpload,
@@ -180,3 +181,23 @@ def test_checkpoints_are_versioned_checked_and_locked(tmp_path: Path) -> None:
     file.unlock()
     other.lock()
     other.unlock(remove=True)
+
+
+@pytest.mark.asyncio
+async def test_an_upload_whose_partial_file_gc_removed_fails_typed(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    objects = tmp_path / "objects" / "tenants" / "acme" / "objects"
+
+    async def slow_chunks() -> AsyncIterator[bytes]:
+        yield b"first"
+        # What lake gc does to a partial file past its safety age: it unlinks it.
+        for partial in objects.glob(".*.partial"):
+            partial.unlink()
+        yield b"second"
+
+    with pytest.raises(FailedPrecondition, match="upload it again") as caught:
+        await store.upload(FileUpload.from_reader(slow_chunks(), "text/plain", name="clip.bin"))
+    assert "clip.bin" in str(caught.value)
+    assert str(tmp_path) not in str(caught.value)
+    assert caught.value.__cause__ is None
+    assert list(objects.iterdir()) == []

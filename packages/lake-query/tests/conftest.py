@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import threading
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ import pytest
 
 from lake_core import protocol
 from lake_core.flight.server import FlightServer, serve
+from lake_core.ids import new_operation_id
 from lake_core.models import CatalogEntry, TableDescriptor, incarnation_metadata
 from lake_core.names import TableRef
 from lake_core.principal import DEV_PRINCIPAL, Principal
@@ -68,7 +68,7 @@ class LocalCatalog:
         # Like Metasrv: a recreated table starts a fresh dataset (Lance
         # versions restart at 1) stamped with a new incarnation.
         shutil.rmtree(self.location(ref), ignore_errors=True)
-        incarnation = uuid.uuid4().hex
+        incarnation = new_operation_id()  # a UUIDv7, as Metasrv mints it
         metadata = incarnation_metadata(incarnation)
         if self.conflicting_metadata:
             metadata[b"owner"] = incarnation.encode()

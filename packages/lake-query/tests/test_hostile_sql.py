@@ -2,7 +2,7 @@
 
 A seeded, deterministic corpus of more than 5,000 statements (grammar-based
 mutations of valid SELECTs over a table of every plain column type, random
-bytes, deep nesting, long operator chains, huge IN lists, recursive CTEs,
+bytes, deep nesting of every form (tools/lake_testing/nesting.py), long operator chains, huge IN lists, recursive CTEs,
 file-reading functions, information_schema, SET/EXPLAIN/PREPARE) runs over
 one gRPC connection against a real ``lake query`` process. Every reply must
 be OK or a typed client error (never INTERNAL or UNKNOWN, and never
@@ -35,6 +35,7 @@ from lake_core.names import TableRef
 from lake_core.proto import flight_grpc
 from lake_core.proto import flight_pb2 as pb
 from lake_core.proto import flight_sql_pb2 as sql_pb
+from tools.lake_testing.nesting import FORMS, HANGS, nest, nested_statement
 from tools.lake_testing.plugin import LakeCluster
 from tools.lake_testing.servers import start_meta
 
@@ -85,6 +86,7 @@ NAMED = {
     "array-resize": ARRAY_RESIZE,
     "concat-doubling-12": CONCAT_DOUBLING_12,
     "concat-linear-400": CONCAT_LINEAR_400,
+    **HANGS,
 }
 #: What no client-visible error may contain (the data directory is added per run).
 INTERNALS = ("/root/.cargo", ".rs:", "panicked", "s3://", "file://", "RUST_BACKTRACE")
@@ -257,7 +259,16 @@ def corpus(canary: Path) -> Iterator[str | bytes]:
         ctes = ", ".join(f"c{i} AS (SELECT id + 1 AS id FROM c{i - 1})" for i in range(1, n // 10))
         yield f"WITH c0 AS (SELECT id FROM fuzz.types), {ctes} SELECT * FROM c{n // 10 - 1}"
         yield " UNION ALL ".join(["SELECT id FROM fuzz.types"] * (n // 10))
-    produced = len(NAMED) + len(SPECIAL) + 5 * 7
+    # Nesting of every form, alone and mixed, around the guard and past the parser's limit.
+    nesting = 0
+    for form in sorted(FORMS):
+        for depth in (8, 20, 31, 48, 49, 60):
+            yield "SELECT " + nest([form] * depth)
+            nesting += 1
+    for _ in range(150):
+        yield nested_statement(rng, rng.randint(1, 70), mixed=True)
+        nesting += 1
+    produced = len(NAMED) + len(SPECIAL) + 5 * 7 + nesting
     for _ in range(CORPUS - produced):
         roll = rng.random()
         if roll < 0.08:
@@ -311,6 +322,8 @@ def fuzz_cluster(tmp_path: Path) -> Iterator[LakeCluster]:
     env = {
         "LAKE_QUERY_MEMORY_LIMIT_BYTES": str(MEMORY_LIMIT),
         "LAKE_QUERY_EXECUTION_TIMEOUT_MS": "5000",
+        # A statement the nesting guard missed fails the run instead of hanging it.
+        "LAKE_QUERY_PLANNING_TIMEOUT_MS": "10000",
     }
     meta = start_meta(tmp_path / "data", tmp_path)
     cluster = LakeCluster(root=tmp_path, meta=meta, env=env)
@@ -348,7 +361,9 @@ def test_a_hostile_corpus_never_crashes_or_reads_files(
                 code, text = await _run(stub, sql)
                 codes[code] += 1
                 leaked = code != grpc.StatusCode.OK and any(m in text for m in internals)
-                if code not in ALLOWED or CANARY in text or leaked:
+                # Planning always ends: the nesting guard, not the planning deadline.
+                stuck = "LAKE_QUERY_PLANNING_TIMEOUT_MS" in text
+                if code not in ALLOWED or CANARY in text or leaked or stuck:
                     bad.append(f"{code.name}: {str(sql)[:120]!r}: {text[:200]}")
                 for label, named_sql in NAMED.items():
                     if sql == named_sql:
@@ -372,6 +387,8 @@ def test_a_hostile_corpus_never_crashes_or_reads_files(
     assert named["repeat-100m"] == "RESOURCE_EXHAUSTED"
     assert named["lpad"] == named["rpad"] == named["array-resize"] == "RESOURCE_EXHAUSTED"
     assert named["concat-doubling-12"] == named["concat-linear-400"] == "RESOURCE_EXHAUSTED"
+    # Nesting that never finished planning is refused before the parser sees it.
+    assert {named[label] for label in HANGS} == {"INVALID_ARGUMENT"}
     assert codes[grpc.StatusCode.OK] > 100
 
 

@@ -76,6 +76,20 @@ def test_an_unbound_parameter_is_the_clients_error(planner: Planner) -> None:
 
 
 @pytest.mark.parametrize(
+    ("sql", "named"),
+    [
+        ("SELECT $99999999999", r"\$99999999999 has no"),
+        ("SELECT $2, $1234567890123", r"\$1234567890123 has no"),
+        ("SELECT $0001", r"\$0001 has no"),
+        ("SELECT $" + "9" * 5000, r"\$9999999999999999999\.\.\.99999999 \(5000 digits\) has no"),
+    ],
+)
+def test_an_unbound_parameter_is_named_as_written(planner: Planner, sql: str, named: str) -> None:
+    with pytest.raises(InvalidArgument, match=named):
+        planner.plan(sql, DEV_PRINCIPAL)
+
+
+@pytest.mark.parametrize(
     "sql",
     [
         "SELECT length(repeat('x', 1500000000))",

@@ -66,6 +66,21 @@ def test_selectors_parse_before_any_io() -> None:
         parse_table_name("t@2026-02-30T12:00:00Z")
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "t@v\u0666",  # ARABIC-INDIC DIGIT SIX
+        "t@v\uff16",  # FULLWIDTH DIGIT SIX
+        "t@v1\u0663",
+        "t@\uff12026-11-30T12:00:00Z",
+        "t@2026-11-30T12:00:0\u0665Z",
+    ],
+)
+def test_selectors_take_ascii_digits_only(text: str) -> None:
+    with pytest.raises(InvalidArgument):
+        parse_table_name(text)
+
+
 def test_each_version_reads_its_own_rows(history: LocalCatalog) -> None:
     planner = Planner(history.resolve, history.refs)
     assert ids(rows(planner, 'SELECT * FROM lake.robots."episodes@v1"')) == [0, 1]
@@ -154,6 +169,28 @@ def test_future_and_reclaimed_versions_fail_explicitly(history: LocalCatalog) ->
     listing = rows(planner, 'SELECT * FROM lake.robots."episodes$versions"')
     head = history.entries[TableRef("robots", "episodes")].descriptor.engine_version
     assert listing.column("engine_version").to_pylist() == [head]
+
+
+def test_an_instant_before_the_table_existed_is_invalid_after_reclaiming(
+    history: LocalCatalog,
+) -> None:
+    planner = Planner(history.resolve, history.refs)
+    listing = rows(planner, 'SELECT * FROM lake.robots."episodes$versions"')
+    created = min(listing.column("committed_at").to_pylist())
+    location = history.entries[TableRef("robots", "episodes")].descriptor.location
+    lance.dataset(location).cleanup_old_versions(
+        older_than=timedelta(0), retain_versions=1, error_if_tagged_old_versions=False
+    )
+
+    def at(instant: datetime) -> str:
+        text = instant.isoformat().replace("+00:00", "Z")
+        return f'SELECT * FROM lake.robots."episodes@{text}"'
+
+    # The creation version is gone, yet an instant before it is still not a reclaimed one.
+    with pytest.raises(InvalidArgument, match="did not exist"):
+        planner.plan(at(created - timedelta(hours=1)), DEV_PRINCIPAL)
+    with pytest.raises(VersionReclaimed):
+        planner.plan(at(created + timedelta(microseconds=1)), DEV_PRINCIPAL)
 
 
 def test_orphans_behind_a_restore_are_never_listed(catalog: LocalCatalog) -> None:

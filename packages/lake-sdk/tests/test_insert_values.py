@@ -54,3 +54,25 @@ def test_append_batches_names_a_value_changing_column_before_sending() -> None:
     )
     with pytest.raises(InvalidAppend, match=r"row 2, column 'i64' of ns\.t: 2\.5 .*fractional"):
         _validate_append(table, SCHEMA, [good, wrong])
+
+
+TIMES = pa.schema([pa.field("id", pa.int64()), pa.field("at", pa.timestamp("us", tz="UTC"))])
+TIMES_INSERT = parse_insert("INSERT INTO ns.t (id, at) VALUES (?, ?)")
+
+
+@pytest.mark.parametrize("value", [1.5, 1700000000.9, 2.0])
+def test_a_float_into_a_timestamp_is_refused_like_a_fractional_integer(value: float) -> None:
+    with pytest.raises(InvalidAppend, match=r"row 1, column .at. of ns\.t: .*not a time"):
+        plan_insert(TIMES_INSERT, TIMES, [[1, None], [2, value]])
+
+
+def test_datetimes_into_a_timestamp_keep_their_instant() -> None:
+    from datetime import UTC, datetime, timedelta, timezone
+
+    aware = datetime(2026, 1, 1, 12, tzinfo=timezone(timedelta(hours=2)))
+    naive = datetime(2026, 1, 1, 12)  # read as UTC (docs/sdk.md)
+    batch = plan_insert(TIMES_INSERT, TIMES, [[1, aware], [2, naive]]).build({})
+    assert batch.column("at").to_pylist() == [
+        datetime(2026, 1, 1, 10, tzinfo=UTC),
+        datetime(2026, 1, 1, 12, tzinfo=UTC),
+    ]

@@ -78,12 +78,16 @@ __all__ = [
     "QUERY_MAX_ENDPOINTS",
     "QUERY_MAX_EXPRESSION_TERMS",
     "QUERY_MAX_FUNCTION_OUTPUT_BYTES",
+    "QUERY_MAX_NESTING_DEPTH",
     "QUERY_MAX_PLAN_DEPTH",
     "QUERY_MAX_QUERY_BLOCKS",
     "QUERY_MAX_SQL_BYTES",
     "QUERY_MAX_TRACKED_TENANTS",
     "QUERY_MEMORY_LIMIT_BYTES",
     "QUERY_MIN_ENDPOINT_ROWS",
+    "QUERY_PLANNING_THREADS",
+    "QUERY_PLANNING_THREADS_PER_TENANT",
+    "QUERY_PLANNING_TIMEOUT_MS",
     "QUERY_QUEUE_TIMEOUT_MS",
     "QUERY_STALL_TIMEOUT_MS",
     "QUERY_TICKET_AUDIENCE",
@@ -420,6 +424,40 @@ QUERY_MAX_EXPRESSION_TERMS = EnvVar(
     owner=QUERY,
     default="512",
     range="1..=100000",
+)
+QUERY_MAX_NESTING_DEPTH = EnvVar(
+    "LAKE_QUERY_MAX_NESTING_DEPTH",
+    doc="Deepest nesting in one statement (brackets, function calls, CAST, CASE, "
+    "subqueries, NOT and unary minus, each operator still open), checked on its tokens "
+    "before DataFusion parses it. Above 40 DataFusion's parser can take minutes.",
+    owner=QUERY,
+    default="32",
+    range="4..=40",
+)
+QUERY_PLANNING_TIMEOUT_MS = EnvVar(
+    "LAKE_QUERY_PLANNING_TIMEOUT_MS",
+    doc="Longest a statement may wait for and take planning (GetFlightInfo, prepare) "
+    "before DEADLINE_EXCEEDED. A planning thread still busy then is counted as lost "
+    "until it ends; when every one is lost the replica reports NOT_SERVING.",
+    owner=QUERY,
+    default="15000",
+    range="10..=3600000, milliseconds",
+)
+QUERY_PLANNING_THREADS = EnvVar(
+    "LAKE_QUERY_PLANNING_THREADS",
+    doc="Threads of one replica that plan statements.",
+    owner=QUERY,
+    default="max(8, 4 x CPU cores)",
+    range="1..=1024",
+)
+QUERY_PLANNING_THREADS_PER_TENANT = EnvVar(
+    "LAKE_QUERY_PLANNING_THREADS_PER_TENANT",
+    doc="Planning threads one tenant may hold at once, stuck ones included (always at "
+    "least one fewer than LAKE_QUERY_PLANNING_THREADS when there are two or more); its "
+    "further statements wait within the planning timeout.",
+    owner=QUERY,
+    default="4",
+    range="1..=1024",
 )
 QUERY_MAX_QUERY_BLOCKS = EnvVar(
     "LAKE_QUERY_MAX_QUERY_BLOCKS",

@@ -50,6 +50,7 @@ __all__ = [
     "FAULTS",
     "GC_AFTER_APPLY_PAGE",
     "LEASE_TTL_MS",
+    "QUERY_PLAN_DELAY_MS",
     "SETTINGS",
     "STOP_BEFORE_HEAD_UPDATE",
     "STOP_POINTS",
@@ -111,12 +112,16 @@ ASYNC_LEASE_MS = "query.async_lease_ms"
 ASYNC_PART_BYTES = "query.async_part_bytes"
 #: Query async jobs: the byte ceiling new jobs persist, below LAKE_ASYNC_MAX_RESULT_BYTES' floor.
 ASYNC_RESULT_BYTES = "query.async_result_bytes"
+#: Query: every statement's planning first sleeps this many ms (a stuck planner, for
+#: the planning deadline and health tests).
+QUERY_PLAN_DELAY_MS = "query.plan_delay_ms"
 #: Each setting's inclusive range.
 SETTINGS: Mapping[str, tuple[int, int]] = {
     ASYNC_LEASE_MS: (300, 600_000),
     ASYNC_PART_BYTES: (4096, 64 * 1024 * 1024),
     ASYNC_RESULT_BYTES: (1024, 64 * 1024 * 1024),
     LEASE_TTL_MS: (500, 600_000),
+    QUERY_PLAN_DELAY_MS: (1, 600_000),
     UPLOAD_PART_SIZE: (5 * 1024 * 1024, 5 * 1024 * 1024),
 }
 

@@ -8,7 +8,17 @@ row and the column:
 
 - a fractional (or NaN/infinite) value into an integer column;
 - an integer outside the column's range;
-- a finite value whose nearest value of the column's float type is infinite.
+- a finite value whose nearest value of the column's float type is infinite;
+- a float or decimal number into a timestamp, date, time or duration column
+  (Arrow reads ``1700000000.9`` as that many of the column's units, truncated:
+  a date in 1970); an integer is taken as a count of the column's unit;
+- a datetime, time or timedelta finer than the column's unit (Arrow truncates
+  ``12:00:00.5`` to ``12:00:00`` in a seconds column), and a datetime into a
+  date column (Arrow drops its time of day);
+- a string or bytes into a list column (Arrow reads ``b"ab"`` as ``[97, 98]``).
+
+A naive ``datetime`` (no ``tzinfo``) into a column with a time zone is read as
+UTC, as Arrow reads it (not as the machine's local time); ``docs/sdk.md`` says so.
 
 Ordinary rounding to the nearest ``float32`` (or ``float16``) stays allowed:
 ``0.1`` into ``float32`` is the float32 nearest 0.1, as every engine stores it.
@@ -21,6 +31,7 @@ is converted.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import struct
 from collections.abc import Iterable, Sequence
@@ -110,6 +121,45 @@ def _float_problem(value: object, bits: int) -> str | None:
     return None
 
 
+#: Sub-unit parts (in microseconds) a value must not have, by the column's unit.
+_UNIT_MICROS = {"s": 1_000_000, "ms": 1_000}
+
+
+def _is_temporal(kind: pa.DataType) -> bool:
+    return bool(
+        pa.types.is_timestamp(kind)
+        or pa.types.is_date(kind)
+        or pa.types.is_time(kind)
+        or pa.types.is_duration(kind)
+    )
+
+
+def _temporal_problem(value: object, kind: pa.DataType) -> str | None:
+    """Why ``value`` would change meaning in a timestamp/date/time/duration column, or None."""
+    if isinstance(value, bool):
+        return "is a bool, not a time"
+    if isinstance(value, Real | Decimal) and not isinstance(value, Integral):
+        return (
+            "is a fractional number, not a time; pass a datetime, date, time or timedelta "
+            "(or a whole number of the column's unit)"
+        )
+    if pa.types.is_date(kind) and isinstance(value, dt.datetime):
+        return "is a datetime; a date column holds dates (pass its .date())"
+    unit = getattr(kind, "unit", None)
+    step = _UNIT_MICROS.get(unit or "", 1)
+    if getattr(value, "nanosecond", 0) and unit != "ns":  # a pandas Timestamp
+        return f"is more precise than the column's unit ({unit}); round it first"
+    if isinstance(value, dt.datetime | dt.time):
+        micros = value.microsecond
+    elif isinstance(value, dt.timedelta):
+        micros = value.microseconds
+    else:
+        return None
+    if micros % step:
+        return f"is more precise than the column's unit ({unit}); round it first"
+    return None
+
+
 def check_values(
     table: object, field: pa.Field, values: Iterable[object], *, first_row: int = 0
 ) -> None:
@@ -126,6 +176,18 @@ def check_values(
             problem = None if value is None else _float_problem(value, kind.bit_width)
             if problem is not None:
                 raise _refuse(table, field, row, value, problem)
+    elif _is_temporal(kind):
+        for row, value in enumerate(values, first_row):
+            problem = None if value is None else _temporal_problem(value, kind)
+            if problem is not None:
+                raise _refuse(table, field, row, value, problem)
+    elif (
+        pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
+    ):
+        for row, value in enumerate(values, first_row):
+            if isinstance(value, str | bytes | bytearray | memoryview):
+                why = f"is a {type(value).__name__}, not a list (Arrow would split it into items)"
+                raise _refuse(table, field, row, value, why)
 
 
 def _first(mask: pa.ChunkedArray | pa.Array) -> int | None:

@@ -15,6 +15,7 @@ import os
 from typing import BinaryIO
 
 from lake_core.durable import fsync_dir
+from lake_core.errors import FailedPrecondition
 from lake_core.ids import new_operation_id
 from lake_core.models import DataLocation
 from lake_objects.descriptor import StageDescriptor
@@ -75,7 +76,16 @@ class LocalObjectStore(ManagedObjectStore):
                 if progress is not None:
                     progress(UploadProgress(upload.name, size, total))
             await asyncio.to_thread(_sync_close, out)
-            await asyncio.to_thread(os.replace, tmp, self._path(name))
+            try:
+                await asyncio.to_thread(os.replace, tmp, self._path(name))
+            except FileNotFoundError:
+                # Garbage collection removes a partial file older than its safety age:
+                # this upload ran longer than that. Nothing was stored; say so without paths.
+                raise FailedPrecondition(
+                    f"the upload of {upload.name!r} lost its temporary file before it completed "
+                    "(lake gc removes partial uploads older than its --safety-age-secs); "
+                    "nothing was stored: upload it again"
+                ) from None
             await asyncio.to_thread(fsync_dir, directory)
         except BaseException:
             out.close()

@@ -30,10 +30,12 @@ from lake_query.catalog_cache import CatalogCache
 from lake_query.config import DEFAULT_ADDR, DEFAULT_METADATA_ADDR, QueryConfig
 from lake_query.dataplane.server import DataPlane
 from lake_query.flightsql import QueryHandler
+from lake_query.health import watch_health
 from lake_query.jobs import AsyncQueries, JobSeal, open_stores
 from lake_query.jobs.model import RETENTION_SECS
 from lake_query.memory import collect_cycles, tune_allocator
 from lake_query.planning import DatasetOpener, PinnedDatasets
+from lake_query.planning_threads import PlanningThreads
 from lake_query.stage import QueryStage
 from lake_query.verify import DataFileVerifier, MetaDigests
 
@@ -108,6 +110,7 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             ),
             appends=meta,
             admission=admission,
+            planning=PlanningThreads(config.planning),
             max_sql_bytes=config.admission.max_sql_bytes,
             stage=stage,
             datasets=DatasetOpener(
@@ -136,6 +139,8 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             drained = asyncio.create_task(_drain_on_stop(plane, stop))
 
         def started(server: FlightServer) -> None:
+            assert handler is not None
+            watch_health(server, handler.planning)
             log.info(
                 "serving",
                 addr=config.addr,

@@ -67,6 +67,7 @@ from lake_query.jobs.settings import AsyncSettings
 from lake_query.planning.external import ExternalCatalog, load_external_catalogs
 from lake_query.planning.limits import QueryLimits
 from lake_query.planning.partitions import PartitionLimits
+from lake_query.planning_threads import PlanningLimits
 from lake_query.verify import verify_on_open
 
 __all__ = [
@@ -131,6 +132,8 @@ class QueryConfig:
     verify_on_open: bool = False
     #: ``LAKE_QUERY_MAX_ENDPOINTS`` and ``LAKE_QUERY_MIN_ENDPOINT_ROWS`` (partitioned scans).
     partitions: PartitionLimits = field(default_factory=PartitionLimits)
+    #: Planning's deadline and threads (lake_query.planning_threads).
+    planning: PlanningLimits = field(default_factory=PlanningLimits)
     #: Plug-in catalogs (``iceberg``: lake_query.planning.external), validated, not started.
     external: tuple[ExternalCatalog, ...] = ()
     #: ``LAKE_ASYNC_*``: durable async queries (None: PollFlightInfo answers at once).
@@ -211,6 +214,7 @@ class QueryConfig:
             ),
             verify_on_open=verify_on_open(source),
             partitions=PartitionLimits.from_env(source),
+            planning=PlanningLimits.from_env(source),
             external=load_external_catalogs(source),
             async_queries=AsyncSettings.from_env(source, data_dir=data_dir),
             data_plane=DataPlaneSettings.from_env(source, addr),

@@ -67,6 +67,7 @@ from lake_query.planning import DatasetOpener, PlannedQuery, Planner, QueryLimit
 from lake_query.planning.external import ExternalCatalog
 from lake_query.planning.partitions import PartitionLimits
 from lake_query.planning.planner import ResultStream
+from lake_query.planning_threads import PlanningThreads
 from lake_query.results import counted_rows, prefetch
 from lake_query.stage import QueryStage
 
@@ -111,7 +112,7 @@ class QueryHandler(FlightHandler):
         sealer: TicketSealer,
         handle_sealer: TicketSealer,
         appends: AppendSink | None = None,
-        executor: ThreadPoolExecutor | None = None,
+        planning: PlanningThreads | None = None,
         admission: Admission | None = None,
         max_sql_bytes: int = MAX_SQL_BYTES,
         stage: QueryStage | None = None,
@@ -128,9 +129,8 @@ class QueryHandler(FlightHandler):
         self._sealer = sealer
         self._statements = PreparedStatements(handle_sealer, max_sql_bytes)
         self._appends = Appends(cache, appends, self._stage)
-        self._executor = executor or ThreadPoolExecutor(
-            max_workers=max(8, 4 * (os.cpu_count() or 2)), thread_name_prefix="lake-plan"
-        )
+        #: Planning's threads, deadline and per-tenant budget (lake_query.planning_threads).
+        self.planning = planning or PlanningThreads()
         # One producer thread per running DoGet, apart from planning's pool so
         # long streams cannot starve planning.
         self._streams = ThreadPoolExecutor(
@@ -155,14 +155,14 @@ class QueryHandler(FlightHandler):
         return f"QueryHandler({self._cache!r})"
 
     def close(self) -> None:
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.planning.close()
         self._streams.shutdown(wait=False, cancel_futures=True)
 
     # Threads.
 
-    async def _blocking(self, fn: Callable[..., T], *args: Any) -> T:
+    async def _blocking(self, tenant: str, fn: Callable[..., T], *args: Any) -> T:
         self._loop = asyncio.get_running_loop()
-        return await self._loop.run_in_executor(self._executor, fn, *args)
+        return await self.planning.run(tenant, fn, *args)
 
     def _resolve(self, table: TableRef) -> CatalogEntry | None:
         """Planning's table lookup (worker thread): the cache, refreshed once on a miss."""
@@ -216,15 +216,17 @@ class QueryHandler(FlightHandler):
         while True:
             seen = self._cache.revision
             try:
-                planned = await self._blocking(plan, spec, principal)
+                planned = await self._blocking(principal.tenant_id, plan, spec, principal)
                 break
             except VersionReclaimed:
                 if replans == MAX_REPLANS or not await self._moved_since(seen):
                     raise
                 replans += 1
                 log.info("planning met a reclaimed version; planning again", replans=replans)
-        log.info(
-            "query planned",
+        # Who read which tables is DEBUG only: INFO lines name no principal and no table.
+        log.info("query planned", tables=len(planned.spec.pins))
+        log.debug(
+            "query planned by",
             principal=principal.principal_id,
             tables=[str(p.table) for p in planned.spec.pins],
         )

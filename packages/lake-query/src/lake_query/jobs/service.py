@@ -75,9 +75,21 @@ Plan = Callable[[pb.FlightDescriptor, Principal], Awaitable[tuple[pa.Schema, Que
 Statement = Callable[[pb.FlightDescriptor, Principal], Awaitable[QuerySpec]]
 
 
+_HANDLE_MAGIC = b"LKT1"
+
+
 def is_handle(cmd: bytes) -> bool:
-    """Whether a descriptor's command is an async handle (a sealed ticket, not an Any)."""
-    return cmd.startswith(b"LKT1")
+    """Whether a descriptor's command is an async handle (a sealed ticket, not an Any).
+
+    A handle with one byte of its magic changed still counts, so that it is refused
+    as the damaged handle it is (Unauthenticated) rather than parsed as a statement:
+    a Flight SQL command (an Any, starting ``0a <length> "ty"``) differs from the
+    magic in at least three of its first four bytes.
+    """
+    if len(cmd) < len(_HANDLE_MAGIC):
+        return False
+    changed = sum(a != b for a, b in zip(cmd, _HANDLE_MAGIC, strict=False))
+    return changed <= 1
 
 
 def _manifest(raw: bytes) -> ResultManifest:

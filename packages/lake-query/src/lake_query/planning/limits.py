@@ -8,9 +8,11 @@ of ~300 CTEs, each a Projection over a Filter, overflows execution too
 bounds are checked by code that does not recurse:
 
 - before planning, on the SQL tokens: binary operators per statement
-  (``LAKE_QUERY_MAX_EXPRESSION_TERMS``) and SELECT blocks per statement
-  (``LAKE_QUERY_MAX_QUERY_BLOCKS``); parenthesised nesting is already
-  bounded by DataFusion's parser (50 levels);
+  (``LAKE_QUERY_MAX_EXPRESSION_TERMS``), SELECT blocks per statement
+  (``LAKE_QUERY_MAX_QUERY_BLOCKS``) and nesting of every form
+  (``LAKE_QUERY_MAX_NESTING_DEPTH``, :mod:`~lake_query.planning.nesting`):
+  DataFusion's parser stops at 50 levels, but near that limit, and for
+  ``NOT (`` well below it, it backtracks for minutes;
 - after planning, before execution: the logical plan's depth
   (``LAKE_QUERY_MAX_PLAN_DEPTH``), walked iteratively, and how large its
   values may grow by concatenation and repetition
@@ -30,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lake_core.config import QUERY_MAX_EXPRESSION_TERMS as MAX_EXPRESSION_TERMS
+from lake_core.config import QUERY_MAX_NESTING_DEPTH as MAX_NESTING_DEPTH
 from lake_core.config import QUERY_MAX_PLAN_DEPTH as MAX_PLAN_DEPTH
 from lake_core.config import QUERY_MAX_QUERY_BLOCKS as MAX_QUERY_BLOCKS
 from lake_core.config import QUERY_MEMORY_LIMIT_BYTES as MEMORY_LIMIT_BYTES
@@ -42,10 +45,12 @@ from lake_query.planning.functions import (
     ROWS_PER_BATCH,
     SIZED_FUNCTIONS,
 )
+from lake_query.planning.nesting import nesting_depth
 
 __all__ = [
     "DEFAULT_MEMORY_LIMIT_BYTES",
     "MAX_EXPRESSION_TERMS",
+    "MAX_NESTING_DEPTH",
     "MAX_PLAN_DEPTH",
     "MAX_QUERY_BLOCKS",
     "MEMORY_LIMIT_BYTES",
@@ -104,13 +109,15 @@ class SqlShape:
 
     operators: int
     selects: int
-    #: The highest ``$N`` placeholder (0 for none).
+    #: The highest ``$N`` placeholder (0 for none; numbers past 18 digits count as 10**18).
     max_placeholder: int
     #: Names (bare or quoted, lower-cased) of bounded built-ins the text mentions.
     bounded_functions: frozenset[str] = frozenset()
     #: Each call of a :data:`SIZED_FUNCTIONS` built-in: its name and the text of
     #: its size argument (None when the call has none or does not parse).
     sized_calls: tuple[tuple[str, str | None], ...] = ()
+    #: The highest placeholder as the statement wrote it (``$12``), for messages.
+    placeholder_name: str = ""
 
 
 def _skip_quoted(sql: str, i: int) -> int:
@@ -167,6 +174,7 @@ def _argument(sql: str, i: int, index: int) -> str | None:
 def sql_shape(sql: str) -> SqlShape:
     """Scan ``sql``'s tokens once, skipping literals, quoted names and comments."""
     operators = selects = placeholder = 0
+    placeholder_name = ""
     functions: set[str] = set()
     sized: list[tuple[str, str | None]] = []
     # One C-level regex finds the tokens; Python looks only at those (a statement
@@ -182,7 +190,10 @@ def sql_shape(sql: str) -> SqlShape:
                 elif name in SIZED_FUNCTIONS and _is_call(sql, match.end()):
                     sized.append((name, _argument(sql, match.end(), 1)))
         elif first == "$":
-            placeholder = max(placeholder, int(token[1:10]))
+            digits = token[1:].lstrip("0") or "0"
+            number = int(digits) if len(digits) <= 18 else 10**18
+            if number > placeholder or not placeholder_name:
+                placeholder, placeholder_name = number, token
         elif first in _WORD_START:
             word = token.upper()
             if word in _WORD_OPERATORS:
@@ -197,7 +208,9 @@ def sql_shape(sql: str) -> SqlShape:
                     sized.append((lower, _argument(sql, match.end(), 1)))
         elif not token.startswith(("--", "/*")):
             operators += 1
-    return SqlShape(operators, selects, placeholder, frozenset(functions), tuple(sized))
+    return SqlShape(
+        operators, selects, placeholder, frozenset(functions), tuple(sized), placeholder_name
+    )
 
 
 def plan_depth(plan: Any, stop_at: int) -> int:
@@ -220,6 +233,8 @@ class QueryLimits:
     max_expression_terms: int = 512
     max_query_blocks: int = 256
     max_plan_depth: int = 96
+    #: Deepest nesting of one statement's text (:mod:`~lake_query.planning.nesting`).
+    max_nesting_depth: int = 32
     #: DataFusion memory of all of a replica's running queries together.
     memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES
     #: DataFusion memory pool of one query (sorts, joins, aggregates spill past it),
@@ -245,6 +260,7 @@ class QueryLimits:
             ),
             max_query_blocks=env_int(MAX_QUERY_BLOCKS, d.max_query_blocks, 1, 100_000, source),
             max_plan_depth=env_int(MAX_PLAN_DEPTH, d.max_plan_depth, 4, 10_000, source),
+            max_nesting_depth=env_int(MAX_NESTING_DEPTH, d.max_nesting_depth, 4, 40, source),
             memory_limit_bytes=memory,
             query_memory_bytes=memory // MEMORY_SHARES,
             max_function_output_bytes=env_int(
@@ -267,11 +283,22 @@ class QueryLimits:
                 f"the statement has {shape.selects} SELECT blocks, more than the limit of "
                 f"{self.max_query_blocks} ({MAX_QUERY_BLOCKS})"
             )
+        nesting = nesting_depth(sql, self.max_nesting_depth)
+        if nesting > self.max_nesting_depth:
+            raise InvalidArgument(
+                f"the statement nests more than {self.max_nesting_depth} levels deep "
+                f"({MAX_NESTING_DEPTH}: brackets, calls, CAST, CASE, subqueries, NOT and "
+                "unary operators each count); flatten it"
+            )
         for name, size in shape.sized_calls:
             self._check_size(name, size)
         if bound_parameters is not None and shape.max_placeholder > bound_parameters:
+            name = shape.placeholder_name
+            shown = (
+                name if len(name) <= 40 else f"{name[:20]}...{name[-8:]} ({len(name) - 1} digits)"
+            )
             raise InvalidArgument(
-                f"parameter ${shape.max_placeholder} has no bound value "
+                f"parameter {shown} has no bound value "
                 f"({bound_parameters} bound); bind every $N placeholder"
             )
         return shape

@@ -35,7 +35,8 @@ from typing import Any, Final, Literal
 import lance
 import pyarrow as pa
 
-from lake_core.errors import InvalidArgument, VersionReclaimed
+from lake_core.errors import InvalidArgument, LakeError, VersionReclaimed
+from lake_core.ids import operation_time_ms
 from lake_core.models import TableDescriptor
 from lake_core.names import TableRef
 
@@ -65,9 +66,12 @@ VERSIONS_SCHEMA: Final = pa.schema(
     ]
 )
 
-_VERSION = re.compile(r"v(\d{1,18})")
+_VERSION = re.compile(r"v([0-9]{1,18})")
+# ASCII digits only: Python's \d also matches other scripts' digits (٦, ６), which int()
+# reads as numbers, so "t@v٦" would have read version 6.
 _INSTANT = re.compile(
-    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})"
+    r"(\d{4})-(\d{2})-(\d{2})[Tt](\d{2}):(\d{2}):(\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})",
+    re.ASCII,
 )
 
 
@@ -224,15 +228,28 @@ def resolve(
         if candidate.committed_at <= instant:
             return _pin(head, candidate)
         oldest = candidate
-    if oldest is not None and oldest.operation == "create":
+    created = oldest.committed_at if oldest is not None and oldest.operation == "create" else None
+    if created is None:
+        # The creation version is reclaimed: the incarnation id (a UUIDv7 minted as the
+        # table was created) still says when the table began.
+        created = _created_at(head)
+    if created is not None and instant < created:
         raise InvalidArgument(
-            f"{table.qualified} did not exist at {shown}: "
-            f"it was created at {_rfc3339(oldest.committed_at)}"
+            f"{table.qualified} did not exist at {shown}: it was created at {_rfc3339(created)}"
         )
     raise VersionReclaimed(
         f"{table.qualified}: the version current at {shown} is no longer available: "
         "retention reclaimed it"
     )
+
+
+def _created_at(head: TableDescriptor) -> datetime | None:
+    """When ``head``'s table was created, from its incarnation id (None: not a UUIDv7)."""
+    try:
+        millis = operation_time_ms(head.incarnation)
+    except LakeError:
+        return None
+    return datetime.fromtimestamp(millis / 1000, UTC)
 
 
 def _pin(head: TableDescriptor, found: RetainedVersion) -> TableDescriptor:
