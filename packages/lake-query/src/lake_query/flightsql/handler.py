@@ -25,7 +25,6 @@ import asyncio
 import base64
 import contextlib
 import functools
-import os
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
