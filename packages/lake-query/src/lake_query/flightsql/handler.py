@@ -143,6 +143,9 @@ class QueryHandler(FlightHandler):
             partitions=partitions,
             external=external,
         )
+        if admission is not None:
+            # Memory refusals are admission refusals too (lake.status, the counter).
+            self.planner.memory.on_refused = admission.note_refused
         #: Durable async queries (LAKE_ASYNC_QUERIES=true), built around this planner.
         self.async_queries = None if async_queries is None else async_queries(self)
         #: The native data plane's URI (lake_query.dataplane), advertised in endpoint
