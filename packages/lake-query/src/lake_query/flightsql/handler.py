@@ -65,6 +65,7 @@ from lake_query.planning import DatasetOpener, PlannedQuery, Planner, QueryLimit
 from lake_query.planning.external import ExternalCatalog
 from lake_query.planning.partitions import PartitionLimits
 from lake_query.planning.planner import ResultStream
+from lake_query.readiness import Readiness
 from lake_query.results import counted_rows, prefetch
 from lake_query.stage import QueryStage
 
@@ -118,8 +119,11 @@ class QueryHandler(FlightHandler):
         partitions: PartitionLimits | None = None,
         external: Iterable[ExternalCatalog] = (),
         async_queries: Callable[[QueryHandler], AsyncQueries] | None = None,
+        readiness: Readiness | None = None,
     ) -> None:
         self._stage = stage or QueryStage(None)
+        #: Why this replica does not serve statements now (none: it does).
+        self.readiness = readiness or Readiness()
         self._admission = admission
         self._max_sql_bytes = max_sql_bytes
         self._cache = cache
@@ -187,6 +191,7 @@ class QueryHandler(FlightHandler):
         self, spec: QuerySpec, principal: Principal, *, prepare: bool = False
     ) -> PlannedQuery:
         wire.check_sql(spec.sql, self._max_sql_bytes)
+        self.readiness.check()
         planned = await self._blocking(
             functools.partial(self.planner.plan_spec, prepare=prepare), spec, principal
         )
@@ -212,6 +217,7 @@ class QueryHandler(FlightHandler):
         """The result schema of a descriptor and the ticket bodies (one per endpoint)."""
         if descriptor.type != pb.FlightDescriptor.CMD:
             raise InvalidArgument("Lake Query answers Flight SQL commands (CMD descriptors)")
+        self.readiness.check()
         command = wire.unpack_any(descriptor.cmd, "the descriptor")
         spec = self._spec_of(command, principal)
         if spec is not None:
@@ -307,6 +313,7 @@ class QueryHandler(FlightHandler):
 
     def metadata_batch(self, body: dict[str, Any], principal: Principal) -> pa.RecordBatch:
         """The one batch of a metadata ticket's command."""
+        self.readiness.check()  # answered from the catalog cache
         command = wire.unpack_any(base64.b64decode(body.get("c", "")), "the ticket")
         return discovery.metadata_batch(self._cache, command, principal)
 
@@ -395,6 +402,7 @@ class QueryHandler(FlightHandler):
             raise InvalidArgument("DoPut needs a descriptor on its first message")
         command = wire.put_command(first.flight_descriptor.cmd)
         if isinstance(command, protocol.AppendCommand):
+            self.readiness.check()
             yield await self._appends.forward(command, first, messages, principal)
         elif isinstance(command, sql_pb.CommandPreparedStatementQuery):
             yield await self._statements.bind(command, first, messages, principal)
@@ -444,6 +452,7 @@ class QueryHandler(FlightHandler):
             cancelled = pb.CancelFlightInfoResult(status=outcome)
             yield pb.Result(body=cancelled.SerializeToString())
         elif kind == protocol.TABLE_SCHEMA:
+            self.readiness.check()
             yield pb.Result(body=await discovery.table_schema(self._cache, action.body, principal))
         elif kind in (stage_wire.MANAGED_STAGE, stage_wire.READ_CAPABILITY):
             yield pb.Result(body=await self._stage_action(kind, bytes(action.body), principal))
