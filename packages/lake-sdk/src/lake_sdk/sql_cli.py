@@ -135,7 +135,9 @@ def _write_tables(schema: pa.Schema, batches: Iterator[pa.RecordBatch]) -> int:
 )
 def sql(statement: str, addr: str, output: SqlOutput, as_of: str | None) -> None:
     """Run one read-only SQL STATEMENT on Lake Query and print its rows as they stream."""
-    with Client(addr if "://" in addr else f"grpc://{addr}") as client:
+    # Waits for Query to serve as `lake client` waits for Metasrv: both started a moment
+    # ago (`lake query &`), or Query still loading its catalog, is not an error.
+    with Client(addr if "://" in addr else f"grpc://{addr}", connect_timeout=30) as client:
         result = client.query(statement, as_of=as_of)
         batches = iter(result)
         if output == "json":

@@ -336,6 +336,18 @@ class QueryHandler(FlightHandler):
             return self.planner.execute(spec, principal)
         return self.planner.execute_partition(spec, fragments, principal)
 
+    async def list_flights(
+        self, criteria: pb.Criteria, context: Context
+    ) -> AsyncIterator[pb.FlightInfo]:
+        """UNAVAILABLE while the replica does not serve, else UNIMPLEMENTED (no listing).
+
+        Clients that wait for a server with ListFlights (pyarrow's and the SDK's
+        ``wait_for_available``) thus wait until this replica serves statements.
+        """
+        self.readiness.check()
+        async for info in super().list_flights(criteria, context):
+            yield info
+
     async def do_get(self, ticket: pb.Ticket, context: Context) -> AsyncIterator[bytes]:
         principal = caller()
         body = self.open_ticket(ticket.ticket, principal)
