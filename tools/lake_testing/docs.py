@@ -7,10 +7,11 @@ steps). Shell blocks are split into commands (``\\`` continuations joined):
   reader's way to background them), on free ports instead of the defaults
   50052/50051, which the harness rewrites everywhere in the page so parallel
   tests never collide; they run until ``kill %1 %2`` or the end of the pass.
-  A backgrounded server is launched as a shell would, without waiting for it:
-  the commands after it (the other server, ``lake client``, ``lake sql``) run
-  at once, as when a reader pastes the block whole. A Python block (a later
-  step) runs once every server started so far reports SERVING;
+  Each is waited for (SERVING) before the next command, unless the run is
+  ``pasted_whole``: then a backgrounded server is launched as a shell would,
+  and the commands after it (the other server, ``lake client``, ``lake sql``)
+  run at once, as when a reader pastes the block whole; a Python block (a
+  later step) runs once every server started so far reports SERVING;
 - any other ``lake ...`` command runs to completion and must exit 0;
 - ``hatch run ...`` lines are the repository's own (demo test, the suite);
 - ``pip install ...`` lines are proved elsewhere (tests/packaging installs
@@ -99,6 +100,8 @@ class DocRun:
     #: Programs the fixtures run already -> a check of the page's command line.
     given: dict[str, Callable[[list[str]], None]] = field(default_factory=dict)
     servers: list[LakeProcess] = field(default_factory=list)
+    #: Run server lines ending in ``&`` without waiting for them (see the module docstring).
+    pasted_whole: bool = False
     #: Commands run so far (for assertions and failure messages).
     ran: list[str] = field(default_factory=list)
     #: Standard output of every ``lake`` command run to completion, in order.
@@ -185,7 +188,8 @@ class DocRun:
             return
         assert words[0] == "lake", f"{self.page.name}: unrun snippet {command!r}"
         if words[1] in ("meta", "query"):
-            self.start(words[1:], env, background=command.rstrip().endswith("&"))
+            background = self.pasted_whole and command.rstrip().endswith("&")
+            self.start(words[1:], env, background=background)
         else:
             self.printed.append(self.lake(words[1:], env))
 
