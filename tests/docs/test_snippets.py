@@ -29,7 +29,8 @@ def test_quickstart_runs_twice(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.chdir(tmp_path)
-    page = DocRun(ROOT / "docs" / "quickstart.md", tmp_path)
+    # Both servers started at once, the next steps right after: as a reader pastes it.
+    page = DocRun(ROOT / "docs" / "quickstart.md", tmp_path, pasted_whole=True)
     for attempt in (1, 2):
         names = page.run_pass()
         assert names["version"] == attempt
@@ -49,7 +50,7 @@ def test_quickstart_runs_twice(
 
 def test_readme_runs_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
-    page = DocRun(ROOT / "README.md", tmp_path)
+    page = DocRun(ROOT / "README.md", tmp_path, pasted_whole=True)
     for _ in (1, 2):
         page.run_pass()
     assert any(c.startswith("lake sql") for c in page.ran)

@@ -6,7 +6,12 @@ steps). Shell blocks are split into commands (``\\`` continuations joined):
 - ``lake meta`` and ``lake query`` start servers (a trailing ``&`` is the
   reader's way to background them), on free ports instead of the defaults
   50052/50051, which the harness rewrites everywhere in the page so parallel
-  tests never collide; they run until ``kill %1 %2`` or the end of the pass;
+  tests never collide; they run until ``kill %1 %2`` or the end of the pass.
+  Each is waited for (SERVING) before the next command, unless the run is
+  ``pasted_whole``: then a backgrounded server is launched as a shell would,
+  and the commands after it (the other server, ``lake client``, ``lake sql``)
+  run at once, as when a reader pastes the block whole; a Python block (a
+  later step) runs once every server started so far reports SERVING;
 - any other ``lake ...`` command runs to completion and must exit 0;
 - ``hatch run ...`` lines are the repository's own (demo test, the suite);
 - ``pip install ...`` lines are proved elsewhere (tests/packaging installs
@@ -95,6 +100,8 @@ class DocRun:
     #: Programs the fixtures run already -> a check of the page's command line.
     given: dict[str, Callable[[list[str]], None]] = field(default_factory=dict)
     servers: list[LakeProcess] = field(default_factory=list)
+    #: Run server lines ending in ``&`` without waiting for them (see the module docstring).
+    pasted_whole: bool = False
     #: Commands run so far (for assertions and failure messages).
     ran: list[str] = field(default_factory=list)
     #: Standard output of every ``lake`` command run to completion, in order.
@@ -128,6 +135,8 @@ class DocRun:
                 if block.file is not None:
                     (self.workdir / block.file).write_text(code)
                 elif block.lang == "python":
+                    for server in self.servers:
+                        wait_healthy(server, 60)
                     where = f"{self.page.name} (python block {python_index})"
                     expected = (failing or {}).get(python_index)
                     if expected is None:
@@ -179,7 +188,8 @@ class DocRun:
             return
         assert words[0] == "lake", f"{self.page.name}: unrun snippet {command!r}"
         if words[1] in ("meta", "query"):
-            self.start(words[1:], env)
+            background = self.pasted_whole and command.rstrip().endswith("&")
+            self.start(words[1:], env, background=background)
         else:
             self.printed.append(self.lake(words[1:], env))
 
@@ -194,7 +204,9 @@ class DocRun:
 
         return VARIABLE.sub(value, word)
 
-    def start(self, args: list[str], env: dict[str, str] | None = None) -> None:
+    def start(
+        self, args: list[str], env: dict[str, str] | None = None, *, background: bool = False
+    ) -> None:
         server = args[0]
         port = self.meta_port if server == "meta" else self.query_port
         if "--addr" not in args:
@@ -207,8 +219,9 @@ class DocRun:
             name, [*LAKE[1:], *args], addr, self.workdir / f"{name}.log", dict(env or {})
         )
         self.servers.append(process)
-        process.start()
-        wait_healthy(process, 60)
+        process.launch()
+        if not background:
+            wait_healthy(process, 60)
 
     def lake(self, args: list[str], env: dict[str, str] | None = None) -> str:
         if args[0] in ("client", "sql") and "--addr" not in args:

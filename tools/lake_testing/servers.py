@@ -98,6 +98,12 @@ class LakeProcess:
         return self.proc.pid
 
     def start(self, timeout_s: float = 60.0) -> LakeProcess:
+        self.launch()
+        wait_healthy(self, timeout_s)
+        return self
+
+    def launch(self) -> LakeProcess:
+        """Start the process without waiting for it to report SERVING."""
         env = {**os.environ, **self.env}
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
@@ -107,7 +113,6 @@ class LakeProcess:
                 env=env,
                 start_new_session=True,
             )
-        wait_healthy(self, timeout_s)
         return self
 
     def log(self) -> str:

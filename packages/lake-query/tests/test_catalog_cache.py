@@ -7,10 +7,11 @@ import asyncio
 import pyarrow as pa
 import pytest
 
-from lake_core.errors import FailedPrecondition
+from lake_core import protocol
+from lake_core.errors import FailedPrecondition, Unavailable
 from lake_core.names import TableRef
 from lake_core.schemas import schema_from_ipc
-from lake_query.catalog_cache import CatalogCache
+from lake_query.catalog_cache import FIRST_LOAD_BACKOFF_S, CatalogCache
 
 from .conftest import LocalCatalog, rewards
 
@@ -105,6 +106,45 @@ async def test_first_snapshot_failure_propagates(catalog: LocalCatalog) -> None:
     with pytest.raises(ConnectionError):
         await cache.start()
     assert not cache.loaded
+
+
+class Unreachable:
+    """A catalog source that is unavailable (Metasrv not up) until ``up`` is set."""
+
+    def __init__(self, catalog: LocalCatalog) -> None:
+        self.catalog = catalog
+        self.up = False
+        self.calls = 0
+
+    async def catalog_snapshot(self, generation: str | None) -> protocol.CatalogSnapshotResult:
+        self.calls += 1
+        if not self.up:
+            raise Unavailable("metadata service unavailable: connection refused")
+        return await self.catalog.catalog_snapshot(generation)
+
+
+@pytest.mark.asyncio
+async def test_first_snapshot_unavailable_is_retried_quickly(catalog: LocalCatalog) -> None:
+    source = Unreachable(catalog)
+    cache = CatalogCache(source, refresh_interval_s=3600)
+    loaded = asyncio.Event()
+    cache.on_loaded(loaded.set)
+    await cache.start()  # Metasrv not up: no error, the replica binds anyway
+    try:
+        assert not cache.loaded
+        await asyncio.sleep(0.5)
+        assert source.calls >= 3  # retried, far more often than the refresh interval
+        assert not loaded.is_set()
+        source.up = True
+        up = asyncio.get_running_loop().time()
+        await asyncio.wait_for(loaded.wait(), 5)
+        assert asyncio.get_running_loop().time() - up <= FIRST_LOAD_BACKOFF_S[1] + 0.2
+        assert cache.lookup(TableRef("robots", "episodes")) is not None
+        fired: list[bool] = []
+        cache.on_loaded(lambda: fired.append(True))  # already loaded: at once
+        assert fired == [True]
+    finally:
+        await cache.close()
 
 
 @pytest.mark.asyncio

@@ -280,20 +280,6 @@ def test_failed_precondition_status_for_reclaimed_version(short_retention: LakeC
     assert asyncio.run(scenario()) == grpc.StatusCode.FAILED_PRECONDITION
 
 
-def test_query_refuses_to_start_without_its_catalog(tmp_path: Path) -> None:
-    dead = f"http://127.0.0.1:{free_port()}"
-    addr = f"127.0.0.1:{free_port()}"
-    done = subprocess.run(
-        [sys.executable, "-m", "lake_query", "--addr", addr, "--metadata-addr", dead],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert done.returncode != 0
-    assert "listening" not in done.stderr
-    assert "metadata service unavailable" in done.stderr
-
-
 def test_query_rejects_bad_configuration_before_binding(tmp_path: Path) -> None:
     import os
 

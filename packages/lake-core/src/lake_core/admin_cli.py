@@ -18,7 +18,7 @@ import click
 import pyarrow as pa
 
 from lake_core.auth import METADATA_AUTH_TOKEN_FILE
-from lake_core.errors import LakeError, TableExists, Unimplemented
+from lake_core.errors import LakeError, TableExists, Unavailable, Unimplemented
 from lake_core.integrity import (
     VERIFY_TABLE,
     VerifyTableRequest,
@@ -81,11 +81,29 @@ def _client(addr: str, timeout_s: float = 30.0) -> MetaClient:
     )
 
 
+#: How long a command waits for Metasrv to answer (started a moment ago, restarting,
+#: failing over), as ``lake sql`` waits for Query: a tutorial that starts
+#: ``lake meta &`` and runs ``lake client`` next works pasted whole.
+CONNECT_WAIT_S = 30.0
+
+
 def _run(addr: str, call: Any, timeout_s: float = 30.0) -> Any:
     async def go() -> Any:
         async with _client(addr, timeout_s) as client:
-            result: Awaitable[Any] = call(client)
-            return await result
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + CONNECT_WAIT_S
+            delay = 0.05
+            while True:
+                try:
+                    result: Awaitable[Any] = call(client)
+                    return await result
+                except Unavailable:
+                    if loop.time() + delay > deadline:
+                        raise
+                    if delay == 0.05:
+                        click.echo(f"waiting for Metasrv at {addr} ...", err=True)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 0.5)
 
     try:
         return asyncio.run(go())

@@ -84,6 +84,7 @@ __all__ = [
     "QUERY_MAX_SQL_BYTES",
     "QUERY_MAX_TRACKED_TENANTS",
     "QUERY_MEMORY_LIMIT_BYTES",
+    "QUERY_MEMORY_POOLS_PER_TENANT",
     "QUERY_MIN_ENDPOINT_ROWS",
     "QUERY_PLANNING_THREADS",
     "QUERY_PLANNING_THREADS_PER_TENANT",
@@ -403,8 +404,8 @@ QUERY_MAX_SQL_BYTES = EnvVar(
 
 QUERY_STALL_TIMEOUT_MS = EnvVar(
     "LAKE_QUERY_STALL_TIMEOUT_MS",
-    doc="A DoGet whose client has taken no message for this long is ended and its "
-    "admission permit released.",
+    doc="A DoGet whose client has taken no message for this long is ended; its admission "
+    "permit and its query memory pool are released at once.",
     owner=QUERY,
     default="60000",
     range="1..=86400000, milliseconds",
@@ -480,6 +481,15 @@ QUERY_MEMORY_LIMIT_BYTES = EnvVar(
     owner=QUERY,
     default="2147483648 (2 GiB, for a 4 GiB replica)",
     range="16777216..=17592186044416, bytes",
+)
+QUERY_MEMORY_POOLS_PER_TENANT = EnvVar(
+    "LAKE_QUERY_MEMORY_POOLS_PER_TENANT",
+    doc="How many of a replica's four query memory pools (LAKE_QUERY_MEMORY_LIMIT_BYTES) one "
+    "tenant's queries may hold at once, so that no tenant keeps the others out; a "
+    "single-tenant replica may set 4.",
+    owner=QUERY,
+    default="2",
+    range="1..=4, pools",
 )
 QUERY_MAX_FUNCTION_OUTPUT_BYTES = EnvVar(
     "LAKE_QUERY_MAX_FUNCTION_OUTPUT_BYTES",

@@ -48,6 +48,7 @@ class MetaClient:
         ca_pem: bytes | None = None,
         server_name: str | None = None,
         timeout_s: float = 30.0,
+        max_reconnect_backoff_ms: int = 1000,
     ) -> None:
         target, tls = _target(addr)
         options: list[tuple[str, object]] = [
@@ -56,7 +57,7 @@ class MetaClient:
             # Metasrv restarts and fails over: reconnect within seconds, not gRPC's 2 minutes.
             ("grpc.initial_reconnect_backoff_ms", 100),
             ("grpc.min_reconnect_backoff_ms", 100),
-            ("grpc.max_reconnect_backoff_ms", 1000),
+            ("grpc.max_reconnect_backoff_ms", max_reconnect_backoff_ms),
         ]
         if server_name:
             options.append(("grpc.ssl_target_name_override", server_name))

@@ -60,6 +60,7 @@ __all__ = [
     "Admission",
     "AdmissionLimits",
     "Permit",
+    "close_suspended",
     "replica_status",
 ]
 
@@ -321,6 +322,11 @@ class Admission:
         self.refused += 1
         log.info("query refused", gate=gate, waited_ms=round(waited, 1))
 
+    def note_refused(self) -> None:
+        """Count a refusal made past admission (the replica's query memory), in ``lake.status``."""
+        with self._lock:
+            self.refused += 1
+
     def _unwaited(self, tenant: str) -> bool:
         """Whether nobody waits at the global gate or ``tenant``'s (the lock is held)."""
         gate = self._tenants.get(tenant)
@@ -349,9 +355,16 @@ class Admission:
         permit = await self.acquire(tenant)
         task = asyncio.current_task()
         timeout_s = self.limits.execution_timeout_ms / 1000
+        stream: AsyncIterator[bytes] | None = None
 
         async def end(message: str) -> None:
             permit.release()
+            # The stream's own resources (a query's memory reservation, its producer
+            # thread) go now too. Cancelling the RPC's task does not reach a stream
+            # whose message waits in a blocked write: gRPC closes that generator only
+            # when it drops the call, which a client that holds the stream open but
+            # never reads delays indefinitely (with BDP probing as well).
+            await close_suspended(stream)
             with contextlib.suppress(Exception):
                 await context.abort(grpc.StatusCode.DEADLINE_EXCEEDED, message)
             if task is not None and not task.done():
@@ -392,6 +405,21 @@ class Admission:
             for watchdog in watchdogs:
                 watchdog.cancel()
             permit.release()
+
+
+async def close_suspended(stream: AsyncIterator[bytes] | None) -> None:
+    """Close ``stream`` if it is suspended at a ``yield``; one running now is left alone.
+
+    A running stream is inside an ``await`` of the task being cancelled, so
+    the cancellation runs its ``finally`` instead.
+    """
+    aclose = getattr(stream, "aclose", None)
+    if aclose is None:
+        return
+    # RuntimeError: "asynchronous generator is already running"; any other error
+    # of its cleanup must not keep the caller from ending the call.
+    with contextlib.suppress(Exception):
+        await aclose()
 
 
 def replica_status(admission: Admission | None, cache: Any, principal: Any) -> status.QueryStatus:

@@ -5,7 +5,8 @@ cache sends the generation it holds and gets ``not_modified`` or the whole
 directory. It refreshes in the background at a fixed interval and
 (coalesced) when planning needs it: a table missing, a view older than the
 freshness bound, a client's committed version it has not seen
-(:mod:`lake_query.freshness`), a head version retention reclaimed.
+(:mod:`lake_query.freshness`), a head version retention reclaimed. Until
+the first snapshot arrives (Metasrv not up yet) it retries quickly.
 Lookups and listings read an immutable in-memory snapshot and make no RPCs;
 a failed refresh keeps the last good snapshot.
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -35,7 +36,7 @@ from lake_core.names import TableRef
 from lake_core.schemas import schema_from_base64, schema_to_ipc
 from lake_core.telemetry import series
 
-__all__ = ["CachedTable", "CatalogCache", "CatalogSource"]
+__all__ = ["FIRST_LOAD_BACKOFF_S", "CachedTable", "CatalogCache", "CatalogSource"]
 
 log = structlog.get_logger("lake_query.catalog_cache")
 
@@ -84,6 +85,10 @@ class _Snapshot:
 
 _EMPTY = _Snapshot(None, {}, ())
 
+#: First and longest wait between attempts at the first snapshot, in seconds: a replica
+#: started before Metasrv serves within a fraction of a second of Metasrv answering.
+FIRST_LOAD_BACKOFF_S = (0.05, 0.25)
+
 
 def _newer(mine: TableDescriptor, theirs: TableDescriptor) -> bool:
     """Whether ``mine`` is a later state of the same table incarnation than ``theirs``."""
@@ -115,6 +120,7 @@ class CatalogCache:
         self._fresh_at: float | None = None
         #: When a fetch last failed (monotonic), so a failing Metasrv is not asked per request.
         self._failed_at: float | None = None
+        self._on_loaded: list[Callable[[], None]] = []
 
     def __repr__(self) -> str:
         return f"CatalogCache(generation={self.generation!r}, tables={len(self._snapshot.tables)})"
@@ -239,18 +245,59 @@ class CatalogCache:
         }
         self._snapshot = _Snapshot(result.generation, tables, _ordered(tables))
         self.revision += 1
+        if current.generation is None:
+            log.info("catalog loaded", generation=result.generation, tables=len(decoded))
+            self._loaded()
         for broken in (t for t in decoded if t.schema is None):
             log.warning("catalog entry without a readable schema", table=str(broken.table))
         log.debug("catalog refreshed", generation=result.generation, tables=len(decoded))
         return True
 
     async def start(self) -> None:
-        """Load the first snapshot (errors propagate), then refresh in the background."""
-        await self.refresh()
+        """Load the first snapshot if Metasrv answers, then refresh in the background.
+
+        Metasrv not reachable yet (not started, restarting, failing over: a
+        retryable error) does not fail the start: the first load is retried in
+        the background with short capped backoff (:data:`FIRST_LOAD_BACKOFF_S`)
+        until it succeeds, and :meth:`on_loaded` callbacks run then. Other
+        errors (a refused credential) propagate.
+        """
+        try:
+            await self.refresh()
+        except LakeError as exc:
+            if not exc.retryable:
+                raise
+            log.warning("catalog not loaded yet; retrying", error=str(exc))
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name="lake-query-catalog-refresh")
 
+    def on_loaded(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once the first snapshot is held (now, if it is already)."""
+        if self.loaded:
+            callback()
+        else:
+            self._on_loaded.append(callback)
+
+    def _loaded(self) -> None:
+        callbacks, self._on_loaded = self._on_loaded, []
+        for callback in callbacks:
+            callback()
+
+    async def _first_load(self) -> None:
+        """Retry the first snapshot until Metasrv answers (any error: it may be starting)."""
+        delay = FIRST_LOAD_BACKOFF_S[0]
+        while not self.loaded:
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, FIRST_LOAD_BACKOFF_S[1])
+            try:
+                await self.refresh()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.debug("catalog still not loaded", error=str(exc))
+
     async def _run(self) -> None:
+        await self._first_load()
         failing = False
         while True:
             await asyncio.sleep(self._interval)

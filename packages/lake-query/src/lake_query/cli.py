@@ -1,7 +1,11 @@
 """``lake query``: run one Query replica.
 
-Startup order: parse and validate the whole configuration, connect the
-catalog source (the first ``catalog_snapshot`` must succeed), then bind.
+Startup order: parse and validate the whole configuration, ask Metasrv
+for the first catalog snapshot, then bind. Metasrv not reachable yet (the
+two started at once, a restart, a failover) does not stop the replica: it
+binds anyway, reports NOT_SERVING on gRPC Health and refuses statements
+with UNAVAILABLE (:mod:`lake_query.readiness`) until the snapshot arrives,
+retried every quarter second at most.
 Logs are structlog JSON lines on stderr; once serving, the process prints
 ``lake query listening on ADDR`` to stderr. The native data plane
 (``LAKE_QUERY_DATA_ADDR``) binds just before the main listener and drains
@@ -26,7 +30,7 @@ from lake_core.metaclient import MetaClient
 from lake_core.telemetry.process import ProcessTelemetry
 from lake_core.tickets import TicketSealer
 from lake_query.admission import Admission
-from lake_query.catalog_cache import CatalogCache
+from lake_query.catalog_cache import FIRST_LOAD_BACKOFF_S, CatalogCache
 from lake_query.config import DEFAULT_ADDR, DEFAULT_METADATA_ADDR, QueryConfig
 from lake_query.dataplane.server import DataPlane
 from lake_query.flightsql import QueryHandler
@@ -36,6 +40,7 @@ from lake_query.jobs.model import RETENTION_SECS
 from lake_query.memory import collect_cycles, tune_allocator
 from lake_query.planning import DatasetOpener, PinnedDatasets
 from lake_query.planning_threads import PlanningThreads
+from lake_query.readiness import CATALOG, Readiness, follow_health
 from lake_query.stage import QueryStage
 from lake_query.verify import DataFileVerifier, MetaDigests
 
@@ -56,6 +61,8 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
         token=config.metadata_token,
         ca_pem=config.metadata_tls.ca_pem,
         server_name=config.metadata_tls.server_name,
+        # Metasrv (re)starting: reconnect as soon as the catalog retries, not a second later.
+        max_reconnect_backoff_ms=int(FIRST_LOAD_BACKOFF_S[1] * 1000),
     )
     # Always built: a failed scan asks it whether a data file changed since its commit.
     verifier = DataFileVerifier(
@@ -74,13 +81,21 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             await asyncio.to_thread(catalog.start)
         if config.async_queries is not None:
             stores = await open_stores(config.async_queries)
-        await cache.start()
-        log.info(
-            "catalog connected",
-            metadata_addr=config.metadata_addr,
-            generation=cache.generation,
-            tables=len(cache.tables()),
+        readiness = Readiness()
+        readiness.block(
+            CATALOG,
+            f"this Query replica has no catalog yet: the metadata service at "
+            f"{config.metadata_addr} has not answered since it started; retry shortly",
         )
+        cache.on_loaded(lambda: readiness.clear(CATALOG))
+        await cache.start()
+        if cache.loaded:
+            log.info(
+                "catalog connected",
+                metadata_addr=config.metadata_addr,
+                generation=cache.generation,
+                tables=len(cache.tables()),
+            )
         tickets = TicketSealer(config.ticket_ring, config.audience, config.ticket_ttl_secs)
 
         def async_queries(built: QueryHandler) -> AsyncQueries:
@@ -123,6 +138,7 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             partitions=config.partitions,
             external=config.external,
             async_queries=None if stores is None else async_queries,
+            readiness=readiness,
         )
         if handler.async_queries is not None:
             handler.async_queries.start()
@@ -140,7 +156,8 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
 
         def started(server: FlightServer) -> None:
             assert handler is not None
-            watch_health(server, handler.planning)
+            follow_health(readiness, server, asyncio.get_running_loop())
+            watch_health(server, handler.planning, readiness)
             log.info(
                 "serving",
                 addr=config.addr,
@@ -158,6 +175,7 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             tls=config.security.tls_pair,
             on_started=started,
             stop=stop,
+            serving=lambda: readiness.serving,
         )
         if drained is not None:
             left = await drained

@@ -1,14 +1,16 @@
 """What a Query replica reports on standard gRPC Health, beyond start-up and drain.
 
-:func:`replica_serving` is the one place that decides whether the replica
-can serve; today it is whether any planning thread is left
-(:mod:`lake_query.planning_threads`). Every change is reported on the
-server's overall status and its Flight service (the readiness probe, so
-the Service stops routing here), and on :data:`PLANNING_SERVICE` alone,
-which only lost planning threads turn NOT_SERVING: the liveness probe
-checks it, so Kubernetes restarts a replica whose planners are all stuck
+Whether the replica serves is its :class:`~lake_query.readiness.Readiness`:
+one named reason per condition that stops it (no catalog yet, every
+planning thread lost, ...). :func:`watch_health` turns lost planning
+threads (:mod:`lake_query.planning_threads`) into the :data:`PLANNING`
+reason, so the server's overall status and its Flight service (the
+readiness probe, so the Service stops routing here) follow it like any
+other reason; and it reports :data:`PLANNING_SERVICE` alone, which only
+lost planning threads turn NOT_SERVING: the liveness probe checks it, so
+Kubernetes restarts a replica whose planners are all stuck
 (``deploy/kubernetes/query.yaml``; a Python thread cannot be killed, a
-process can).
+process can). A replica waiting for its catalog is not restarted for it.
 """
 
 from __future__ import annotations
@@ -19,22 +21,22 @@ from grpc_health.v1 import health_pb2
 
 from lake_core.flight.server import FlightServer
 from lake_query.planning_threads import PlanningThreads
+from lake_query.readiness import Readiness
 
-__all__ = ["PLANNING_SERVICE", "replica_serving", "watch_health"]
+__all__ = ["PLANNING", "PLANNING_SERVICE", "watch_health"]
 
 #: The gRPC Health service name that reports only whether this replica can plan.
 PLANNING_SERVICE = "lake.query.Planning"
+#: The readiness reason set while every planning thread is lost.
+PLANNING = "planning"
+_LOST = (
+    "every planning thread of this Query replica is busy with a statement past its "
+    "planning deadline (LAKE_QUERY_PLANNING_TIMEOUT_MS); retry on another replica"
+)
 
 
-def replica_serving(planning: PlanningThreads) -> bool:
-    """Whether this replica can serve statements: some planning thread is not lost."""
-    return planning.serving()
-
-
-async def report_health(server: FlightServer, planning: PlanningThreads) -> None:
-    """Set the replica's health from :func:`replica_serving` (and the planning service)."""
-    serving = replica_serving(planning)
-    await server.set_serving(serving)
+async def report_planning(server: FlightServer, planning: PlanningThreads) -> None:
+    """Set :data:`PLANNING_SERVICE` from whether any planning thread is left."""
     await server.health.set(
         PLANNING_SERVICE,
         health_pb2.HealthCheckResponse.SERVING
@@ -43,13 +45,17 @@ async def report_health(server: FlightServer, planning: PlanningThreads) -> None
     )
 
 
-def watch_health(server: FlightServer, planning: PlanningThreads) -> None:
-    """Report health now and whenever ``planning`` changes (call on the server's loop)."""
+def watch_health(server: FlightServer, planning: PlanningThreads, readiness: Readiness) -> None:
+    """Report planning now and whenever ``planning`` changes (call on the server's loop)."""
     loop = asyncio.get_running_loop()
     reports: set[asyncio.Task[None]] = set()
 
     def changed() -> None:
-        task = loop.create_task(report_health(server, planning))
+        if planning.serving():
+            readiness.clear(PLANNING)
+        else:
+            readiness.block(PLANNING, _LOST)
+        task = loop.create_task(report_planning(server, planning))
         reports.add(task)
         task.add_done_callback(reports.discard)
 

@@ -11,6 +11,7 @@ value, and on a full scan that copy cost more than the extra messages.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator
@@ -194,7 +195,10 @@ async def prefetch(
     """Iterate a blocking iterator on ``executor``, up to ``depth`` items ahead.
 
     Scanning and encoding the next message overlaps with sending this one.
-    When the consumer stops early, the producer stops after its current item.
+    When the consumer stops early (closing this generator), the producer
+    stops after its current item and closes ``items`` on its own thread, so
+    a ``finally`` there (a query's memory reservation) runs at once, not
+    whenever the collector finds the suspended generator.
     """
     loop = asyncio.get_running_loop()
     handoff: _Handoff[T] = _Handoff(loop, depth)
@@ -208,6 +212,11 @@ async def prefetch(
         except BaseException as exc:  # handed to the consumer, raised there
             if not handoff.stopped.is_set():
                 handoff.put(_End(exc))
+        finally:
+            close = getattr(items, "close", None)
+            if close is not None:
+                with contextlib.suppress(Exception):  # an error of close() has no consumer
+                    close()
 
     producer = loop.run_in_executor(executor, produce)
     try:

@@ -183,7 +183,9 @@ def sql(
     ``-f -``), and may start with a ``--`` comment.
     """
     statement = read_statement(statement, file)
-    with Client(addr if "://" in addr else f"grpc://{addr}") as client:
+    # Waits for Query to serve as `lake client` waits for Metasrv: both started a moment
+    # ago (`lake query &`), or Query still loading its catalog, is not an error.
+    with Client(addr if "://" in addr else f"grpc://{addr}", connect_timeout=30) as client:
         result = client.query(statement, as_of=as_of)
         batches = iter(result)
         if output == "json":

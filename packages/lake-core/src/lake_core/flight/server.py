@@ -300,10 +300,14 @@ class FlightServer:
         self._server.add_generic_rpc_handlers((flight_generic_handler(handler),))
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
 
-    async def start(self, addr: str, tls: tuple[bytes, bytes] | None = None) -> int:
+    async def start(
+        self, addr: str, tls: tuple[bytes, bytes] | None = None, *, serving: bool = True
+    ) -> int:
         """Bind ``addr`` (TLS if ``tls=(cert_pem, key_pem)``), start, return the port.
 
-        Raises ConfigError naming ``addr`` when another process serves it.
+        ``serving``: the gRPC Health status it starts with (False: NOT_SERVING
+        until :meth:`set_serving`). Raises ConfigError naming ``addr`` when
+        another process serves it.
         """
         ensure_address_free(addr)
         try:
@@ -322,7 +326,7 @@ class FlightServer:
             raise OSError(f"could not bind {addr}")
         await self._server.start()
         self.port = port
-        await self.set_serving(True)
+        await self.set_serving(serving)
         return port
 
     async def set_serving(self, serving: bool) -> None:
@@ -371,8 +375,12 @@ async def serve(
     grace_ms: int | None = None,
     on_started: Callable[[FlightServer], object] | None = None,
     stop: asyncio.Event | None = None,
+    serving: Callable[[], bool] | None = None,
 ) -> None:
     """Serve until SIGINT/SIGTERM (or ``stop`` is set), then drain gracefully.
+
+    ``serving``: whether the process is ready, for the gRPC Health status it
+    binds with (default: SERVING); ``on_started`` keeps it current after.
 
     Raises :class:`UncleanShutdown` when RPCs were still running as the grace
     period (``grace_ms``, default :func:`shutdown_grace_ms`) ran out, so the
@@ -384,7 +392,7 @@ async def serve(
     server = FlightServer(handler, authenticate=authenticate, interceptors=interceptors)
     stop_event = stop if stop is not None else asyncio.Event()
     loop = asyncio.get_running_loop()
-    await server.start(addr, tls)
+    await server.start(addr, tls, serving=True if serving is None else serving())
     installed = _install_signal_handlers(loop, stop_event.set)
     try:
         logger.info("Flight server listening on port %s", server.port)

@@ -87,8 +87,9 @@ ADMISSION_QUEUED = gauge("lake_query_admission_queued", "Queries waiting in the 
 ADMITTED = counter("lake_query_admitted_total", "Queries admitted.")
 ADMISSION_REFUSED = counter(
     "lake_query_admission_refused_total",
-    "Queries refused at admission, by the gate that refused them.",
-    {"gate": ("tracker", "tenant", "global")},
+    "Queries refused at admission, by the gate that refused them (memory: the replica's "
+    "query memory; tenant_memory: the tenant's share of it).",
+    {"gate": ("tracker", "tenant", "global", "memory", "tenant_memory")},
 )
 ADMISSION_STALLED = counter(
     "lake_query_admission_stalled_total", "Queries ended because the client stopped reading."

@@ -67,6 +67,7 @@ from lake_query.planning.external import ExternalCatalog
 from lake_query.planning.partitions import PartitionLimits
 from lake_query.planning.planner import ResultStream
 from lake_query.planning_threads import PlanningThreads
+from lake_query.readiness import Readiness
 from lake_query.results import counted_rows, prefetch
 from lake_query.stage import QueryStage
 
@@ -120,8 +121,11 @@ class QueryHandler(FlightHandler):
         partitions: PartitionLimits | None = None,
         external: Iterable[ExternalCatalog] = (),
         async_queries: Callable[[QueryHandler], AsyncQueries] | None = None,
+        readiness: Readiness | None = None,
     ) -> None:
         self._stage = stage or QueryStage(None)
+        #: Why this replica does not serve statements now (none: it does).
+        self.readiness = readiness or Readiness()
         self._admission = admission
         self._max_sql_bytes = max_sql_bytes
         self._cache = cache
@@ -144,6 +148,9 @@ class QueryHandler(FlightHandler):
             partitions=partitions,
             external=external,
         )
+        if admission is not None:
+            # Memory refusals are admission refusals too (lake.status, the counter).
+            self.planner.memory.on_refused = admission.note_refused
         #: Durable async queries (LAKE_ASYNC_QUERIES=true), built around this planner.
         self.async_queries = None if async_queries is None else async_queries(self)
         #: The native data plane's URI (lake_query.dataplane), advertised in endpoint
@@ -209,6 +216,7 @@ class QueryHandler(FlightHandler):
         while a refresh moves the view.
         """
         wire.check_sql(spec.sql, self._max_sql_bytes)
+        self.readiness.check()
         await catch_up(self._cache, wanted or {}, principal, REFRESH_TIMEOUT_S)
         plan = functools.partial(self.planner.plan_spec, prepare=prepare)
         replans = 0
@@ -249,6 +257,7 @@ class QueryHandler(FlightHandler):
         """The result schema of a descriptor and the ticket bodies (one per endpoint)."""
         if descriptor.type != pb.FlightDescriptor.CMD:
             raise InvalidArgument("Lake Query answers Flight SQL commands (CMD descriptors)")
+        self.readiness.check()
         command = wire.unpack_any(descriptor.cmd, "the descriptor")
         spec = self._spec_of(command, principal)
         if spec is not None:
@@ -347,6 +356,7 @@ class QueryHandler(FlightHandler):
 
     def metadata_batch(self, body: dict[str, Any], principal: Principal) -> pa.RecordBatch:
         """The one batch of a metadata ticket's command."""
+        self.readiness.check()  # answered from the catalog cache
         command = wire.unpack_any(base64.b64decode(body.get("c", "")), "the ticket")
         return discovery.metadata_batch(self._cache, command, principal)
 
@@ -368,6 +378,18 @@ class QueryHandler(FlightHandler):
         if fragments is None:
             return self.planner.execute(spec, principal)
         return self.planner.execute_partition(spec, fragments, principal)
+
+    async def list_flights(
+        self, criteria: pb.Criteria, context: Context
+    ) -> AsyncIterator[pb.FlightInfo]:
+        """UNAVAILABLE while the replica does not serve, else UNIMPLEMENTED (no listing).
+
+        Clients that wait for a server with ListFlights (pyarrow's and the SDK's
+        ``wait_for_available``) thus wait until this replica serves statements.
+        """
+        self.readiness.check()
+        async for info in super().list_flights(criteria, context):
+            yield info
 
     async def do_get(self, ticket: pb.Ticket, context: Context) -> AsyncIterator[bytes]:
         principal = caller()
@@ -435,6 +457,7 @@ class QueryHandler(FlightHandler):
             raise InvalidArgument("DoPut needs a descriptor on its first message")
         command = wire.put_command(first.flight_descriptor.cmd)
         if isinstance(command, protocol.AppendCommand):
+            self.readiness.check()
             yield await self._appends.forward(command, first, messages, principal)
         elif isinstance(command, sql_pb.CommandPreparedStatementQuery):
             yield await self._statements.bind(command, first, messages, principal)
@@ -489,6 +512,7 @@ class QueryHandler(FlightHandler):
             cancelled = pb.CancelFlightInfoResult(status=outcome)
             yield pb.Result(body=cancelled.SerializeToString())
         elif kind == protocol.TABLE_SCHEMA:
+            self.readiness.check()
             yield pb.Result(body=await discovery.table_schema(self._cache, action.body, principal))
         elif kind in (stage_wire.MANAGED_STAGE, stage_wire.READ_CAPABILITY):
             yield pb.Result(body=await self._stage_action(kind, bytes(action.body), principal))

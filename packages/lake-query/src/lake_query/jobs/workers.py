@@ -8,7 +8,11 @@ them round-robin across tenants, one tenant at a time, skipping a tenant
 that is at its per-tenant limit instead of holding a slot for it. A claim is
 a compare-and-swap of the job record that sets a fresh lease token; the
 worker renews it (and the fleet execution lease) while it runs and gives up
-as soon as a renewal fails: another replica owns the job now. Parts go under
+as soon as a renewal fails: another replica owns the job now. A transient
+shortage (RESOURCE_EXHAUSTED or UNAVAILABLE, retryable: the replica's query
+memory taken, Metasrv failing over) is not a verdict: the worker drops the
+attempt's parts and runs the job again with backoff, within the job's
+execution timeout, which alone can fail it then. Parts go under
 ``<job>/<attempt>/``; the manifest is written once after the last part, then
 the record moves to ``done`` naming it, so no manifest names a partial
 result and no reader sees one.
@@ -32,7 +36,14 @@ import structlog
 from opentelemetry import trace
 
 from lake_core import faults
-from lake_core.errors import DeadlineExceeded, Internal, LakeError, QueryCancelled
+from lake_core.errors import (
+    DeadlineExceeded,
+    Internal,
+    LakeError,
+    QueryCancelled,
+    ResourceExhausted,
+    Unavailable,
+)
 from lake_core.principal import Principal
 from lake_core.schemas import schema_from_base64
 from lake_core.telemetry.tracing import resumed_span
@@ -44,7 +55,7 @@ from lake_query.jobs.settings import AsyncSettings
 from lake_query.jobs.store import ACTIVE, JOBS, StateStore
 from lake_query.planning import QuerySpec
 
-__all__ = ["JOB_SPAN", "SCAN_PAGE", "Jobs", "WorkerPool"]
+__all__ = ["JOB_SPAN", "RETRY_BACKOFF_S", "SCAN_PAGE", "Jobs", "WorkerPool", "transient"]
 
 log = structlog.get_logger("lake_query.jobs")
 
@@ -59,7 +70,19 @@ SWEEP_INTERVAL_S = 60.0
 #: The span of one attempt at running a job (no workload identity in name or attributes).
 JOB_SPAN = "lake.async_query.execute"
 
+#: First and longest wait before running a job again after a transient error, seconds.
+RETRY_BACKOFF_S = (0.1, 5.0)
+
 Execute = Callable[[QuerySpec, Principal], Any]
+
+
+def transient(error: LakeError) -> bool:
+    """A shortage that passes (the replica's memory, Metasrv failing over): retry the job.
+
+    Bounds a query passes (``QueryTooLarge``, ``ResultTooLarge``) are verdicts:
+    they are not retryable, so the job fails with them.
+    """
+    return isinstance(error, ResourceExhausted | Unavailable) and error.retryable
 
 
 class _Stop(threading.Event):
@@ -382,19 +405,33 @@ class WorkerPool:
             body = self._seal.open_body(record)
             schema = schema_from_base64(body.schema_ipc)
             async with asyncio.timeout(self._settings.execution_timeout_ms / 1000):
-                parts = await write_parts(
-                    schema,
-                    self._produce(body.spec, body.principal, stop),
-                    self._results,
-                    prefix,
-                    self._threads,
-                    stop,
-                    part_bytes=self._settings.part_bytes,
-                    # The job's own ceiling: a looser restart never enlarges it.
-                    max_result_bytes=record.max_result_bytes,
-                    tagger=functools.partial(self._seal.tags.tagger, record.job_id, record.attempt),
-                    after_part=lambda: faults.crash(faults.ASYNC_AFTER_PART),
-                )
+                tries = 0
+                while True:
+                    # Each try's own stop (write_parts sets it as it ends), set by the job's.
+                    this_try = _Stop()
+                    stop.on_set(this_try.set)
+                    try:
+                        parts = await write_parts(
+                            schema,
+                            self._produce(body.spec, body.principal, this_try),
+                            self._results,
+                            prefix,
+                            self._threads,
+                            this_try,
+                            part_bytes=self._settings.part_bytes,
+                            # The job's own ceiling: a looser restart never enlarges it.
+                            max_result_bytes=record.max_result_bytes,
+                            tagger=functools.partial(
+                                self._seal.tags.tagger, record.job_id, record.attempt
+                            ),
+                            after_part=lambda: faults.crash(faults.ASYNC_AFTER_PART),
+                        )
+                        break
+                    except LakeError as error:
+                        if not transient(error) or stop.is_set():
+                            raise
+                        tries += 1
+                        await self._back_off(record, prefix, error, tries, stop)
             await self._publish(record, prefix, parts)
         except TimeoutError:
             stop.set()
@@ -420,6 +457,33 @@ class WorkerPool:
             self._running.pop(record.job_id, None)
             self._stops.pop(record.job_id, None)
             self.wake()
+
+    async def _back_off(
+        self, record: JobRecord, prefix: str, error: LakeError, tries: int, stop: _Stop
+    ) -> None:
+        """Before running a job again after a transient ``error``: its parts go, then a wait.
+
+        The wait doubles from :data:`RETRY_BACKOFF_S` (with jitter) up to its cap;
+        the job's execution timeout around the retries bounds them all. A job
+        stopped meanwhile (cancelled, lease lost) ends as a stopped job.
+        """
+        await self._results.delete_prefix(prefix)
+        first, cap = RETRY_BACKOFF_S
+        delay = min(cap, first * 2 ** min(tries - 1, 16)) * (0.5 + secrets.randbelow(1000) / 1000)
+        log.info(
+            "async job retrying",
+            job=record.job_id,
+            error_code=error.code,
+            tries=tries,
+            delay_ms=round(delay * 1000),
+        )
+        waited = 0.0
+        while waited < delay and not stop.is_set():
+            step = min(0.05, delay - waited)
+            await asyncio.sleep(step)
+            waited += step
+        if stop.is_set():
+            raise QueryCancelled("the async query was stopped")
 
     def _produce(
         self, spec: QuerySpec, principal: Principal, stop: _Stop

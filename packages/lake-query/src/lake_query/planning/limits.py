@@ -36,6 +36,7 @@ from lake_core.config import QUERY_MAX_NESTING_DEPTH as MAX_NESTING_DEPTH
 from lake_core.config import QUERY_MAX_PLAN_DEPTH as MAX_PLAN_DEPTH
 from lake_core.config import QUERY_MAX_QUERY_BLOCKS as MAX_QUERY_BLOCKS
 from lake_core.config import QUERY_MEMORY_LIMIT_BYTES as MEMORY_LIMIT_BYTES
+from lake_core.config import QUERY_MEMORY_POOLS_PER_TENANT as MEMORY_POOLS_PER_TENANT
 from lake_core.config import env_int
 from lake_core.errors import InvalidArgument, QueryTooLarge
 from lake_query.planning.amplification import check_amplification
@@ -240,6 +241,8 @@ class QueryLimits:
     #: DataFusion memory pool of one query (sorts, joins, aggregates spill past it),
     #: reserved from ``memory_limit_bytes`` while it runs.
     query_memory_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES // MEMORY_SHARES
+    #: How many pools one tenant's queries may hold at once (the rest stay for others).
+    memory_pools_per_tenant: int = 2
     #: How long a query waits for its pool when the replica's memory is taken
     #: (the replica sets it to its admission queue deadline).
     memory_wait_ms: int = 100
@@ -263,6 +266,9 @@ class QueryLimits:
             max_nesting_depth=env_int(MAX_NESTING_DEPTH, d.max_nesting_depth, 4, 40, source),
             memory_limit_bytes=memory,
             query_memory_bytes=memory // MEMORY_SHARES,
+            memory_pools_per_tenant=env_int(
+                MEMORY_POOLS_PER_TENANT, d.memory_pools_per_tenant, 1, MEMORY_SHARES, source
+            ),
             max_function_output_bytes=env_int(
                 MAX_FUNCTION_OUTPUT_BYTES, d.max_function_output_bytes, 1024, 1 << 34, source
             ),

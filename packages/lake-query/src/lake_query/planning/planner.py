@@ -216,7 +216,9 @@ class Planner:
         #: them again at the snapshot they were planned at needs no DataFusion either.
         self._plain_statements: DirectPlans[PlainExternal] = DirectPlans()
         self.memory = MemoryBudget(
-            self.limits.memory_limit_bytes, self.limits.memory_wait_ms / 1000
+            self.limits.memory_limit_bytes,
+            self.limits.memory_wait_ms / 1000,
+            tenant_bytes=self.limits.memory_pools_per_tenant * self.limits.query_memory_bytes,
         )
 
     def plan(
@@ -372,7 +374,7 @@ class Planner:
                     scan.schema, coalesce_batches(batches, scan.schema), on_error=on_error
                 )
         reservation = self.memory.reserve(
-            self.limits.query_memory_bytes if self.limits.enforce else 0
+            self.limits.query_memory_bytes if self.limits.enforce else 0, principal.tenant_id
         )
         try:
             ctx = session(
