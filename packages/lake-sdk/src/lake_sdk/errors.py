@@ -129,9 +129,11 @@ __all__ = [
     "Internal",
     "InvalidAppend",
     "InvalidArgument",
+    "InvalidDataset",
     "InvalidFlightData",
     "InvalidName",
     "InvalidRange",
+    "InvalidRecording",
     "InvalidSchema",
     "InvalidUpload",
     "LakeError",
@@ -177,3 +179,14 @@ class MissingExtra(FailedPrecondition, ImportError):
 
     Also an ``ImportError``, so code that already guards an optional import catches it.
     """
+
+
+class InvalidRecording(InvalidArgument):
+    """A file given as an MCAP recording is not one: wrong magic, truncated or corrupt.
+
+    Raised before anything is uploaded or appended.
+    """
+
+
+class InvalidDataset(InvalidArgument):
+    """A directory given as a LeRobot dataset is not a readable v3.0 dataset."""
