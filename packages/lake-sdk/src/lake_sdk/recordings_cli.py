@@ -36,7 +36,7 @@ addr_option = click.option(
 )
 
 
-def _query_url(addr: str) -> str:
+def query_url(addr: str) -> str:
     return addr if "://" in addr else f"grpc://{addr}"
 
 
@@ -143,7 +143,7 @@ def add(
 ) -> None:
     """Upload each MCAP FILE to the stage and add it to TABLE as one row (one version each)."""
     results = []
-    with Client(_query_url(addr)) as client:
+    with Client(query_url(addr)) as client:
         values = _typed(client, table, assignments)
         for path in files:
             added = client.add_recording(table, path, values=values)
