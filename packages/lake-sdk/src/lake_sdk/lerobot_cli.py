@@ -1,4 +1,4 @@
-"""``lake import lerobot DIR``: a LeRobot v3.0 dataset into Lake tables (lake_sdk.lerobot)."""
+"""``lake import lerobot DIR`` and ``lake export lerobot SQL OUT_DIR`` (lake_sdk.lerobot)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ import click
 from lake_core.auth import METADATA_AUTH_TOKEN_FILE
 from lake_core.output import Output, emit, output_option
 from lake_core.security import optional_token
-from lake_sdk.lerobot import import_lerobot
+from lake_sdk.lerobot import export_lerobot, import_lerobot
 from lake_sdk.recordings_cli import DEFAULT_META_ADDR, addr_option, query_url
 from lake_sdk.sync import Client
 
-__all__ = ["import_group"]
+__all__ = ["export_group", "import_group"]
 
 
 @click.group("import")
@@ -60,5 +60,33 @@ def lerobot(
             f"imported {done.episode_count} episodes ({done.frame_count} frames, "
             f"{done.videos_uploaded} videos uploaded) into {done.frames}, {done.episodes}, "
             f"{done.tasks}"
+        ),
+    )
+
+
+@click.group("export")
+def export_group() -> None:
+    """Export Lake tables as datasets of other formats."""
+
+
+@export_group.command("lerobot")
+@click.argument("statement")
+@click.argument("out_dir", type=click.Path(path_type=Path, file_okay=False))
+@addr_option
+@output_option("text")
+def export_lerobot_command(statement: str, out_dir: Path, addr: str, output: Output) -> None:
+    """Write the episodes STATEMENT selects (SELECT ... FROM ns.NAME_episodes ...) to OUT_DIR.
+
+    OUT_DIR becomes a LeRobot v3.0 dataset: frames, tasks, stats and the
+    episodes' videos (streamed from the stage and verified).
+    """
+    with Client(query_url(addr)) as client:
+        done = export_lerobot(client, statement, out_dir)
+    emit(
+        done.as_json(),
+        output,
+        text=(
+            f"exported {done.episode_count} episodes ({done.frame_count} frames, "
+            f"{done.task_count} tasks, {done.videos_copied} videos) to {done.root}"
         ),
     )
