@@ -33,6 +33,7 @@ BENCHMARKS = [
     "tools.bench.telemetry_bench",
     "tools.bench.async_bench",
     "tools.bench.recordings_bench",
+    "tools.bench.lerobot_bench",
 ]
 
 

@@ -29,11 +29,16 @@ class DatasetSpec:
     size: int = 32
     episodes_per_file: int = 2
     version: str = "v3.0"
+    #: Fill pictures with noise (big videos, for benchmarks); flat colours otherwise.
+    noise: bool = False
 
 
-def _picture(episode: int, frame: int, camera: int, size: int):  # type: ignore[no-untyped-def]
+def _picture(episode: int, frame: int, camera: int, size: int, noise: bool = False):  # type: ignore[no-untyped-def]
     import numpy as np
 
+    if noise:
+        rng = np.random.default_rng(episode * 100_003 + frame * 7 + camera)
+        return rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
     picture = np.zeros((size, size, 3), dtype=np.uint8)
     picture[:, :, 0] = (episode * 40 + camera * 100) % 256
     picture[:, :, 1] = (frame * 25) % 256
@@ -95,7 +100,7 @@ def write_dataset(root: Path, spec: DatasetSpec = DatasetSpec()) -> Path:
                 rows["index"].append(index)
                 rows["task_index"].append(episode % len(TASKS))
                 for c, camera in enumerate(CAMERAS):
-                    pictures[camera].append(_picture(episode, frame, c, spec.size))
+                    pictures[camera].append(_picture(episode, frame, c, spec.size, spec.noise))
                 index += 1
             record: dict[str, object] = {
                 "episode_index": episode,
