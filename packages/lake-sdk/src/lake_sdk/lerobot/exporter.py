@@ -33,10 +33,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lake_core.errors import InvalidArgument
 from lake_core.filetype import row_to_location
+from lake_core.models import DataLocation
 from lake_core.names import TableRef
 from lake_sdk.errors import InvalidDataset
 from lake_sdk.lerobot.layout import FEATURE_KEY, INFO_KEY, SUPPORTED_VERSION, column_name
@@ -51,7 +53,9 @@ DATA_FILE = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_FILE = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 EPISODES_FILE = "meta/episodes/chunk-000/file-000.parquet"
 #: Frames fetched per query while exporting (bounded memory).
-FRAME_BATCH_EPISODES = 64
+FRAME_BATCH_EPISODES = 1000
+#: MP4s copied from the stage at once.
+VIDEO_COPIES = 4
 
 
 @dataclass(frozen=True)
@@ -129,18 +133,17 @@ class _Stats:
 
     def add(self, name: str, column: pa.ChunkedArray | pa.Array) -> None:
         kind = column.type
-        if pa.types.is_fixed_size_list(kind) or pa.types.is_list(kind):
-            width = kind.list_size if pa.types.is_fixed_size_list(kind) else None
-            rows = column.to_pylist()
-            if width is None:
-                width = len(rows[0]) if rows else 0
-            vectors = [[float(v) for v in row] for row in rows if row is not None]
+        if pa.types.is_fixed_size_list(kind):
+            width = kind.list_size
+            flat = pc.list_flatten(column)
         elif pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
-            vectors = [[float(v)] for v in column.to_pylist() if v is not None]
             width = 1
+            flat = column
         else:
-            return
-        if not vectors:
+            return  # strings, variable-length lists: no per-element statistics
+        flat = pc.cast(flat, pa.float64())
+        rows = len(flat) // width if width else 0
+        if rows == 0:
             return
         entry = self.values.setdefault(
             name,
@@ -152,13 +155,14 @@ class _Stats:
                 "count": 0,
             },
         )
-        for vector in vectors:
-            for i, v in enumerate(vector):
-                entry["min"][i] = min(entry["min"][i], v)
-                entry["max"][i] = max(entry["max"][i], v)
-                entry["sum"][i] += v
-                entry["sq"][i] += v * v
-            entry["count"] += 1
+        for i in range(width):
+            values = flat if width == 1 else flat.take(pa.array(range(i, len(flat), width)))
+            bounds = pc.min_max(values)
+            entry["min"][i] = min(entry["min"][i], bounds["min"].as_py())
+            entry["max"][i] = max(entry["max"][i], bounds["max"].as_py())
+            entry["sum"][i] += pc.sum(values).as_py()
+            entry["sq"][i] += pc.sum(pc.multiply(values, values)).as_py()
+        entry["count"] += rows
 
     def result(self) -> dict[str, dict[str, list[float] | list[int]]]:
         out: dict[str, dict[str, list[float] | list[int]]] = {}
@@ -218,7 +222,6 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
     stats = _Stats()
     ranges: dict[int, tuple[int, int]] = {}
     used_tasks: set[int] = set()
-    index = 0
     # Pass 1: which tasks the frames use (their renumbering must be known before writing).
     for start in range(0, len(wanted), FRAME_BATCH_EPISODES):
         group = wanted[start : start + FRAME_BATCH_EPISODES]
@@ -232,45 +235,80 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
             used_tasks.update(i for i, t in task_text.items() if t == text)
     task_order = sorted(used_tasks)
     task_map = {old: new for new, old in enumerate(task_order)}
-    with pq.ParquetWriter(data_path, out_schema) as writer:
-        for start in range(0, len(wanted), FRAME_BATCH_EPISODES):
-            group = wanted[start : start + FRAME_BATCH_EPISODES]
-            result = await client.query(
-                f"SELECT * FROM {frames_ref} WHERE episode_index IN ({_in_list(group)}) "
-                "ORDER BY episode_index, frame_index"
-            )
-            while (batch := await result.next_batch()) is not None:
-                if batch.num_rows == 0:
-                    continue
-                table = pa.Table.from_batches([batch]).rename_columns(source_names)
-                old_episode = table.column("episode_index").to_pylist()
-                new_episode = [renumber[e] for e in old_episode]
-                new_index = list(range(index, index + table.num_rows))
-                for position, episode in enumerate(new_episode):
-                    low, high = ranges.get(episode, (index + position, index + position))
-                    ranges[episode] = (min(low, index + position), max(high, index + position + 1))
-                columns = {
-                    "episode_index": pa.array(
-                        new_episode, table.schema.field("episode_index").type
-                    ),
-                    "index": pa.array(new_index, table.schema.field("index").type),
-                    "task_index": pa.array(
-                        [task_map[t] for t in table.column("task_index").to_pylist()],
-                        table.schema.field("task_index").type,
-                    ),
-                }
-                for name, array in columns.items():
-                    table = table.set_column(table.schema.get_field_index(name), name, array)
-                table = table.cast(out_schema)
-                for name in table.column_names:
-                    stats.add(name, table.column(name))
-                writer.write_table(table)
-                index += table.num_rows
-
-    # Videos: each distinct source MP4 once per camera, streamed and verified.
-    copied = 0
-    episode_rows: list[dict[str, Any]] = []
+    # Videos: each distinct source MP4 once per camera, streamed and verified, a few at a
+    # time, while the frames are written.
     files: dict[tuple[str, str], int] = {}
+    copies: list[tuple[DataLocation, Path]] = []
+    for row in episodes.to_pylist():
+        for key in video_keys:
+            location = row_to_location(row[column_name(key)])
+            slot = (key, location.sha256)
+            if slot not in files:
+                files[slot] = sum(1 for k, _ in files if k == key)
+                target = VIDEO_FILE.format(video_key=key, chunk_index=0, file_index=files[slot])
+                copies.append((location, root / target))
+    limit = asyncio.Semaphore(VIDEO_COPIES)
+
+    async def copy(location: DataLocation, target: Path) -> None:
+        async with limit:
+            await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
+            reader = await client.open(location)
+            try:
+                await reader.copy_to(target)
+            finally:
+                await reader.aclose()
+
+    async def _write_frames() -> int:
+        """Stream the frames into the data file, renumbered; returns how many."""
+        index = 0
+        with pq.ParquetWriter(data_path, out_schema) as writer:
+            for start in range(0, len(wanted), FRAME_BATCH_EPISODES):
+                group = wanted[start : start + FRAME_BATCH_EPISODES]
+                result = await client.query(
+                    f"SELECT * FROM {frames_ref} WHERE episode_index IN ({_in_list(group)}) "
+                    "ORDER BY episode_index, frame_index"
+                )
+                while (batch := await result.next_batch()) is not None:
+                    if batch.num_rows == 0:
+                        continue
+                    table = pa.Table.from_batches([batch]).rename_columns(source_names)
+                    old_episode = table.column("episode_index").to_pylist()
+                    new_episode = [renumber[e] for e in old_episode]
+                    new_index = list(range(index, index + table.num_rows))
+                    for position, episode in enumerate(new_episode):
+                        low, high = ranges.get(episode, (index + position, index + position))
+                        ranges[episode] = (
+                            min(low, index + position),
+                            max(high, index + position + 1),
+                        )
+                    columns = {
+                        "episode_index": pa.array(
+                            new_episode, table.schema.field("episode_index").type
+                        ),
+                        "index": pa.array(new_index, table.schema.field("index").type),
+                        "task_index": pa.array(
+                            [task_map[t] for t in table.column("task_index").to_pylist()],
+                            table.schema.field("task_index").type,
+                        ),
+                    }
+                    for name, array in columns.items():
+                        table = table.set_column(table.schema.get_field_index(name), name, array)
+                    table = table.cast(out_schema)
+                    for name in table.column_names:
+                        stats.add(name, table.column(name))
+                    writer.write_table(table)
+                    index += table.num_rows
+        return index
+
+    copying = asyncio.ensure_future(asyncio.gather(*(copy(loc, t) for loc, t in copies)))
+    try:
+        index = await _write_frames()
+    except BaseException:
+        copying.cancel()
+        raise
+
+    await copying
+    episode_rows: list[dict[str, Any]] = []
     for row in episodes.to_pylist():
         new = renumber[row["episode_index"]]
         low, high = ranges.get(new, (0, 0))
@@ -290,20 +328,7 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
             )
         for key in video_keys:
             column = column_name(key)
-            location = row_to_location(row[column])
-            slot = (key, location.sha256)
-            if slot not in files:
-                files[slot] = sum(1 for k, _ in files if k == key)
-                target = root / VIDEO_FILE.format(
-                    video_key=key, chunk_index=0, file_index=files[slot]
-                )
-                target.parent.mkdir(parents=True, exist_ok=True)
-                reader = await client.open(location)
-                try:
-                    await reader.copy_to(target)
-                finally:
-                    await reader.aclose()
-                copied += 1
+            slot = (key, row_to_location(row[column]).sha256)
             record[f"videos/{key}/chunk_index"] = 0
             record[f"videos/{key}/file_index"] = files[slot]
             record[f"videos/{key}/from_timestamp"] = row[f"{column}__from_timestamp"]
@@ -328,4 +353,4 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
     }
     (meta / "info.json").write_text(json.dumps(info, indent=4))
     (meta / "stats.json").write_text(json.dumps(stats.result(), indent=4))
-    return ExportedDataset(root, len(wanted), index, len(task_order), copied)
+    return ExportedDataset(root, len(wanted), index, len(task_order), len(copies))
