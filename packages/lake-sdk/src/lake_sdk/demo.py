@@ -146,6 +146,7 @@ async def _run(data_dir: Path) -> None:
         async with MetaClient(f"http://{meta_addr}") as admin:
             created = await admin.create_table(TABLE, schema)
         say(f"created table lake.{TABLE} at version {created.entry.descriptor.version}")
+        recordings = importlib.util.find_spec("mcap") is not None
 
         media = data_dir / "media"
         media.mkdir(exist_ok=True)
@@ -190,6 +191,12 @@ async def _run(data_dir: Path) -> None:
                 await client.query_table("DELETE FROM robots.episodes")
             except Exception as exc:
                 say(f"\nSQL> DELETE FROM robots.episodes\n  refused: {exc}")
+
+            if recordings:  # lake-sdk[mcap]: an MCAP recording as a FILE value
+                from lake_sdk.demo_recordings import show_recording
+
+                async with MetaClient(f"http://{meta_addr}") as admin:
+                    await show_recording(client, admin, media, say)
     finally:
         for proc in reversed(procs):
             if proc.poll() is None:
