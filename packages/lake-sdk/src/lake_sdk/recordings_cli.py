@@ -156,3 +156,43 @@ def add(
                 )
     if output == "json":
         emit(results, output)
+
+
+@recordings.command("extract")
+@click.argument("table")
+@click.option("--topic", required=True, help="The topic to decode, such as /joint_states.")
+@click.option("--into", "into", required=True, help="The table of its rows (created if missing).")
+@click.option("--where", default=None, help="SQL condition on TABLE's rows: which recordings.")
+@addr_option
+@click.option(
+    "--meta-addr",
+    default=DEFAULT_META_ADDR,
+    show_default=True,
+    help="Metasrv's address: the --into table is created there.",
+)
+@output_option("text")
+def extract(
+    table: str,
+    topic: str,
+    into: str,
+    where: str | None,
+    addr: str,
+    meta_addr: str,
+    output: Output,
+) -> None:
+    """Decode --topic of every recording of TABLE (--where) into --into: one version each."""
+    from lake_sdk.mcap import extract_topic
+
+    token = optional_token(os.environ, METADATA_AUTH_TOKEN_FILE)
+    with Client(query_url(addr)) as client:
+        done = extract_topic(
+            client, table, topic, into, where=where, meta_addr=meta_addr, meta_token=token
+        )
+    emit(
+        done.as_json(),
+        output,
+        text=(
+            f"extracted {done.rows} {topic} messages of {done.recordings - done.skipped} "
+            f"recordings into {done.table} ({done.skipped} already there)"
+        ),
+    )

@@ -31,6 +31,8 @@ from typing import Any
 from lake_core.errors import InvalidArgument
 from lake_core.models import DataLocation
 from lake_sdk.client import AsyncClient
+from lake_sdk.mcap.extract import Extracted
+from lake_sdk.mcap.extract import extract_topic as _extract
 from lake_sdk.mcap.read import (
     BLOCK_SIZE,
     AsyncMessages,
@@ -45,10 +47,13 @@ from lake_sdk.sync import Client
 
 __all__ = [
     "AsyncMessages",
+    "Extracted",
     "Message",
     "Messages",
     "RecordingSummary",
     "TopicSummary",
+    "extract_topic",
+    "extract_topic_async",
     "messages",
     "messages_async",
     "recording_summary",
@@ -125,3 +130,49 @@ async def recording_summary_async(
     reader = await messages_async(client, location, **options)
     async with reader:
         return await reader.summary(), reader.bytes_fetched
+
+
+async def extract_topic_async(
+    client: AsyncClient,
+    recordings: str,
+    topic: str,
+    into: str,
+    *,
+    where: str | None = None,
+    meta_addr: str = "127.0.0.1:50052",
+    meta_token: Any = None,
+) -> Extracted:
+    """Decode ``topic`` of the selected recordings into table ``into`` (created if missing).
+
+    One table version per recording; recordings already in ``into`` are
+    skipped. See :mod:`lake_sdk.mcap.extract`.
+    """
+    from lake_core.metaclient import MetaClient
+
+    addr = meta_addr if "://" in meta_addr else f"http://{meta_addr}"
+    async with MetaClient(addr, token=meta_token) as meta:
+        return await _extract(client, recordings, topic, into, meta=meta, where=where)
+
+
+def extract_topic(
+    client: Client,
+    recordings: str,
+    topic: str,
+    into: str,
+    *,
+    where: str | None = None,
+    meta_addr: str = "127.0.0.1:50052",
+    meta_token: Any = None,
+) -> Extracted:
+    """:func:`extract_topic_async` on a blocking :class:`~lake_sdk.Client`."""
+    return client._runner.run(
+        extract_topic_async(
+            client._inner,
+            recordings,
+            topic,
+            into,
+            where=where,
+            meta_addr=meta_addr,
+            meta_token=meta_token,
+        )
+    )

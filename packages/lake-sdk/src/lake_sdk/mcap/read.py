@@ -102,6 +102,8 @@ class Message:
     schema_name: str
     message_encoding: str
     _decode: Callable[[bytes], Any] | None = field(default=None, repr=False, compare=False)
+    schema_encoding: str = field(default="", repr=False)
+    schema_data: bytes = field(default=b"", repr=False)
 
     @cached_property
     def decoded(self) -> Any:
@@ -284,6 +286,8 @@ class Messages:
                     "" if schema is None else schema.name,
                     channel.message_encoding,
                     decoders[channel.id],
+                    "" if schema is None else schema.encoding,
+                    b"" if schema is None else schema.data,
                 )
         except exceptions.McapError as exc:
             raise InvalidRecording(
