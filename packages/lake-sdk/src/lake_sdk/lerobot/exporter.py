@@ -85,7 +85,7 @@ def episodes_table(sql: str) -> str:
     return name[len("lake.") :] if name.lower().startswith("lake.") else name
 
 
-def _tasks_parquet(tasks: list[str], path: Path) -> None:
+def write_tasks(tasks: list[str], path: Path) -> None:
     """tasks.parquet as pandas writes it: task_index, and the task text as the index."""
     pandas = {
         "index_columns": ["task"],
@@ -340,7 +340,7 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
     meta = root / "meta"
     (meta / "episodes" / "chunk-000").mkdir(parents=True)
     pq.write_table(pa.Table.from_pylist(episode_rows), root / EPISODES_FILE)
-    _tasks_parquet([task_text[i] for i in task_order], meta / "tasks.parquet")
+    write_tasks([task_text[i] for i in task_order], meta / "tasks.parquet")
     info = {
         **info,
         "codebase_version": SUPPORTED_VERSION,
