@@ -147,6 +147,7 @@ async def _run(data_dir: Path) -> None:
             created = await admin.create_table(TABLE, schema)
         say(f"created table lake.{TABLE} at version {created.entry.descriptor.version}")
         recordings = importlib.util.find_spec("mcap") is not None
+        datasets = all(importlib.util.find_spec(m) is not None for m in ("av", "numpy"))
 
         media = data_dir / "media"
         media.mkdir(exist_ok=True)
@@ -197,6 +198,10 @@ async def _run(data_dir: Path) -> None:
 
                 async with MetaClient(f"http://{meta_addr}") as admin:
                     await show_recording(client, admin, media, say)
+            if datasets:  # lake-sdk[lerobot]: a LeRobot v3.0 dataset in and out
+                from lake_sdk.demo_recordings import show_dataset
+
+                await show_dataset(client, meta_addr, media, say)
     finally:
         for proc in reversed(procs):
             if proc.poll() is None:

@@ -1,6 +1,7 @@
-"""The recording part of ``lake demo`` (needs ``lake-sdk[mcap]``; skipped without it).
+"""The robot-data part of ``lake demo``: one MCAP recording and one LeRobot dataset.
 
-Writes a 5 s MCAP file with a JSON topic, adds it to a recordings table
+Each part runs when its extra is installed (``lake-sdk[mcap]``,
+``lake-sdk[lerobot]``) and is skipped otherwise. The recording part writes a 5 s MCAP file with a JSON topic, adds it to a recordings table
 (summary columns, the file uploaded to the stage), and reads one second of
 it back in place, printing what that cost.
 """
@@ -18,7 +19,7 @@ from lake_sdk.locations import data_location
 from lake_sdk.mcap import messages_async
 from lake_sdk.recordings import recordings_schema
 
-__all__ = ["RECORDINGS", "show_recording", "write_demo_recording"]
+__all__ = ["RECORDINGS", "show_dataset", "show_recording", "write_demo_recording"]
 
 RECORDINGS = TableRef("robots", "recordings")
 T0 = 1_793_491_200_000_000_000
@@ -60,4 +61,32 @@ async def show_recording(
     say(
         f"read 1 s of /pose in place: {len(poses)} messages, {window.bytes_fetched} of "
         f"{location.size_bytes} bytes fetched"
+    )
+
+
+async def show_dataset(
+    client: AsyncClient, meta_addr: str, media: Path, say: Callable[[str], None]
+) -> None:
+    """Import a tiny LeRobot v3.0 dataset and export two of its episodes (needs PyAV)."""
+    import asyncio
+
+    from lake_sdk.lerobot import export_lerobot_async, import_lerobot_async
+    from lake_sdk.lerobot.sample import write_dataset
+
+    source = await asyncio.to_thread(write_dataset, media / "pick_place")
+    done = await import_lerobot_async(
+        client, source, namespace="robots", name="pick_place", meta_addr=meta_addr
+    )
+    say(
+        f"\nimported LeRobot dataset pick_place: {done.episode_count} episodes, "
+        f"{done.frame_count} frames, {done.videos_uploaded} MP4s uploaded"
+    )
+    exported = await export_lerobot_async(
+        client,
+        "SELECT episode_index FROM robots.pick_place_episodes WHERE length >= 4",
+        media / "long_episodes",
+    )
+    say(
+        f"exported {exported.episode_count} episodes ({exported.frame_count} frames) "
+        f"as a LeRobot v3.0 dataset to {exported.root}"
     )
