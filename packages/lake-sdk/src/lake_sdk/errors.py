@@ -129,11 +129,9 @@ __all__ = [
     "Internal",
     "InvalidAppend",
     "InvalidArgument",
-    "InvalidDataset",
     "InvalidFlightData",
     "InvalidName",
     "InvalidRange",
-    "InvalidRecording",
     "InvalidSchema",
     "InvalidUpload",
     "LakeError",
@@ -179,6 +177,11 @@ class MissingExtra(FailedPrecondition, ImportError):
 
     Also an ``ImportError``, so code that already guards an optional import catches it.
     """
+
+
+# InvalidRecording and InvalidDataset belong to the optional robot-data modules
+# (lake_sdk.mcap, lake_sdk.lerobot): importable from here, outside the frozen
+# top-level surface that __all__ lists.
 
 
 class InvalidRecording(InvalidArgument):
