@@ -89,6 +89,11 @@ def test_lake_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert "a new query:   16 rows" in out
     assert "Lake SQL is read-only" in out
     assert "sha256 verified" in out
+    # The test environment has lake-sdk[mcap]: the demo adds a recording and reads 1 s of it.
+    assert "added recording run-0001.mcap to lake.robots.recordings" in out
+    assert "read 1 s of /pose in place: 50 messages" in out
+    assert "imported LeRobot dataset pick_place: 4 episodes, 14 frames, 4 MP4s uploaded" in out
+    assert "exported 2 episodes (9 frames) as a LeRobot v3.0 dataset" in out
     assert "stopped Query and Metasrv" in out
 
 

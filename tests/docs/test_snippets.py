@@ -91,6 +91,8 @@ RUN_WHOLE = {
     "gc.md": "tests/docs/test_shell_pages.py",
     "iceberg.md": "tests/docs/test_iceberg_guide.py",
     "registrar.md": "tests/docs/test_iceberg_guide.py",
+    "recordings.md": "tests/recordings/test_docs.py",
+    "lerobot.md": "tests/lerobot/test_docs.py",
 }
 
 #: Pages with shell blocks no test runs, and why. A usage synopsis (``[--json]``,

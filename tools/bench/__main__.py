@@ -36,6 +36,8 @@ BENCHMARKS = [
     "tools.bench.visibility_bench",
     "tools.bench.fleet_bench",
     "tools.bench.small_files_bench",
+    "tools.bench.recordings_bench",
+    "tools.bench.lerobot_bench",
 ]
 
 

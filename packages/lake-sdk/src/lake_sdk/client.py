@@ -16,7 +16,7 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -52,6 +52,9 @@ from lake_sdk.scans import check_as_of, check_shard, shard_endpoints
 from lake_sdk.schema_cache import SchemaCache
 from lake_sdk.time_travel import AsOf, as_of_sql, versions_sql
 from lake_sdk.transport import Connection, ConnectOptions
+
+if TYPE_CHECKING:
+    from lake_sdk.recordings import AddedRecording
 
 __all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "AsyncClient", "LakeClient"]
 
@@ -366,6 +369,27 @@ class AsyncClient:
         removes the pending file and raises.
         """
         return await self._state.appender.resume(operation_id)
+
+    # -- recordings (lake-sdk[mcap]) ------------------------------------------
+
+    async def add_recording(
+        self,
+        table: TableRef | str,
+        path: str | os.PathLike[str],
+        *,
+        values: Mapping[str, Any] | None = None,
+        progress: ProgressCallback | bool | None = None,
+    ) -> AddedRecording:
+        """Add one MCAP recording to a recordings table (:mod:`lake_sdk.recordings`).
+
+        The file is checked and summarized first (a file that is not a complete
+        MCAP file raises ``InvalidRecording`` before any upload), then uploaded
+        directly to the stage and one row appended with ``values`` for the
+        table's own columns. Returns the version and the summary.
+        """
+        from lake_sdk.recordings import add_recording
+
+        return await add_recording(self, table, path, values=values, progress=progress)
 
     # -- FILE values -------------------------------------------------------
 

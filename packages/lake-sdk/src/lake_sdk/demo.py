@@ -149,6 +149,8 @@ async def _run(data_dir: Path) -> None:
         async with MetaClient(f"http://{meta_addr}") as admin:
             created = await admin.create_table(TABLE, schema)
         say(f"created table lake.{TABLE} at version {created.entry.descriptor.version}")
+        recordings = importlib.util.find_spec("mcap") is not None
+        datasets = all(importlib.util.find_spec(m) is not None for m in ("av", "numpy"))
 
         media = data_dir / "media"
         media.mkdir(exist_ok=True)
@@ -193,6 +195,16 @@ async def _run(data_dir: Path) -> None:
                 await client.query_table("DELETE FROM robots.episodes")
             except Exception as exc:
                 say(f"\nSQL> DELETE FROM robots.episodes\n  refused: {exc}")
+
+            if recordings:  # lake-sdk[mcap]: an MCAP recording as a FILE value
+                from lake_sdk.demo_recordings import show_recording
+
+                async with MetaClient(f"http://{meta_addr}") as admin:
+                    await show_recording(client, admin, media, say)
+            if datasets:  # lake-sdk[lerobot]: a LeRobot v3.0 dataset in and out
+                from lake_sdk.demo_recordings import show_dataset
+
+                await show_dataset(client, meta_addr, media, say)
     finally:
         for proc in reversed(procs):
             if proc.poll() is None:

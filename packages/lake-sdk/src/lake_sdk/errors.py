@@ -177,3 +177,19 @@ class MissingExtra(FailedPrecondition, ImportError):
 
     Also an ``ImportError``, so code that already guards an optional import catches it.
     """
+
+
+# InvalidRecording and InvalidDataset belong to the optional robot-data modules
+# (lake_sdk.mcap, lake_sdk.lerobot): importable from here, outside the frozen
+# top-level surface that __all__ lists.
+
+
+class InvalidRecording(InvalidArgument):
+    """A file given as an MCAP recording is not one: wrong magic, truncated or corrupt.
+
+    Raised before anything is uploaded or appended.
+    """
+
+
+class InvalidDataset(InvalidArgument):
+    """A directory given as a LeRobot dataset is not a readable v3.0 dataset."""

@@ -66,6 +66,8 @@ class ObjectFile(io.BufferedIOBase):
         self._loop = loop
         self._cache = BlockCache(location, limits)
         self._position = 0
+        self._exact_bytes = 0
+        self._exact_fetches = 0
         self._lock = threading.RLock()  # decoders may call from more than one thread
 
     def __repr__(self) -> str:
@@ -80,13 +82,13 @@ class ObjectFile(io.BufferedIOBase):
 
     @property
     def bytes_fetched(self) -> int:
-        """Bytes fetched from storage so far (read-ahead and re-fetches included)."""
-        return self._cache.bytes_fetched
+        """Bytes fetched from storage so far (read-ahead, re-fetches and :meth:`pread` included)."""
+        return self._cache.bytes_fetched + self._exact_bytes
 
     @property
     def fetches(self) -> int:
         """Range reads issued so far."""
-        return self._cache.fetches
+        return self._cache.fetches + self._exact_fetches
 
     @property
     def cached_bytes(self) -> int:
@@ -173,6 +175,27 @@ class ObjectFile(io.BufferedIOBase):
                 self._fill(self._position, 1)
                 cached = self._cache.peek(self._position)
             return cached
+
+    def pread(self, start: int, end: int) -> bytes:
+        """Exactly bytes ``start..end`` in one range read, bypassing the block cache.
+
+        For a reader that knows precisely what it needs (a file format's
+        footer and index) and would waste most of a block. The position does
+        not move; the bytes count in :attr:`bytes_fetched`.
+        """
+        self._check_open()
+        if not 0 <= start < end <= self.size:
+            raise ValueError(f"range {start}..{end} is not inside 0..{self.size}")
+        data = self._run(self._fetcher.fetch, start, end)
+        if len(data) != end - start:
+            raise PrematureEof(
+                f"range {start}..{end} of {self.location.uri!r} returned {len(data)} bytes",
+                uri=self.location.uri,
+            )
+        with self._lock:
+            self._exact_bytes += len(data)
+            self._exact_fetches += 1
+        return data
 
     def close(self) -> None:
         if self.closed:

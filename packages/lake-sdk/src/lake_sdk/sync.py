@@ -11,7 +11,7 @@ import os
 import threading
 from collections.abc import Coroutine, Iterable, Iterator, Mapping, Sequence
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -36,6 +36,9 @@ from lake_sdk.object_file import ObjectFile
 from lake_sdk.results import QueryResult
 from lake_sdk.schema_cache import SchemaCache
 from lake_sdk.time_travel import AsOf
+
+if TYPE_CHECKING:
+    from lake_sdk.recordings import AddedRecording
 
 __all__ = ["Client", "SyncObjectReader", "SyncObjectStore", "SyncQueryResult", "connect"]
 
@@ -214,6 +217,21 @@ class Client:
 
     def resume_pending_append(self, operation_id: str) -> int:
         return self._runner.run(self._inner.resume_pending_append(operation_id))
+
+    # -- recordings (lake-sdk[mcap]) ------------------------------------------
+
+    def add_recording(
+        self,
+        table: TableRef | str,
+        path: str | os.PathLike[str],
+        *,
+        values: Mapping[str, Any] | None = None,
+        progress: ProgressCallback | bool | None = None,
+    ) -> AddedRecording:
+        """Add one MCAP recording to a recordings table; see :meth:`AsyncClient.add_recording`."""
+        return self._runner.run(
+            self._inner.add_recording(table, path, values=values, progress=progress)
+        )
 
     # -- FILE values -------------------------------------------------------
 

@@ -1,0 +1,180 @@
+"""``import_lerobot``: a LeRobot v3.0 dataset into three Lake tables.
+
+- ``NAME_frames``: every frame column with the type pyarrow reads from the
+  dataset's parquet files (feature names mapped by
+  :func:`~lake_sdk.lerobot.layout.column_name`, the original in each field's
+  metadata), appended file by file in batches of at most 10,000 rows.
+- ``NAME_episodes``: ``episode_index``, ``tasks``, ``length``,
+  ``dataset_from_index``, ``dataset_to_index`` and, per camera, a FILE column
+  of its MP4 with ``<camera>__from_timestamp``/``__to_timestamp`` (seconds
+  into that MP4). Each MP4 is uploaded once, however many episodes it holds.
+- ``NAME_tasks``: ``task_index``, ``task``.
+
+Everything is read and checked first (a dataset of another codebase version
+raises :class:`~lake_sdk.errors.InvalidDataset` naming it; an existing table
+raises ``TableExists``), before any table is created or byte uploaded.
+Tables are created through Metasrv (``meta_addr``), rows appended through Query.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from lake_core.errors import NotFound, TableExists
+from lake_core.filetype import file_field, location_to_row
+from lake_core.metaclient import MetaClient
+from lake_core.models import DataLocation
+from lake_core.names import TableRef, validate_identifier
+from lake_core.protocol import MAX_APPEND_ROWS
+from lake_objects.source import FileUpload
+from lake_sdk.lerobot.layout import FEATURE_KEY, INFO_KEY, Dataset, column_name, read_dataset
+
+if TYPE_CHECKING:
+    from lake_sdk.client import AsyncClient
+
+__all__ = ["ImportedDataset", "import_lerobot", "table_names"]
+
+VIDEO_MEDIA_TYPE = "video/mp4"
+
+
+@dataclass(frozen=True)
+class ImportedDataset:
+    frames: TableRef
+    episodes: TableRef
+    tasks: TableRef
+    frame_count: int
+    episode_count: int
+    videos_uploaded: int
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "frames": str(self.frames),
+            "episodes": str(self.episodes),
+            "tasks": str(self.tasks),
+            "frame_count": self.frame_count,
+            "episode_count": self.episode_count,
+            "videos_uploaded": self.videos_uploaded,
+        }
+
+
+def table_names(namespace: str, name: str) -> tuple[TableRef, TableRef, TableRef]:
+    validate_identifier(namespace, "namespace")
+    validate_identifier(name, "dataset name")
+    return (
+        TableRef(namespace, f"{name}_frames"),
+        TableRef(namespace, f"{name}_episodes"),
+        TableRef(namespace, f"{name}_tasks"),
+    )
+
+
+def frames_schema(dataset: Dataset) -> pa.Schema:
+    """The dataset's frame columns; the first also carries ``meta/info.json`` (for export)."""
+    source = pq.read_schema(dataset.data_files[0])
+    fields = [
+        pa.field(column_name(f.name), f.type, f.nullable, {FEATURE_KEY: f.name.encode()})
+        for f in source
+    ]
+    info = json.dumps(dataset.info, sort_keys=True).encode()
+    fields[0] = fields[0].with_metadata({**(fields[0].metadata or {}), INFO_KEY: info})
+    return pa.schema(fields)
+
+
+def episodes_schema(dataset: Dataset) -> pa.Schema:
+    fields = [
+        pa.field("episode_index", pa.int64()),
+        pa.field("tasks", pa.list_(pa.utf8())),
+        pa.field("length", pa.int64()),
+        pa.field("dataset_from_index", pa.int64()),
+        pa.field("dataset_to_index", pa.int64()),
+    ]
+    for key in dataset.video_keys:
+        column = column_name(key)
+        metadata = {FEATURE_KEY: key.encode()}
+        video = file_field(column)
+        fields.append(video.with_metadata({**(video.metadata or {}), **metadata}))
+        fields.append(pa.field(f"{column}__from_timestamp", pa.float64()))
+        fields.append(pa.field(f"{column}__to_timestamp", pa.float64()))
+    return pa.schema(fields)
+
+
+TASKS_SCHEMA = pa.schema([pa.field("task_index", pa.int64()), pa.field("task", pa.utf8())])
+
+
+def _frame_batches(dataset: Dataset, schema: pa.Schema) -> Any:
+    """Batches of at most MAX_APPEND_ROWS frames, renamed and cast to ``schema``, file by file."""
+    for path in dataset.data_files:
+        parquet = pq.ParquetFile(path)
+        for batch in parquet.iter_batches(batch_size=MAX_APPEND_ROWS):
+            renamed = pa.RecordBatch.from_arrays(batch.columns, names=schema.names)
+            yield renamed.cast(schema)
+
+
+async def _check_absent(meta: MetaClient, tables: tuple[TableRef, ...]) -> None:
+    for table in tables:
+        try:
+            await meta.describe_table(table)
+        except NotFound:
+            continue
+        raise TableExists(f"{table} already exists: import under another --name")
+
+
+async def import_lerobot(
+    client: AsyncClient,
+    directory: str | Path,
+    *,
+    namespace: str,
+    name: str | None = None,
+    meta: MetaClient,
+) -> ImportedDataset:
+    """Import the dataset at ``directory``; see the module docs."""
+    dataset = read_dataset(directory)
+    title = name if name is not None else column_name(dataset.root.name)
+    frames_ref, episodes_ref, tasks_ref = tables = table_names(namespace, title)
+    schemas = (frames_schema(dataset), episodes_schema(dataset), TASKS_SCHEMA)
+    await _check_absent(meta, tables)
+    for table, schema in zip(tables, schemas, strict=True):
+        await meta.create_table(table, schema)
+
+    frame_count = 0
+    for batch in _frame_batches(dataset, schemas[0]):
+        await client.append_batches(frames_ref, [batch])
+        frame_count += batch.num_rows
+
+    store = await client.object_store()
+    checkpoint_dir = None
+    uploaded: dict[Path, DataLocation] = {}
+    rows = dataset.episodes.to_pylist()
+    columns: dict[str, list[Any]] = {n: [] for n in schemas[1].names}
+    for row in rows:
+        columns["episode_index"].append(row["episode_index"])
+        columns["tasks"].append(row.get("tasks"))
+        columns["length"].append(row["length"])
+        columns["dataset_from_index"].append(row["dataset_from_index"])
+        columns["dataset_to_index"].append(row["dataset_to_index"])
+        for key in dataset.video_keys:
+            column = column_name(key)
+            path = dataset.video_file(
+                key, row[f"videos/{key}/chunk_index"], row[f"videos/{key}/file_index"]
+            )
+            if path not in uploaded:
+                uploaded[path] = await store.upload(
+                    FileUpload.from_path(path, VIDEO_MEDIA_TYPE), checkpoint_dir=checkpoint_dir
+                )
+            columns[column].append(location_to_row(uploaded[path]))
+            columns[f"{column}__from_timestamp"].append(row[f"videos/{key}/from_timestamp"])
+            columns[f"{column}__to_timestamp"].append(row[f"videos/{key}/to_timestamp"])
+    episodes = pa.RecordBatch.from_pydict(columns, schema=schemas[1])
+    await client.append_batches(episodes_ref, [episodes])
+    tasks = pa.Table.from_arrays(
+        [dataset.tasks.column("task_index"), dataset.tasks.column("task")], schema=TASKS_SCHEMA
+    )
+    await client.append_batches(tasks_ref, tasks)
+    return ImportedDataset(
+        frames_ref, episodes_ref, tasks_ref, frame_count, len(rows), len(uploaded)
+    )
