@@ -266,7 +266,8 @@ except MissingExtra as exc:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert "MISSING" in out.stdout
     # Lake is on no index: the hint names the extra's own libraries and the checkout path.
-    assert "'mcap<2,>=1.6'" in out.stdout and "'mcap-ros2-support<1,>=0.6'" in out.stdout
+    assert "'mcap<2,>=1.6'" in out.stdout
+    assert "'mcap-ros2-support<1,>=0.6'" in out.stdout
     assert "(the lake-sdk[mcap] extra; or pip install './packages/lake-sdk[mcap]'" in out.stdout
 
 
