@@ -8,7 +8,6 @@ import time
 import uuid
 from typing import Any
 
-import lance
 import pyarrow as pa
 import pytest
 
@@ -243,10 +242,7 @@ async def test_concurrent_appends_share_versions(coordinator: CommitCoordinator,
     await coordinator.create_table(kit.episodes, kit.schema)
     commands = [command(kit) for _ in range(12)]
     results = await asyncio.gather(
-        *(
-            coordinator.append(c, kit.schema, [kit.make_batch(1, i)])
-            for i, c in enumerate(commands)
-        )
+        *(coordinator.append(c, kit.schema, [kit.make_batch(1, i)]) for i, c in enumerate(commands))
     )
     record = await coordinator.describe_table(kit.episodes)
     versions = {r.version for r in results}

@@ -92,6 +92,8 @@ T = TypeVar("T")
 #: otherwise outlive the retention horizon by the amount of the skew.
 MAX_FUTURE_SKEW_MS = 24 * 3600 * 1000
 PRUNE_INTERVAL_S = 60.0
+#: Longest a committer waits for appends under the test-only ``meta.commit_group_gather``.
+GATHER_LIMIT_S = 10.0
 #: Under a steady stream of appends, retention runs at most this often per table.
 RETENTION_INTERVAL_S = 1.0
 
@@ -344,6 +346,7 @@ class CommitCoordinator:
         lock = self._locks.setdefault(table, asyncio.Lock())
         try:
             while queue:
+                await self._gather_for_tests(queue)
                 # The lock is taken per group: a create, drop or maintenance
                 # waiting for it (the lock is FIFO) goes before the next group.
                 async with lock:
@@ -369,6 +372,15 @@ class CommitCoordinator:
                 self._start_committer(table)
             else:
                 self._queues.pop(table, None)
+
+    async def _gather_for_tests(self, queue: deque[Queued]) -> None:
+        """Under the test-only fault setting ``meta.commit_group_gather``: wait for a full group."""
+        wanted = self._faults.setting(faults.COMMIT_GROUP_GATHER)
+        if wanted is None:
+            return
+        deadline = time.monotonic() + GATHER_LIMIT_S
+        while len(queue) < wanted and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
 
     def _next_group(self, queue: deque[Queued]) -> list[Queued]:
         """The appends queued now, up to the group bounds (at least one)."""

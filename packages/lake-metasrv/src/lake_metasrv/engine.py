@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import lance
-from lance.dataset import Transaction
 import pyarrow as pa
 import structlog
+from lance.dataset import Transaction
 
 from lake_core.cloud import DatasetStorage
 from lake_core.durable import fsync_dir, fsync_file, fsync_written_since
