@@ -34,6 +34,7 @@ checks, and its own operation record, so a retry returns that version.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
@@ -133,6 +134,8 @@ class CommitCoordinator:
         self._locks: dict[TableRef, asyncio.Lock] = {}
         self._queues: dict[TableRef, deque[Queued]] = {}
         self._committers: set[TableRef] = set()
+        #: Set whenever an append is queued (only awaited under a test-only fault setting).
+        self._arrived = asyncio.Event()
         self._retained_at: dict[TableRef, float] = {}
         #: Each table as this coordinator last read or wrote it (a hint: appends
         #: prepare against it, and the committer checks them against the registry).
@@ -332,6 +335,7 @@ class CommitCoordinator:
         return op_time
 
     def _start_committer(self, table: TableRef) -> None:
+        self._arrived.set()
         if table in self._committers:
             return
         self._committers.add(table)
@@ -380,7 +384,9 @@ class CommitCoordinator:
             return
         deadline = time.monotonic() + GATHER_LIMIT_S
         while len(queue) < wanted and time.monotonic() < deadline:
-            await asyncio.sleep(0.01)
+            self._arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), deadline - time.monotonic())
 
     def _next_group(self, queue: deque[Queued]) -> list[Queued]:
         """The appends queued now, up to the group bounds (at least one)."""
