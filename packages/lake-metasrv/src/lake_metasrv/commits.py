@@ -287,20 +287,26 @@ class CommitCoordinator:
         op_time: int,
         scope: TenantScope,
     ) -> AppendResult:
-        prior = await self.registry.get_operation(command.operation_id)
-        if prior is not None:
-            return replay(prior, command.table)
         # Checked outside the lock, concurrently with other appends, against
         # the table as last seen (enough here: the committer checks the
         # incarnation again, and this spares every append a registry read).
+        # A retry is answered by the committer, which reads the operation ids
+        # of its whole group at once; only an append these checks refuse is
+        # looked up here, so a retry still gets its original result.
         # The committer writes the group's rows together.
-        record = self._seen.get(command.table)
-        if record is None:
-            record = await self.describe_table(command.table)
-            self._seen[command.table] = record
-        if command.read_version is not None and command.read_version < record.version:
-            check_read_version(command, record.version)  # stale already: versions only grow
-        checked = check_rows(record, schema, batches, scope)
+        try:
+            record = self._seen.get(command.table)
+            if record is None:
+                record = await self.describe_table(command.table)
+                self._seen[command.table] = record
+            if command.read_version is not None and command.read_version < record.version:
+                check_read_version(command, record.version)  # stale already: versions only grow
+            checked = check_rows(record, schema, batches, scope)
+        except Exception:
+            prior = await self.registry.get_operation(command.operation_id)
+            if prior is not None:
+                return replay(prior, command.table)
+            raise
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
         future.add_done_callback(retrieve)
         self._queues.setdefault(command.table, deque()).append(
