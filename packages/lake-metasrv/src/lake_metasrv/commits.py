@@ -77,6 +77,7 @@ from lake_metasrv.integrity import DigestStore, LocalDigestStore
 from lake_metasrv.registry.base import (
     AppendCommit,
     AppendOperation,
+    OperationRecord,
     RegistryStore,
     TableRecord,
 )
@@ -422,14 +423,18 @@ class CommitCoordinator:
         """
         try:
             self.gate.check()  # again: the lease may have gone while these waited
-            record = await self.describe_table(table)
+            # The table and the group's earlier commits (retries), read together.
+            record, priors = await asyncio.gather(
+                self.describe_table(table),
+                self.registry.get_operations([q.command.operation_id for q in group]),
+            )
         except Exception as exc:
             self._seen.pop(table, None)
             for queued in group:
                 fail(queued, exc)
             return []
         self._seen[table] = record
-        staged, retry = await self._stage(record, group)
+        staged, retry = await self._stage(record, group, priors)
         if not staged:
             return retry
         version = record.version + 1
@@ -545,7 +550,7 @@ class CommitCoordinator:
             )
 
     async def _stage(
-        self, record: TableRecord, group: list[Queued]
+        self, record: TableRecord, group: list[Queued], priors: dict[str, OperationRecord]
     ) -> tuple[list[Queued], list[Queued]]:
         """Check each queued append against the table; return the good ones and those to retry.
 
@@ -559,7 +564,6 @@ class CommitCoordinator:
         retry: list[Queued] = []
         in_group: set[str] = set()
         conditional = False
-        priors = await self.registry.get_operations([q.command.operation_id for q in group])
         for queued in sorted(group, key=lambda q: q.command.read_version is None):
             command = queued.command
             if command.operation_id in in_group:
