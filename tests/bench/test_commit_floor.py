@@ -12,7 +12,7 @@ import pytest
 
 from lake_core.cloud import DatasetStorage
 from lake_core.config import MANIFEST_DYNAMODB_TABLE, STORAGE_TIMEOUT_MS
-from tools.bench.commit_floor import FloorServer, floor_rate
+from tools.bench.commit_floor import FloorServer, floor_latencies, floor_rate
 from tools.lake_testing.dynalite import Dynalite
 from tools.lake_testing.seaweed import SeaweedS3
 
@@ -36,6 +36,16 @@ def test_every_append_is_its_own_version_on_each_table(tmp_path: Path) -> None:
         assert len(dataset.get_fragments()) == 12
         ids.extend(dataset.to_table(columns=["id"]).column("id").to_pylist())
     assert sorted(ids) == list(range(24))
+
+
+def test_one_writer_latencies_are_one_version_each(tmp_path: Path) -> None:
+    root = tmp_path / "floor"
+    with FloorServer(root) as floor:
+        took = floor_latencies(floor.port, 5)
+    assert len(took) == 5
+    assert all(t > 0 for t in took)
+    [dataset] = _datasets(root)
+    assert (dataset.version, dataset.count_rows()) == (6, 5)
 
 
 def test_the_server_is_stopped_by_its_pid(tmp_path: Path) -> None:

@@ -133,6 +133,7 @@ def test_versions_lists_the_history(lake: LakeCluster) -> None:
         "operation",
         "rows_added",
         "engine_version",
+        "operation_ids",
     ]
     assert listing.schema.field("committed_at").type == pa.timestamp("us", tz="UTC")
     assert listing.column("version").to_pylist() == [0, 1, 2, 3, 3]
@@ -144,6 +145,10 @@ def test_versions_lists_the_history(lake: LakeCluster) -> None:
         "maintenance",
     ]
     assert listing.column("rows_added").to_pylist() == [0, ROWS, ROWS, ROWS, 0]
+    # Each append here came alone: its version holds its one operation id.
+    held = listing.column("operation_ids").to_pylist()
+    assert [len(ids) for ids in held] == [0, 1, 1, 1, 0]
+    assert len({ids[0] for ids in held[1:4]}) == 3
     engine = listing.column("engine_version").to_pylist()
     assert engine == sorted(set(engine))
     stamps = listing.column("committed_at").to_pylist()

@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 import threading
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from functools import partial
@@ -43,7 +44,7 @@ from lake_core.cloud import DatasetStorage
 from lake_metasrv.registry.dynamo_layout import REGISTRY_SCHEMA
 from tools.bench.harness import timed_threads
 
-__all__ = ["SCHEMA", "FloorServer", "floor_rate", "one_row_batch"]
+__all__ = ["SCHEMA", "FloorServer", "floor_latencies", "floor_rate", "one_row_batch"]
 
 #: The commit benchmarks' table: Lake's side, the references and the floor append to it.
 SCHEMA = pa.schema([("id", pa.int64()), ("value", pa.float64())])
@@ -252,6 +253,25 @@ def floor_rate(port: int, tables: int, count: int, in_flight: int) -> float:
 
     writers = [partial(writer, name) for name in names for _ in range(in_flight)]
     return count / timed_threads(writers)
+
+
+def floor_latencies(port: int, count: int) -> list[float]:
+    """Seconds each of ``count`` one-row appends took, one writer, one after another, one table."""
+    address = f"grpc://127.0.0.1:{port}"
+    name = uuid.uuid4().hex
+    took: list[float] = []
+    with flight.FlightClient(address) as client:
+        list(client.do_action(flight.Action(_CREATE, name.encode())))
+        for row in range(count):
+            started = time.perf_counter()
+            put, answer = client.do_put(flight.FlightDescriptor.for_path(name), SCHEMA)
+            put.write_batch(one_row_batch(row))
+            put.done_writing()
+            if answer.read() is None:
+                raise RuntimeError("the floor server answered an append with nothing")
+            put.close()
+            took.append(time.perf_counter() - started)
+    return took
 
 
 def _serve(root: str, registry: bool) -> None:

@@ -3,17 +3,31 @@
 Every side runs once per round, in rotating order, against the same
 SeaweedFS and dynalite; each figure pairs two sides of the same rounds.
 
+The commit-group goals (issue 31: concurrent appends to one table are one
+version, one request chain per group):
+
+- ``dynamo_commit_16_writers_one_table``: 16 writers of one-row appends to
+  one table through a real ``lake meta`` in cloud mode against the raw loop
+  of one append's minimal request chain (below). Goal: >= 1.5.
+- ``dynamo_commit_8_tables``: 8 tables in parallel (2 writers each) against
+  the commit floor server on 8 tables, driven the same way. Goal: >= 0.9.
+
+The goals of ``dynamo_commit_one_table`` (0.5) and
+``dynamo_commit_parallel_scaling`` (3x) are retired (report only): they
+measured one version per append, which the floor server itself could not
+reach here (0.64 and 2.2x).
+
 - ``dynamo_commit_one_table``: appends/s through a real ``lake meta`` in
   cloud mode (DoPut over the Metasrv wire client, 8 appends in flight on one
   table) against a raw loop of the minimal request chain one append needs:
   the data object PUT, the manifest PUT, the manifest pointer's conditional
   put in Lance's manifest table, and the registry's conditional update
   (objects of the sizes Lance writes for the same one-row batch).
-  Goal: >= 0.5.
-- ``dynamo_commit_8_tables``: 8 tables in parallel (2 in flight each)
-  against 8 raw chains in parallel. Report only.
+  Report only (goal retired, above).
+- ``dynamo_commit_8_tables_vs_chains``: 8 tables in parallel (2 in flight
+  each) against 8 raw chains in parallel. Report only.
 - ``dynamo_commit_parallel_scaling``: 8-table appends/s over one-table
-  appends/s, both Lake. Goal: >= 3x (tables commit independently).
+  appends/s, both Lake. Report only (goal retired, above).
 - ``dynamo_lance_commits_vs_chain``: Lance's own commits alone, in process
   on the same SeaweedFS and dynalite (one-row fragments written first,
   untimed, then committed one version after another as Metasrv's committer
@@ -78,6 +92,8 @@ from tools.lake_testing.servers import LakeProcess, free_port
 
 TABLES = 8
 IN_FLIGHT = 8
+#: dynamo_commit_16_writers_one_table: writers appending to one table at once.
+GROUP_WRITERS = 16
 BUCKET = "lake-bench"
 
 
@@ -307,6 +323,7 @@ def _start_meta(root: Path, s3: SeaweedS3, dynalite: Dynalite) -> LakeProcess:
 
 def run(quick: bool) -> list[Figure]:
     one_count = 16 if quick else 120
+    group_count = 32 if quick else 320
     many_count = 32 if quick else 320
     chain_count = 32 if quick else 400
     raw_count = 160 if quick else 1500
@@ -341,6 +358,9 @@ def run(quick: bool) -> list[Figure]:
                     "lake_one": lambda: asyncio.run(
                         _lake_rate(addr, fresh(1), one_count, IN_FLIGHT)
                     ),
+                    "lake_16": lambda: asyncio.run(
+                        _lake_rate(addr, fresh(1), group_count, GROUP_WRITERS)
+                    ),
                     "lake_many": lambda: asyncio.run(
                         _lake_rate(addr, fresh(TABLES), many_count, 2)
                     ),
@@ -374,15 +394,37 @@ def run(quick: bool) -> list[Figure]:
     load = samples.load_1m
     return [
         figure(
-            "dynamo_commit_one_table",
-            samples["lake_one"],
+            "dynamo_commit_16_writers_one_table",
+            samples["lake_16"],
             samples["chain_one"],
             unit="appends/s",
-            goal=at_least(0.5, ">= 0.5 of the minimal request chain of one append"),
+            goal=at_least(
+                1.5,
+                f">= 1.5 of the minimal request chain of one append ({GROUP_WRITERS} writers, "
+                "one table)",
+            ),
             load_1m=load,
         ),
         figure(
             "dynamo_commit_8_tables",
+            samples["lake_many"],
+            samples["floor_many"],
+            unit="appends/s",
+            goal=at_least(0.9, f">= 0.9 of the commit floor server on {TABLES} tables"),
+            load_1m=load,
+        ),
+        figure(
+            "dynamo_commit_one_table",
+            samples["lake_one"],
+            samples["chain_one"],
+            unit="appends/s",
+            goal=None,
+            report_only=f"report: {IN_FLIGHT} writers, one table, against the chain "
+            "(the >= 0.5 goal is retired: it measured one version per append)",
+            load_1m=load,
+        ),
+        figure(
+            "dynamo_commit_8_tables_vs_chains",
             samples["lake_many"],
             samples["chain_many"],
             unit="appends/s",
@@ -395,7 +437,9 @@ def run(quick: bool) -> list[Figure]:
             samples["lake_many"],
             samples["lake_one"],
             unit="appends/s (8 tables vs 1 table)",
-            goal=at_least(3.0, ">= 3x one table (tables commit independently)"),
+            goal=None,
+            report_only="report: 8 tables over one (the >= 3x goal is retired: it measured "
+            "one version per append)",
             load_1m=load,
         ),
         figure(

@@ -235,15 +235,29 @@ async def test_malformed_file_cell_is_refused(coordinator: CommitCoordinator, ki
 
 
 @pytest.mark.asyncio
-async def test_concurrent_appends_serialize(coordinator: CommitCoordinator, kit: Any) -> None:
+async def test_concurrent_appends_share_versions(coordinator: CommitCoordinator, kit: Any) -> None:
+    # The contract changed with commit groups: concurrent appends share a
+    # version (it was one version each). Versions stay gap-free, every
+    # append's rows appear exactly once, and each version names its appends.
     await coordinator.create_table(kit.episodes, kit.schema)
+    commands = [command(kit) for _ in range(12)]
     results = await asyncio.gather(
-        *(coordinator.append(command(kit), kit.schema, [kit.make_batch(1, i)]) for i in range(12))
+        *(coordinator.append(c, kit.schema, [kit.make_batch(1, i)]) for i, c in enumerate(commands))
     )
-    assert sorted(r.version for r in results) == list(range(1, 13))
     record = await coordinator.describe_table(kit.episodes)
+    versions = {r.version for r in results}
+    assert versions == set(range(1, record.version + 1))
+    assert record.version < 12  # grouped: fewer versions than appends
     table = await coordinator.engine.read(record.location, record.engine_version)
     assert sorted(table.column("episode_id").to_pylist()) == sorted(f"ep-{i}" for i in range(12))
+    history = await coordinator.registry.versions(record.incarnation)
+    held = {v.version: set(v.operation_ids) for v in history if v.version > 0}
+    assert held == {
+        v: {c.operation_id for c, r in zip(commands, results, strict=True) if r.version == v}
+        for v in versions
+    }
+    # One Lance version per group: Lance version 1 is the create.
+    assert record.engine_version == record.version + 1
 
 
 @pytest.mark.asyncio

@@ -69,7 +69,11 @@ async def append(client: MetaClient, op: str, batch: pa.RecordBatch) -> protocol
 
 
 async def verify(data_dir: Path, expected: dict[str, int]) -> dict[str, int]:
-    """Check the nothing-lost invariants from outside the server; return op -> version."""
+    """Check the nothing-lost invariants from outside the server; return op -> version.
+
+    A version holds a commit group: every operation it names adds exactly
+    its own rows, and no operation is in two versions.
+    """
     registry = SqliteRegistry(data_dir / "registry.sqlite3")
     await registry.open()
     try:
@@ -78,7 +82,7 @@ async def verify(data_dir: Path, expected: dict[str, int]) -> dict[str, int]:
         history = await registry.versions(record.incarnation)
         assert [v.version for v in history] == list(range(record.version + 1)), "version gap"
         assert history[-1].engine_version == record.engine_version
-        ops = [v.operation_id for v in history[1:]]
+        ops = [op for v in history[1:] for op in v.operation_ids]
         assert len(set(ops)) == len(ops), "an operation committed twice"
         assert set(ops) == set(expected), "committed operations differ from acknowledged ones"
         previous: set[str] = set()
@@ -94,11 +98,12 @@ async def verify(data_dir: Path, expected: dict[str, int]) -> dict[str, int]:
             if v.version == 0:
                 assert ids == set()
             else:
-                op = v.operation_id
-                assert op is not None
-                assert added == {f"{op}/{i}" for i in range(expected[op])}, f"v{v.version}"
+                assert v.operation_ids, f"v{v.version} names no operation"
+                assert added == {
+                    f"{op}/{i}" for op in v.operation_ids for i in range(expected[op])
+                }, f"v{v.version}"
             previous = ids
-        return {v.operation_id: v.version for v in history[1:] if v.operation_id}
+        return {op: v.version for v in history[1:] for op in v.operation_ids}
     finally:
         await registry.close()
 
@@ -139,15 +144,15 @@ async def test_sigkill_during_append_stream(tmp_path: Path, client_factory: Any)
         await asyncio.wait_for(asyncio.gather(*writers), 60)
         assert meta.proc is not None
         assert meta.proc.returncode == -9
-        versions = sorted(acked.values())
-        assert len(set(versions)) == len(versions)
+        versions = set(acked.values())  # concurrent writers share versions (commit groups)
 
         meta.start()
         client = client_factory(meta)
         # Retry every append whose reply was lost, with its same operation id.
         for op in unknown:
             retried = await append(client, op, rows_for(op, sizes[op]))
-            assert retried.version not in versions
+            if not retried.replayed:  # it had not landed: a version of its own, after the crash
+                assert retried.version > max(versions)
             again = await append(client, op, rows_for(op, sizes[op]))
             assert again.replayed
             assert again.version == retried.version
@@ -157,7 +162,7 @@ async def test_sigkill_during_append_stream(tmp_path: Path, client_factory: Any)
             assert replay.replayed
             assert replay.version == version
         final = (await client.describe_table(TABLE)).entry.descriptor.version
-        assert final == len(acked)
+        assert set(acked.values()) == set(range(1, final + 1))
     committed = await verify(data_dir, {op: sizes[op] for op in acked})
     assert committed == acked
 
@@ -199,3 +204,51 @@ async def test_crash_points(tmp_path: Path, client_factory: Any, point: str) -> 
 def again_version(result: protocol.AppendResult) -> int:
     assert result.replayed
     return result.version
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    "point", ["before_lance_commit", "after_lance_commit", "after_registry_commit"]
+)
+async def test_crash_points_of_a_commit_group(
+    tmp_path: Path, client_factory: Any, point: str
+) -> None:
+    """A crash at each step of a group commit: the group lands whole, or not at all, once."""
+    data_dir = tmp_path / "data"
+    # The committer waits for all four appends, so the crash hits one group of four.
+    hooks = fault_env(f"meta.{point}", "meta.commit_group_gather=4")
+    meta = start_meta(data_dir, tmp_path, env=hooks)
+    with running(meta):
+        client = client_factory(meta)
+        await client.create_table(TABLE, SCHEMA)
+        group = [new_operation_id() for _ in range(4)]
+        sizes = {op: 1 + n for n, op in enumerate(group)}
+        outcomes = await asyncio.gather(
+            *(append(client, op, rows_for(op, sizes[op])) for op in group),
+            return_exceptions=True,
+        )
+        assert all(isinstance(o, LakeError) for o in outcomes), outcomes
+        assert meta.proc is not None
+        assert meta.proc.wait(timeout=30) == 137
+
+        meta.env = {}
+        meta.start()
+        client = client_factory(meta)
+        landed = point == "after_registry_commit"
+        described = (await client.describe_table(TABLE)).entry.descriptor
+        assert described.version == (1 if landed else 0)  # all four, or none
+
+        # Another writer first: it must not inherit an unregistered Lance version.
+        other = new_operation_id()
+        await append(client, other, rows_for(other, 2))
+        retried = [await append(client, op, rows_for(op, sizes[op])) for op in group]
+        assert {r.replayed for r in retried} == {landed}
+        if landed:
+            assert {r.version for r in retried} == {1}
+        for op, first in zip(group, retried, strict=True):
+            assert again_version(await append(client, op, rows_for(op, sizes[op]))) == first.version
+    committed = await verify(data_dir, {other: 2, **sizes})
+    assert committed == {
+        other: 2 if landed else 1,
+        **{op: r.version for op, r in zip(group, retried, strict=True)},
+    }

@@ -170,6 +170,37 @@ async def test_crash_after_the_visibility_point_replays_the_original_version(
 
 
 @pytest.mark.asyncio
+async def test_a_group_crashed_after_the_visibility_point_resolves_whole(
+    registry: DynamoRegistry, dynalite: Dynalite, table_name: str
+) -> None:
+    # Step 1 for every append of a group, then the one head update naming them all.
+    await registry.create_table(record())
+    group = [new_operation_id() for _ in range(3)]
+    for op in group:
+        await _raw_pending(registry, op, 1, 5)
+    await _raw_head_update(registry, ",".join(group), 1, 5)
+    stray = new_operation_id()
+    await _raw_pending(registry, stray, 1, 5)  # pending for the same version, not named
+
+    fresh = store(dynalite, table_name, fence=lambda: 1)
+    await fresh.open()
+    try:
+        found = await fresh.get_operations([*group, stray])
+        assert sorted(found) == sorted(group)
+        assert {(r.version, r.engine_version) for r in found.values()} == {(1, 5)}
+        await fresh.take_authority(1)
+        history = await fresh.versions("inc-1")
+        assert [(v.version, v.operation_ids) for v in history] == [(0, ()), (1, tuple(group))]
+        await fresh.commit_append(commit(expected=1, engine_version=6))
+        # Still resolvable from the version record once the head moved on.
+        for op in group:
+            assert (await fresh.get_operation(op)).version == 1  # type: ignore[union-attr]
+        assert await fresh.get_operation(stray) is None
+    finally:
+        await fresh.close()
+
+
+@pytest.mark.asyncio
 async def test_crash_before_the_visibility_point_leaves_nothing_committed(
     registry: DynamoRegistry,
 ) -> None:

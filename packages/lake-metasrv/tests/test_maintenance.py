@@ -166,12 +166,12 @@ async def test_appends_racing_compaction_are_all_kept(coordinator: CommitCoordin
         *(append(coordinator, 1000 + 10 * i) for i in range(20)),
         work.create_index(T, "id"),
     )
-    versions = sorted(results[1:-1])
-    assert versions == list(range(31, 51))
+    # Concurrent appends share versions (commit groups); none is lost or skipped.
+    versions = set(results[1:-1])
     final = await coordinator.describe_table(T)
-    assert final.version == 50
+    assert versions == set(range(31, final.version + 1))
     history = await coordinator.registry.versions(final.incarnation)
-    assert [v.version for v in history] == list(range(51))
+    assert [v.version for v in history] == list(range(final.version + 1))
     ids = sorted_rows(final.location, final.engine_version).column("id").to_pylist()
     assert ids == list(range(300)) + list(range(1000, 1200))
 
@@ -235,9 +235,12 @@ async def test_a_stream_of_appends_gets_compacted_without_waiting_for_the_timer(
     finally:
         await compactor.stop()
     record = await coordinator.describe_table(T)
-    assert record.version == 61, "every append is kept"
+    history = await coordinator.registry.versions(record.incarnation)
+    held = [op for v in history for op in v.operation_ids]
+    assert len(held) == len(set(held)) == 61, "every append is kept, once"
+    # One fragment per commit group until compaction merged some.
     fragments = lance.dataset(record.location, version=record.engine_version).get_fragments()
-    assert len(fragments) < 61, "compacted while the appends streamed in"
+    assert len(fragments) < record.version, "compacted while the appends streamed in"
     assert sorted_rows(record.location, record.engine_version).num_rows == 610
 
 

@@ -21,6 +21,7 @@ from lake_core.ids import new_operation_id, operation_time_ms
 from lake_core.names import TableRef
 from lake_core.schemas import schema_to_ipc
 from lake_metasrv.registry import AppendCommit, RegistryStore, SqliteRegistry, TableRecord
+from lake_metasrv.registry.base import AppendOperation
 from lake_metasrv.registry.dynamo import DynamoRegistry
 from tools.lake_testing.dynalite import Dynalite
 
@@ -141,6 +142,61 @@ async def test_failed_cas_changes_nothing(registry: RegistryStore) -> None:
     assert await registry.generation() == gen
     assert await registry.get_operation(op) is None
     assert len(await registry.versions("inc-1")) == 1
+
+
+def group(expected: int, engine_version: int, ops: list[str]) -> AppendCommit:
+    return AppendCommit.of_group(
+        T,
+        "inc-1",
+        expected,
+        engine_version,
+        [AppendOperation(op, operation_time_ms(op)) for op in ops],
+        committed_at_ms=3,
+    )
+
+
+@pytest.mark.asyncio
+async def test_a_commit_group_is_one_version_holding_every_operation(
+    registry: RegistryStore,
+) -> None:
+    await registry.create_table(record())
+    ops = [new_operation_id() for _ in range(5)]
+    head = await registry.commit_append(group(0, 2, ops))
+    assert (head.version, head.engine_version) == (1, 2)
+    found = await registry.get_operations(ops)
+    assert sorted(found) == sorted(ops)
+    for op in ops:
+        assert (found[op].version, found[op].engine_version) == (1, 2)
+        single = await registry.get_operation(op)
+        assert single is not None
+        assert single.result(replayed=True).version == 1
+    history = await registry.versions("inc-1")
+    assert [(v.version, v.operation_ids) for v in history] == [(0, ()), (1, tuple(ops))]
+    assert history[1].operation_id == ops[0]
+
+
+@pytest.mark.asyncio
+async def test_a_group_with_a_committed_operation_commits_none_of_it(
+    registry: RegistryStore,
+) -> None:
+    await registry.create_table(record())
+    done = new_operation_id()
+    await registry.commit_append(commit(expected=0, engine_version=2, op=done))
+    gen = await registry.generation()
+    fresh = [new_operation_id() for _ in range(3)]
+    with pytest.raises(InvalidAppend, match="already committed"):
+        await registry.commit_append(group(1, 3, [*fresh, done]))
+    with pytest.raises(InvalidAppend):
+        await registry.commit_append(group(1, 3, [fresh[0], fresh[0]]))
+    assert await registry.generation() == gen
+    assert await registry.get_operations(fresh) == {}
+    current = await registry.get_table(T)
+    assert current is not None
+    assert current.version == 1
+    # The same fresh ids then commit, all together, at the next version.
+    head = await registry.commit_append(group(1, 3, fresh))
+    assert head.version == 2
+    assert {r.version for r in (await registry.get_operations(fresh)).values()} == {2}
 
 
 @pytest.mark.asyncio

@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import lance
 import pyarrow as pa
 import pytest
+from lance.dataset import Transaction
 
 from lake_core.cloud import DatasetStorage
 from lake_core.config import MANIFEST_DYNAMODB_TABLE
@@ -113,6 +114,7 @@ def test_versions_listing(history: LocalCatalog) -> None:
         "operation",
         "rows_added",
         "engine_version",
+        "operation_ids",
     ]
     assert listing.column("version").to_pylist() == [1, 2, 3, 3]
     assert listing.column("operation").to_pylist() == ["create", "append", "append", "maintenance"]
@@ -286,3 +288,27 @@ def test_the_listing_mixes_with_versions_in_one_statement(history: LocalCatalog)
     assert ids(rows(planner, sql)) == [0, 1, 2]
     only = rows(planner, 'SELECT * FROM lake.robots."episodes$versions" WHERE version = 3')
     assert only.column("operation").to_pylist() == ["append", "maintenance"]
+
+
+def test_the_listing_names_the_appends_each_version_holds(catalog: LocalCatalog) -> None:
+    # Metasrv commits a commit group as one Lance version whose transaction
+    # properties name its appends; the listing shows them per version.
+    entry = catalog.create("robots.episodes", episodes(0, 2))
+    dataset = lance.dataset(entry.descriptor.location)
+    fragments = lance.fragment.write_fragments(episodes(2, 3), dataset)
+    group = Transaction(
+        read_version=dataset.version,
+        operation=lance.LanceOperation.Append(fragments),
+        transaction_properties={"lake.operation_ids": "op-a,op-b,op-c"},
+    )
+    committed = lance.LanceDataset.commit(dataset, group, read_version=dataset.version)
+    ref = TableRef("robots", "episodes")
+    catalog._register(
+        ref, entry.descriptor.incarnation, 2, int(committed.version), episodes(0, 1).schema
+    )
+    planner = Planner(catalog.resolve, catalog.refs)
+    sql = 'SELECT version, operation_ids FROM lake.robots."episodes$versions" ORDER BY version'
+    assert rows(planner, sql).to_pylist() == [
+        {"version": 1, "operation_ids": []},
+        {"version": 2, "operation_ids": ["op-a", "op-b", "op-c"]},
+    ]

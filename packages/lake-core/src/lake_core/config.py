@@ -35,6 +35,8 @@ __all__ = [
     "AUTH_PRINCIPALS_FILE",
     "AUTH_TOKEN_FILE",
     "CLOUD_MODE",
+    "COMMIT_GROUP_MAX_APPENDS",
+    "COMMIT_GROUP_MAX_ROWS",
     "COMPACTION",
     "DYNAMODB_TABLE",
     "FAULTS",
@@ -256,6 +258,23 @@ APPEND_OPERATION_RETENTION_SECS = EnvVar(
     owner=METASRV,
     default="604800 (7 days)",
     range="1..=315360000, seconds",
+)
+COMMIT_GROUP_MAX_APPENDS = EnvVar(
+    "LAKE_COMMIT_GROUP_MAX_APPENDS",
+    doc="Most concurrent appends to one table Metasrv commits together as one table "
+    "version (a group is whatever queued while the previous commit ran; a lone append "
+    "never waits).",
+    owner=METASRV,
+    default="64",
+    range="1..=1024",
+)
+COMMIT_GROUP_MAX_ROWS = EnvVar(
+    "LAKE_COMMIT_GROUP_MAX_ROWS",
+    doc="Most rows one commit group holds (its small appends are written as one data "
+    "file); an append larger than this is committed in a group of its own.",
+    owner=METASRV,
+    default="100000",
+    range="1..=1048576",
 )
 COMPACTION = EnvVar(
     "LAKE_COMPACTION",

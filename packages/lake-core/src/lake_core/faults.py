@@ -45,6 +45,7 @@ __all__ = [
     "ASYNC_PART_BYTES",
     "ASYNC_RESULT_BYTES",
     "BEFORE_LANCE_COMMIT",
+    "COMMIT_GROUP_GATHER",
     "CRASH_EXIT_CODE",
     "CRASH_POINTS",
     "FAULTS",
@@ -115,8 +116,12 @@ ASYNC_RESULT_BYTES = "query.async_result_bytes"
 #: Query: every statement's planning first sleeps this many ms (a stuck planner, for
 #: the planning deadline and health tests).
 QUERY_PLAN_DELAY_MS = "query.plan_delay_ms"
+#: Metasrv: a table's committer waits (up to 10 s) until this many appends are
+#: queued before it takes a group, so crash tests know the group a crash hits.
+COMMIT_GROUP_GATHER = "meta.commit_group_gather"
 #: Each setting's inclusive range.
 SETTINGS: Mapping[str, tuple[int, int]] = {
+    COMMIT_GROUP_GATHER: (2, 1024),
     ASYNC_LEASE_MS: (300, 600_000),
     ASYNC_PART_BYTES: (4096, 64 * 1024 * 1024),
     ASYNC_RESULT_BYTES: (1024, 64 * 1024 * 1024),

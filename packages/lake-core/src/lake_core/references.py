@@ -1,7 +1,8 @@
 """Reference-delta sidecars: the persisted format Metasrv writes and ``lake gc`` reads.
 
 A sidecar records which managed-object URIs one table version adds (and
-drops). Metasrv writes one, durably, before the registry can point at the
+drops). A version holds a whole commit group of appends, so its delta is
+merged: the union of their references, and the list of their operation ids. Metasrv writes one, durably, before the registry can point at the
 version; the garbage collector and ``$versions`` read them, never table rows.
 
 Layouts (one per sidecar store)::
@@ -50,7 +51,12 @@ class ReferenceDelta(BaseModel):
     table: TableRef
     incarnation: str
     version: int = Field(ge=0)
+    #: The first append the version holds (None: a create or maintenance);
+    #: names the S3 object, so a retried version never overwrites another's.
     operation_id: str | None = None
+    #: Every append the version holds (a commit group's merged delta), in
+    #: commit order; empty in deltas written before commit groups.
+    operation_ids: list[str] = Field(default_factory=list)
     adds: list[str]
     drops: list[str] = Field(default_factory=list)
     engine_version: int | None = None

@@ -31,13 +31,12 @@ from lake_core.telemetry import series
 from lake_core.values import check_batches
 from lake_metasrv.engine import PreparedAppend
 from lake_metasrv.registry.base import OperationRecord, TableRecord
-from lake_metasrv.sidecars import ReferenceDelta, file_uris
+from lake_metasrv.sidecars import file_uris
 from lake_objects.scope import TenantScope
 
 __all__ = [
     "CheckedRows",
     "Queued",
-    "Staged",
     "check_read_version",
     "check_rows",
     "check_shape",
@@ -53,7 +52,17 @@ log = structlog.get_logger("lake_metasrv.commits")
 
 @dataclass(frozen=True)
 class Queued:
-    """An append waiting for its table's committer."""
+    """An append waiting for its table's committer.
+
+    ``prepared`` is None for an ordinary append: the committer writes its
+    rows (``checked.data``) together with the group's other such appends,
+    as one data file. An append whose fragments were written before it was
+    queued (a bulk ingest) carries them in ``prepared``; the committer
+    commits them as they are, in the same version as the rest of its group.
+    ``batches`` are only read again if the table was dropped and recreated
+    while the append waited (then it is checked again; empty batches with
+    ``prepared`` set make such an append fail with Aborted instead).
+    """
 
     command: AppendCommand
     schema: pa.Schema
@@ -62,8 +71,13 @@ class Queued:
     op_time: int
     scope: TenantScope
     checked: CheckedRows
-    prepared: PreparedAppend
+    prepared: PreparedAppend | None
     future: asyncio.Future[AppendResult]
+
+    @property
+    def incarnation(self) -> str:
+        """The table incarnation this append was checked (and written) against."""
+        return self.prepared.incarnation if self.prepared is not None else self.checked.incarnation
 
 
 @dataclass(frozen=True)
@@ -72,15 +86,8 @@ class CheckedRows:
 
     data: pa.Table
     adds: list[str]
-
-
-@dataclass(frozen=True)
-class Staged:
-    """A checked append with its version number, ready for the engine."""
-
-    queued: Queued
-    version: int
-    delta: ReferenceDelta
+    #: The table incarnation the rows were checked against.
+    incarnation: str = ""
 
 
 def fail(queued: Queued, error: BaseException) -> None:
@@ -129,7 +136,7 @@ def check_rows(
     adds = file_uris(data, table_schema)
     for uri in adds:
         scope.check(uri)
-    return CheckedRows(data, adds)
+    return CheckedRows(data, adds, record.incarnation)
 
 
 def check_shape(batches: Sequence[pa.RecordBatch]) -> int:

@@ -8,25 +8,33 @@ write running while the next commit starts.
 An append, in order::
 
     validate (UUIDv7 id, retention horizon, rows, empty batches)      no I/O
+    check its rows against the table as last seen                     no I/O
     queue it for the table's committer, which takes the table lock and
-    commits whatever is queued as a group, each append its own version:
+    commits whatever queued meanwhile as ONE version (a commit group):
       replay: id already committed -> the original result, replayed=True
-      table exists, exact schema, read_version is current, FILE cells valid
-        and inside the appending tenant's managed-stage prefix (no storage I/O)
-      write the reference-delta sidecars (fsync'd)
-      Lance: each append's fragments committed on the previous version,
+      per append: table incarnation, read_version, exact schema, FILE
+        cells inside the tenant's managed-stage prefix; a bad one is
+        refused alone, the others go on
+      the group's rows written together (one fragment), ingest fragments
+        already written join as they are                            (fsync'd)
+      one merged reference-delta sidecar (every append's adds and ids)
+      Lance: one Append of every fragment on the registered version,
         a compare-and-swap that restores over unregistered orphans  (fsync'd)
-      registry compare-and-swap: version -> version + n    <- visibility point
+      registry compare-and-swap: version -> version + 1, one operation
+        record per append, all or none               <- visibility point
       retention (failure logged, never fails the commit)
 
-Grouping is what makes many small appends cheap: one registry transaction
-and one fsync pass serve the whole group, while each append keeps its own
-version, its own checks and its own outcome.
+A group is whatever queued while the previous commit of the table ran (a
+lone append never waits), bounded by ``LAKE_COMMIT_GROUP_MAX_APPENDS`` and
+``LAKE_COMMIT_GROUP_MAX_ROWS``. Every append still gets its own outcome:
+the version its rows became visible at (shared by its group), its own
+checks, and its own operation record, so a retry returns that version.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Sequence
@@ -38,6 +46,7 @@ import structlog
 
 from lake_core import faults
 from lake_core.errors import (
+    Aborted,
     InvalidAppend,
     OperationExpired,
     TableExists,
@@ -49,9 +58,9 @@ from lake_core.names import TableRef
 from lake_core.principal import DEV_PRINCIPAL
 from lake_core.protocol import AppendCommand, AppendResult, DropTableResult
 from lake_core.schemas import schema_to_ipc, validate_table_schema
+from lake_core.telemetry import series
 from lake_metasrv.appends import (
     Queued,
-    Staged,
     check_read_version,
     check_rows,
     check_shape,
@@ -62,10 +71,16 @@ from lake_metasrv.appends import (
 )
 from lake_metasrv.config import MetaConfig
 from lake_metasrv.datadir import DataDir
-from lake_metasrv.engine import AppendOutcome, LanceEngine, LocalLanceEngine
+from lake_metasrv.engine import LanceEngine, LocalLanceEngine, PreparedAppend
 from lake_metasrv.gate import OpenGate, WriteGate
 from lake_metasrv.integrity import DigestStore, LocalDigestStore
-from lake_metasrv.registry.base import AppendCommit, RegistryStore, TableRecord
+from lake_metasrv.registry.base import (
+    AppendCommit,
+    AppendOperation,
+    OperationRecord,
+    RegistryStore,
+    TableRecord,
+)
 from lake_metasrv.sidecars import DropMarker, LocalSidecarStore, ReferenceDelta, SidecarStore
 from lake_objects.scope import TenantScope
 from lake_objects.settings import StageSettings
@@ -79,8 +94,8 @@ T = TypeVar("T")
 #: otherwise outlive the retention horizon by the amount of the skew.
 MAX_FUTURE_SKEW_MS = 24 * 3600 * 1000
 PRUNE_INTERVAL_S = 60.0
-#: Appends to one table committed together at most (each its own version).
-MAX_GROUP = 64
+#: Longest a committer waits for appends under the test-only ``meta.commit_group_gather``.
+GATHER_LIMIT_S = 10.0
 #: Under a steady stream of appends, retention runs at most this often per table.
 RETENTION_INTERVAL_S = 1.0
 
@@ -120,6 +135,8 @@ class CommitCoordinator:
         self._locks: dict[TableRef, asyncio.Lock] = {}
         self._queues: dict[TableRef, deque[Queued]] = {}
         self._committers: set[TableRef] = set()
+        #: Set whenever an append is queued (only awaited under a test-only fault setting).
+        self._arrived = asyncio.Event()
         self._retained_at: dict[TableRef, float] = {}
         #: Each table as this coordinator last read or wrote it (a hint: appends
         #: prepare against it, and the committer checks them against the registry).
@@ -256,7 +273,7 @@ class CommitCoordinator:
         is the appending principal's tenant: FILE cells must name objects in
         its managed-stage prefix. Concurrent appends to one table are
         committed as a group (see :meth:`_commit_group`); each still gets its
-        own version and its own outcome.
+        own checks and its own outcome, and shares its group's version.
         """
         self.gate.check()  # before anything is read or written for it
         op_time = self._check_operation_id(command.operation_id)
@@ -275,30 +292,45 @@ class CommitCoordinator:
         op_time: int,
         scope: TenantScope,
     ) -> AppendResult:
-        prior = await self.registry.get_operation(command.operation_id)
-        if prior is not None:
-            return replay(prior, command.table)
-        # Checked and written as fragments outside the lock, concurrently with
-        # other appends; the committer only has to commit them.
-        # The table as last seen is enough here (everything is checked again
-        # under the lock), and spares every append a registry read.
-        record = self._seen.get(command.table)
-        if record is None:
-            record = await self.describe_table(command.table)
-            self._seen[command.table] = record
-        if command.read_version is not None and command.read_version < record.version:
-            check_read_version(command, record.version)  # stale already: versions only grow
-        checked = check_rows(record, schema, batches, scope)
-        prepared = await self.engine.prepare(
-            record.location, record.incarnation, record.engine_version, checked.data
-        )
+        # Checked outside the lock, concurrently with other appends, against
+        # the table as last seen (enough here: the committer checks the
+        # incarnation again, and this spares every append a registry read).
+        # A retry is answered by the committer, which reads the operation ids
+        # of its whole group at once; only an append these checks refuse is
+        # looked up here, so a retry still gets its original result.
+        # The committer writes the group's rows together.
+        try:
+            record = self._seen.get(command.table)
+            if record is None:
+                record = await self.describe_table(command.table)
+                self._seen[command.table] = record
+            if command.read_version is not None and command.read_version < record.version:
+                check_read_version(command, record.version)  # stale already: versions only grow
+            checked = check_rows(record, schema, batches, scope)
+        except Exception:
+            prior = await self.registry.get_operation(command.operation_id)
+            if prior is not None:
+                return replay(prior, command.table)
+            raise
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
         future.add_done_callback(retrieve)
         self._queues.setdefault(command.table, deque()).append(
-            Queued(command, schema, batches, rows, op_time, scope, checked, prepared, future)
+            Queued(command, schema, batches, rows, op_time, scope, checked, None, future)
         )
         self._start_committer(command.table)
         return await future
+
+    def enqueue(self, queued: Queued) -> None:
+        """Queue an append checked (and possibly written) by the caller for its group.
+
+        For appends that arrive some other way than :meth:`append` (a bulk
+        ingest whose fragments were written while it streamed in:
+        ``queued.prepared``). The caller awaits ``queued.future``; the
+        committer checks it against the table like any other append.
+        """
+        queued.future.add_done_callback(retrieve)
+        self._queues.setdefault(queued.command.table, deque()).append(queued)
+        self._start_committer(queued.command.table)
 
     def _check_operation_id(self, operation_id: str) -> int:
         parse_operation_id(operation_id)
@@ -314,6 +346,7 @@ class CommitCoordinator:
         return op_time
 
     def _start_committer(self, table: TableRef) -> None:
+        self._arrived.set()
         if table in self._committers:
             return
         self._committers.add(table)
@@ -328,10 +361,11 @@ class CommitCoordinator:
         lock = self._locks.setdefault(table, asyncio.Lock())
         try:
             while queue:
+                await self._gather_for_tests(queue)
                 # The lock is taken per group: a create, drop or maintenance
                 # waiting for it (the lock is FIFO) goes before the next group.
                 async with lock:
-                    group = [queue.popleft() for _ in range(min(len(queue), MAX_GROUP))]
+                    group = self._next_group(queue)
                     try:
                         retry = await self._commit_group(table, group)
                     except BaseException as exc:
@@ -354,183 +388,222 @@ class CommitCoordinator:
             else:
                 self._queues.pop(table, None)
 
-    def _write_side_records(self, record: TableRecord, staged: Sequence[Staged]) -> None:
-        """The staged versions' reference-delta sidecars, then their digests (blocking)."""
-        self.sidecars.write_deltas([s.delta for s in staged])
-        self._record_digests(record, staged)
+    async def _gather_for_tests(self, queue: deque[Queued]) -> None:
+        """Under the test-only fault setting ``meta.commit_group_gather``: wait for a full group."""
+        wanted = self._faults.setting(faults.COMMIT_GROUP_GATHER)
+        if wanted is None:
+            return
+        deadline = time.monotonic() + GATHER_LIMIT_S
+        while len(queue) < wanted and time.monotonic() < deadline:
+            self._arrived.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._arrived.wait(), deadline - time.monotonic())
 
-    def _record_digests(self, record: TableRecord, staged: Sequence[Staged]) -> None:
-        """Hash the data files each staged version adds (blocking)."""
-        if self.digests is not None:
-            self.digests.record(
-                record.table,
-                record.incarnation,
-                record.location,
-                [(s.version, s.queued.prepared.fragments) for s in staged],
-            )
+    def _next_group(self, queue: deque[Queued]) -> list[Queued]:
+        """The appends queued now, up to the group bounds (at least one)."""
+        group: list[Queued] = []
+        rows = 0
+        while queue and len(group) < self.config.group_max_appends:
+            # Rows written by the committer count; fragments written before
+            # queueing (an ingest) are committed as they are.
+            more = queue[0].rows if queue[0].prepared is None else 0
+            if group and rows + more > self.config.group_max_rows:
+                break
+            group.append(queue.popleft())
+            rows += more
+        return group
 
     async def _commit_group(self, table: TableRef, group: list[Queued]) -> list[Queued]:
-        """Commit ``group`` in order, each append its own version; return those to retry.
+        """Commit ``group`` as ONE version; return the appends to retry after it.
 
-        The group shares one registry read, one sidecar directory fsync, one
-        run of Lance commits with one fsync pass, one registry transaction
-        (where the registry has multi-append transactions) and one retention
-        pass. Every append is validated on its own, exactly as if it came
-        alone: a bad one fails by itself and does not hold a version number.
-        While more appends are waiting, retention runs at most every
-        :data:`RETENTION_INTERVAL_S` (a table then briefly keeps more than
-        its window, never fewer versions).
+        Every append is checked on its own, exactly as if it came alone: a
+        bad one fails by itself and takes no part in the version. The good
+        ones share one registry read, one fragment write (their rows
+        concatenated), one merged sidecar, one Lance commit with one fsync
+        pass, one registry compare-and-swap and one retention pass; each gets
+        the shared version as its result. While more appends are waiting,
+        retention runs at most every :data:`RETENTION_INTERVAL_S` (a table
+        then briefly keeps more than its window, never fewer versions).
         """
         try:
             self.gate.check()  # again: the lease may have gone while these waited
-            record = await self.describe_table(table)
+            # The table and the group's earlier commits (retries), read together.
+            record, priors = await asyncio.gather(
+                self.describe_table(table),
+                self.registry.get_operations([q.command.operation_id for q in group]),
+            )
         except Exception as exc:
             self._seen.pop(table, None)
             for queued in group:
                 fail(queued, exc)
             return []
         self._seen[table] = record
-        staged, retry = await self._stage(record, group)
+        staged, retry = await self._stage(record, group, priors)
         if not staged:
             return retry
-        # Sidecars and Lance commits are independent; both must be durable
-        # before the registry moves. A failure of either leaves only orphans.
-        # The sidecars and the digests share one thread: a third busy thread
-        # beside the commits slowed them more than it saved (1.08x appends/s
-        # with one, embedded, 8 in flight; docs/performance-analysis.md).
+        version = record.version + 1
+        ids = [queued.command.operation_id for queued in staged]
+        delta = ReferenceDelta(
+            table=table,
+            incarnation=record.incarnation,
+            version=version,
+            operation_id=ids[0],
+            operation_ids=ids,
+            adds=sorted({uri for queued in staged for uri in queued.checked.adds}),
+        )
+        series.COMMIT_GROUP_SIZE.observe(len(staged))
+        # The sidecar and the rows + Lance commit are independent; both must
+        # be durable before the registry moves. A failure of either leaves
+        # only orphans (an unregistered Lance version, restored over next time).
         self._faults.crash(faults.BEFORE_LANCE_COMMIT)
         beside, outcome = await asyncio.gather(
-            asyncio.to_thread(self._write_side_records, record, staged),
-            self.engine.append_many(
-                record.location,
-                record.incarnation,
-                record.engine_version,
-                [s.queued.prepared for s in staged],
-            ),
+            asyncio.to_thread(self.sidecars.write_deltas, [delta]),
+            self._write_and_commit(record, version, staged, ids),
             return_exceptions=True,
         )
         for failure in (beside, outcome):
             if isinstance(failure, BaseException):
-                for item in staged:
-                    fail(item.queued, failure)
+                for queued in staged:
+                    fail(queued, failure)
                 return retry
-        assert isinstance(outcome, AppendOutcome)
+        assert isinstance(outcome, int)
         self._faults.crash(faults.AFTER_LANCE_COMMIT)
-        written = staged[: len(outcome.versions)]
-        if outcome.error is not None:
-            # The Lance write of this one failed; those after it were never tried.
-            fail(staged[len(written)].queued, outcome.error)
-            retry.extend(s.queued for s in staged[len(written) + 1 :])
-        committed_at = self._now_ms()
-        commits = [
-            AppendCommit(
-                table=table,
-                incarnation=record.incarnation,
-                expected_version=item.version - 1,
-                engine_version=engine_version,
-                operation_id=item.queued.command.operation_id,
-                operation_time_ms=item.queued.op_time,
-                committed_at_ms=committed_at,
-            )
-            for item, engine_version in zip(written, outcome.versions, strict=True)
-        ]
-        done: list[tuple[Staged, TableRecord]] = []
-        batch = self.registry.atomic_append_batch
-        for start in range(0, len(commits), batch):
-            chunk = written[start : start + batch]
-            try:
-                updated = await self.registry.commit_appends(commits[start : start + batch])
-            except Exception as exc:
-                error = registry_failure(table, exc)
-                for item in chunk:
-                    fail(item.queued, error)
-                # Never tried: their Lance versions are orphans, restored over on retry.
-                retry.extend(s.queued for s in written[start + batch :])
-                break
-            self._faults.crash(faults.AFTER_REGISTRY_COMMIT)
-            done.extend(zip(chunk, updated, strict=True))
-        if done:
-            last = done[-1][1]
-            log.info(
-                "appends committed",
-                table=str(table),
-                count=len(done),
-                version=last.version,
-                engine_version=last.engine_version,
-                rows=sum(item.queued.rows for item, _ in done),
-            )
-            now = time.monotonic()
-            busy = bool(self._queues.get(table))  # appends arrived while this group committed
-            if not busy or now - self._retained_at.get(table, 0.0) >= RETENTION_INTERVAL_S:
-                # Before replying: once a lone append is acknowledged, its
-                # retention has happened.
-                self._retained_at[table] = now
-                await self._retain(last)
-        for item, result in done:
-            item.queued.future.set_result(
+        commit = AppendCommit.of_group(
+            table,
+            record.incarnation,
+            record.version,
+            outcome,
+            [AppendOperation(q.command.operation_id, q.op_time) for q in staged],
+            self._now_ms(),
+        )
+        try:
+            updated = await self.registry.commit_append(commit)
+        except Exception as exc:
+            error = registry_failure(table, exc)
+            for queued in staged:
+                fail(queued, error)
+            return retry
+        self._faults.crash(faults.AFTER_REGISTRY_COMMIT)
+        log.info(
+            "appends committed",
+            table=str(table),
+            count=len(staged),
+            version=updated.version,
+            engine_version=updated.engine_version,
+            rows=sum(queued.rows for queued in staged),
+        )
+        now = time.monotonic()
+        busy = bool(self._queues.get(table))  # appends arrived while this group committed
+        if not busy or now - self._retained_at.get(table, 0.0) >= RETENTION_INTERVAL_S:
+            # Before replying: once a lone append is acknowledged, its
+            # retention has happened.
+            self._retained_at[table] = now
+            await self._retain(updated)
+        for queued in staged:
+            queued.future.set_result(
                 AppendResult(
                     table=table,
-                    operation_id=item.queued.command.operation_id,
-                    version=result.version,
-                    descriptor=result.descriptor(),
+                    operation_id=queued.command.operation_id,
+                    version=updated.version,
+                    descriptor=updated.descriptor(),
                 )
             )
-        if done:
-            self._seen[table] = done[-1][1]
-            self._count_appends(table, len(done))
+        self._seen[table] = updated
+        self._count_appends(table, len(staged))
         await self._prune_operations()
         return retry
 
-    async def _stage(
-        self, record: TableRecord, group: list[Queued]
-    ) -> tuple[list[Staged], list[Queued]]:
-        """Check each queued append against the table; assign versions to the good ones.
+    async def _write_and_commit(
+        self, record: TableRecord, version: int, staged: list[Queued], ids: list[str]
+    ) -> int:
+        """Write the group's rows as one fragment, then commit every fragment as one version.
 
-        Returns the staged appends and those to retry after this group (a
-        second use of an operation id that is in this very group).
+        The data files' digests are recorded while Lance commits. Both run
+        to the end before this returns, even when one fails: nothing of a
+        failed group may still be writing when the next one starts.
         """
-        staged: list[Staged] = []
+        prepared = [queued.prepared for queued in staged if queued.prepared is not None]
+        rows = [queued.checked.data for queued in staged if queued.prepared is None]
+        if rows:
+            data = rows[0] if len(rows) == 1 else pa.concat_tables(rows)
+            written = await self.engine.prepare(
+                record.location, record.incarnation, record.engine_version, data
+            )
+            prepared.append(written)
+        digests, committed = await asyncio.gather(
+            asyncio.to_thread(self._record_digests, record, version, prepared),
+            self.engine.commit_group(
+                record.location, record.incarnation, record.engine_version, prepared, ids
+            ),
+            return_exceptions=True,
+        )
+        for failure in (digests, committed):
+            if isinstance(failure, BaseException):
+                raise failure
+        assert isinstance(committed, int)
+        return committed
+
+    def _record_digests(
+        self, record: TableRecord, version: int, prepared: list[PreparedAppend]
+    ) -> None:
+        """Hash the data files the group's version adds (blocking)."""
+        if self.digests is not None:
+            fragments = [fragment for append in prepared for fragment in append.fragments]
+            self.digests.record(
+                record.table, record.incarnation, record.location, [(version, fragments)]
+            )
+
+    async def _stage(
+        self, record: TableRecord, group: list[Queued], priors: dict[str, OperationRecord]
+    ) -> tuple[list[Queued], list[Queued]]:
+        """Check each queued append against the table; return the good ones and those to retry.
+
+        Retried after this group: a second use of an operation id that is in
+        this very group (answered as a replay once the first lands), and a
+        conditional append (``read_version``) when another conditional one
+        already holds this version: conditional appends are considered first,
+        and at most one shares a version (the others are then stale).
+        """
+        staged: list[Queued] = []
         retry: list[Queued] = []
         in_group: set[str] = set()
-        version = record.version
-        priors = await self.registry.get_operations([q.command.operation_id for q in group])
-        for queued in group:
+        conditional = False
+        for queued in sorted(group, key=lambda q: q.command.read_version is None):
             command = queued.command
             if command.operation_id in in_group:
-                retry.append(queued)  # answered as a replay once the first one lands
+                retry.append(queued)
                 continue
             try:
                 prior = priors.get(command.operation_id)
                 if prior is not None:
                     queued.future.set_result(replay(prior, record.table))
                     continue
-                if queued.prepared.incarnation != record.incarnation:
-                    # The table was dropped and recreated since: check and write again.
-                    checked = check_rows(record, queued.schema, queued.batches, queued.scope)
-                    prepared = await self.engine.prepare(
-                        record.location, record.incarnation, record.engine_version, checked.data
-                    )
-                    queued = replace(queued, checked=checked, prepared=prepared)
-                delta = self._stage_version(record, queued, version + 1)
+                if command.read_version is not None:
+                    check_read_version(command, record.version)
+                    if conditional:
+                        retry.append(queued)
+                        continue
+                    conditional = True
+                queued = await self._recheck(record, queued)
             except Exception as exc:
                 fail(queued, exc)
                 continue
-            version += 1
             in_group.add(command.operation_id)
-            staged.append(Staged(queued, version, delta))
+            staged.append(queued)
         return staged, retry
 
-    def _stage_version(self, record: TableRecord, queued: Queued, version: int) -> ReferenceDelta:
-        """Check ``queued`` may become ``version``; its reference delta. No I/O."""
-        command = queued.command
-        check_read_version(command, version - 1)
-        return ReferenceDelta(
-            table=record.table,
-            incarnation=record.incarnation,
-            version=version,
-            operation_id=command.operation_id,
-            adds=queued.checked.adds,
-        )
+    async def _recheck(self, record: TableRecord, queued: Queued) -> Queued:
+        """``queued`` checked against ``record``'s incarnation (again, if it changed)."""
+        if queued.incarnation == record.incarnation:
+            return queued
+        if not queued.batches:
+            raise Aborted(
+                f"table {record.table} was dropped and recreated while the append was "
+                "staged; send it again"
+            )
+        # The table was dropped and recreated since: check the rows again.
+        checked = check_rows(record, queued.schema, queued.batches, queued.scope)
+        return replace(queued, checked=checked, prepared=None)
 
     def watch_appends(self, every: int, callback: Callable[[TableRef], None] | None) -> None:
         """Call ``callback(table)`` each time a table took ``every`` more appends (0: stop)."""

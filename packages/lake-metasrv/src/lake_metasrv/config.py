@@ -31,6 +31,8 @@ from lake_core.auth import PEER_AUTH_TOKEN_FILE, Authenticator, Secret
 from lake_core.cloud import CloudSettings
 from lake_core.config import (
     APPEND_OPERATION_RETENTION_SECS,
+    COMMIT_GROUP_MAX_APPENDS,
+    COMMIT_GROUP_MAX_ROWS,
     LANCE_RETAIN_MIN_AGE_SECS,
     LANCE_RETAIN_VERSIONS,
     PEER_ADVERTISE_URL,
@@ -69,6 +71,11 @@ DEFAULT_OPERATION_RETENTION_SECS = 7 * 24 * 3600
 MAX_OPERATION_RETENTION_SECS = 10 * 365 * 24 * 3600
 
 DEFAULT_LEASE_TTL_S = 10.0
+DEFAULT_GROUP_MAX_APPENDS = 64
+MAX_GROUP_MAX_APPENDS = 1024
+DEFAULT_GROUP_MAX_ROWS = 100_000
+#: Lance's default rows per data file: a group of small appends stays one file.
+MAX_GROUP_MAX_ROWS = 1_048_576
 
 
 @dataclass(frozen=True)
@@ -82,6 +89,9 @@ class MetaConfig:
     retain_min_age_secs: int = DEFAULT_RETAIN_MIN_AGE_SECS
     operation_retention_secs: int = DEFAULT_OPERATION_RETENTION_SECS
     shutdown_grace_ms: int = 30_000
+    #: Bounds of one commit group (appends to one table committed as one version).
+    group_max_appends: int = DEFAULT_GROUP_MAX_APPENDS
+    group_max_rows: int = DEFAULT_GROUP_MAX_ROWS
     #: Armed fault points (tests only; nothing armed by default).
     faults: Faults = field(default_factory=Faults)
     #: The managed object stage whose tenant prefixes FILE cells must stay in
@@ -134,6 +144,16 @@ class MetaConfig:
                 source,
             ),
             shutdown_grace_ms=_grace_ms(source),
+            group_max_appends=env_int(
+                COMMIT_GROUP_MAX_APPENDS,
+                DEFAULT_GROUP_MAX_APPENDS,
+                1,
+                MAX_GROUP_MAX_APPENDS,
+                source,
+            ),
+            group_max_rows=env_int(
+                COMMIT_GROUP_MAX_ROWS, DEFAULT_GROUP_MAX_ROWS, 1, MAX_GROUP_MAX_ROWS, source
+            ),
             faults=faults,
             stage=StageSettings.from_env(
                 source, default_local_root=_data_dir(data_dir) / "objects"

@@ -12,8 +12,9 @@ content) and the fragments are committed again on top. Lake versions stay
 gap-free; Lance versions may skip.
 
 Appends come in groups (the commit coordinator batches concurrent appends
-to one table): each append is still its own Lance version, but the group's
-files are fsync'd together and retention runs once per group.
+to one table): a group is ONE Lance version, one ``LanceOperation.Append``
+of every fragment the group wrote, its files fsync'd in one pass; the
+version's transaction properties name the appends it holds.
 
 :class:`LanceEngine` is the table-engine seam: it holds the commit protocol
 and leaves where datasets live to its two implementations, chosen at
@@ -29,7 +30,7 @@ import asyncio
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -38,6 +39,7 @@ from typing import Any
 import lance
 import pyarrow as pa
 import structlog
+from lance.dataset import Transaction
 
 from lake_core.cloud import DatasetStorage
 from lake_core.durable import fsync_dir, fsync_file, fsync_written_since
@@ -45,11 +47,10 @@ from lake_core.errors import Internal, InvalidSchema, Unavailable, VersionReclai
 from lake_core.models import Engine, incarnation_metadata, incarnation_of
 from lake_core.names import TableRef
 from lake_core.storage_probe import StorageProbe
-from lake_core.telemetry import series
 from lake_metasrv.config import DEFAULT_RETAIN_MIN_AGE_SECS
 
 __all__ = [
-    "AppendOutcome",
+    "OPERATION_IDS_PROPERTY",
     "LanceEngine",
     "LocalLanceEngine",
     "NothingToSync",
@@ -62,6 +63,9 @@ log = structlog.get_logger("lake_metasrv.engine")
 #: Schema metadata key recording which table incarnation owns a dataset, so a
 #: reader can tell a dropped-and-recreated table at the same path from the old one.
 _DATASET_DIRS = ("data", "_versions", "_transactions", "_deletions")
+#: The Lance transaction property naming the appends (operation ids, comma-separated)
+#: a version holds; ``t$versions`` lists them.
+OPERATION_IDS_PROPERTY = "lake.operation_ids"
 
 
 class LanceEngine(abc.ABC):
@@ -180,10 +184,7 @@ class LanceEngine(abc.ABC):
     ) -> int:
         """Append ``data`` on top of the registered version; return the new Lance version."""
         prepared = await self.prepare(location, incarnation, registered_version, data)
-        outcome = await self.append_many(location, incarnation, registered_version, [prepared])
-        if outcome.error is not None:
-            raise outcome.error
-        return outcome.versions[0]
+        return await self.commit_group(location, incarnation, registered_version, [prepared])
 
     async def prepare(
         self, location: str, incarnation: str, registered_version: int, data: pa.Table
@@ -215,69 +216,66 @@ class LanceEngine(abc.ABC):
             raise self.storage_error(location, exc) from None
         return PreparedAppend(incarnation, fragments)
 
-    async def append_many(
+    async def commit_group(
         self,
         location: str,
         incarnation: str,
         registered_version: int,
-        prepared: list[PreparedAppend],
-    ) -> AppendOutcome:
-        """Commit each prepared append as its own Lance version, in order, on the registered one.
+        prepared: Sequence[PreparedAppend],
+        operation_ids: Sequence[str] = (),
+    ) -> int:
+        """Commit every prepared append's fragments as ONE Lance version on the registered one.
 
-        Stops at the first failure: the versions committed before it are
-        returned (durable) with the error, so the caller can register them.
+        ``prepared`` holds a commit group's fragments (the group's small
+        appends written together, and any append written before it queued);
+        ``operation_ids`` are recorded in the version's transaction
+        properties (``lake.operation_ids``), where ``t$versions`` reads them.
+        One manifest commit and one fsync pass; returns the new Lance version.
         """
-        # The coordinator hands each commit group here whole (lake_metasrv.commits).
-        series.COMMIT_GROUP_SIZE.observe(len(prepared))
         return await asyncio.to_thread(
-            self._append_many, location, incarnation, registered_version, prepared
+            self._commit_group, location, incarnation, registered_version, prepared, operation_ids
         )
 
-    def _append_many(
+    def _commit_group(
         self,
         location: str,
         incarnation: str,
         registered_version: int,
-        prepared: list[PreparedAppend],
-    ) -> AppendOutcome:
+        prepared: Sequence[PreparedAppend],
+        operation_ids: Sequence[str],
+    ) -> int:
         options = self.storage_options(location)
         written = self.written_files(location)
         written.before_commits()
-        versions: list[int] = []
-        error: BaseException | None = None
-        base: Any = None
+        fragments: list[Any] = []
+        for append in prepared:
+            if append.incarnation != incarnation:
+                raise Internal(f"fragments written for another incarnation of {location}")
+            fragments.extend(append.fragments)
+        properties = {OPERATION_IDS_PROPERTY: ",".join(operation_ids)} if operation_ids else {}
         try:
             base = self._open(location, incarnation, registered_version)
-            for append in prepared:
-                if append.incarnation != incarnation:
-                    raise Internal(f"fragments written for another incarnation of {location}")
-                operation = lance.LanceOperation.Append(append.fragments)
-                self.fence()
-                committed = lance.LanceDataset.commit(
-                    base, operation, read_version=base.version, storage_options=options
+            operation = lance.LanceOperation.Append(fragments)
+            self.fence()
+            committed = lance.LanceDataset.commit(
+                base,
+                _transaction(base.version, operation, properties),
+                read_version=base.version,
+                storage_options=options,
+            )
+            if committed.version != base.version + 1:
+                committed = self._restore_then_commit(
+                    location, base.version, committed, operation, properties
                 )
-                if committed.version != base.version + 1:
-                    committed = self._restore_then_commit(
-                        location, base.version, committed, operation
-                    )
-                base = committed
-                versions.append(int(committed.version))
-        except (ValueError, OSError, pa.ArrowException) as exc:
-            error = self.storage_error(location, exc)
-        except Exception as exc:
-            error = exc
-        if versions:
-            try:
-                written.sync_commits()
-            except OSError as exc:
-                # Nothing may be registered that might not survive a crash.
-                self._datasets.pop(location, None)
-                return AppendOutcome([], self.storage_error(location, exc))
-            self._datasets[location] = (incarnation, base)
-            self._since_cleanup[location] = self._since_cleanup.get(location, 0) + len(versions)
-        elif error is not None:
+            written.sync_commits()  # nothing may be registered that might not survive a crash
+        except BaseException as exc:
             self._datasets.pop(location, None)
-        return AppendOutcome(versions, error)
+            if isinstance(exc, ValueError | OSError | pa.ArrowException):
+                raise self.storage_error(location, exc) from None
+            raise
+        self._datasets[location] = (incarnation, committed)
+        self._since_cleanup[location] = self._since_cleanup.get(location, 0) + 1
+        return int(committed.version)
 
     def _open(self, location: str, incarnation: str, version: int) -> Any:
         """The dataset at the registered ``version``; cached while this engine is its writer."""
@@ -315,7 +313,12 @@ class LanceEngine(abc.ABC):
         return dataset
 
     def _restore_then_commit(
-        self, location: str, registered: int, latest: Any, operation: Any
+        self,
+        location: str,
+        registered: int,
+        latest: Any,
+        operation: Any,
+        properties: dict[str, str] | None = None,
     ) -> Any:
         """Our commit landed on unregistered versions: restore the registered one, retry."""
         options = self.storage_options(location)
@@ -333,7 +336,10 @@ class LanceEngine(abc.ABC):
         if restored.version != latest.version + 1:
             raise Unavailable(f"another writer is committing to {location}; retry")
         committed = lance.LanceDataset.commit(
-            restored, operation, read_version=restored.version, storage_options=options
+            restored,
+            _transaction(restored.version, operation, properties or {}),
+            read_version=restored.version,
+            storage_options=options,
         )
         if committed.version != restored.version + 1:
             raise Unavailable(f"another writer is committing to {location}; retry")
@@ -461,12 +467,11 @@ class LocalLanceEngine(LanceEngine):
         return removed or 0
 
 
-@dataclass(frozen=True)
-class AppendOutcome:
-    """The Lance versions a group of appends produced, and what stopped it early."""
-
-    versions: list[int]
-    error: BaseException | None = None
+def _transaction(read_version: int, operation: Any, properties: dict[str, str]) -> Any:
+    """A Lance transaction carrying Lake's properties (which appends a version holds)."""
+    return Transaction(
+        read_version=read_version, operation=operation, transaction_properties=properties
+    )
 
 
 @dataclass(frozen=True)

@@ -253,7 +253,8 @@ class AsyncClient:
         """The table's retained versions, oldest first (``lake.ns."t$versions"``).
 
         Columns: version, committed_at (UTC), operation (create, append,
-        maintenance), rows_added, engine_version.
+        maintenance), rows_added, engine_version, operation_ids (the appends
+        each version holds).
         """
         return await self.query_table(versions_sql(_ref(table)))
 

@@ -138,7 +138,7 @@ COMMIT_SECONDS = histogram(
 )
 COMMIT_GROUP_SIZE = histogram(
     "lake_metasrv_commit_group_size",
-    "Appends committed together in one group.",
+    "Appends committed together as one table version (a commit group).",
     buckets=(1, 2, 4, 8, 16, 32, 64),
 )
 LEADER = gauge("lake_metasrv_leader", "1 while this node leads (cloud mode; 1 in local mode).")

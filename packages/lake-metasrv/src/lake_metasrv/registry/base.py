@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import abc
 import base64
-import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -26,13 +25,17 @@ from lake_core.protocol import AppendResult
 from lake_core.schemas import schema_from_ipc
 
 __all__ = [
+    "OPERATION_ID_SEPARATOR",
     "AppendCommit",
+    "AppendOperation",
     "DroppedTable",
     "MaintenanceCommit",
     "OperationRecord",
     "RegistryStore",
     "TableRecord",
     "VersionRecord",
+    "join_operation_ids",
+    "split_operation_ids",
 ]
 
 
@@ -72,13 +75,35 @@ class TableRecord:
 
 @dataclass(frozen=True)
 class VersionRecord:
-    """One committed Lake version of one incarnation."""
+    """One committed Lake version of one incarnation, and the appends it holds."""
 
     incarnation: str
     version: int
     engine_version: int
     committed_at_ms: int
-    operation_id: str | None
+    #: Every append committed as this version (a commit group), in commit order;
+    #: empty for the version a create made.
+    operation_ids: tuple[str, ...] = ()
+
+    @property
+    def operation_id(self) -> str | None:
+        """The group's first append (None for a create)."""
+        return self.operation_ids[0] if self.operation_ids else None
+
+
+#: Separates the operation ids of one version where a store keeps them in one
+#: string (UUIDv7 ids never contain it).
+OPERATION_ID_SEPARATOR = ","
+
+
+def join_operation_ids(operation_ids: Sequence[str]) -> str | None:
+    """The stored form of a version's operation ids (None when it has none)."""
+    return OPERATION_ID_SEPARATOR.join(operation_ids) or None
+
+
+def split_operation_ids(stored: str | None) -> tuple[str, ...]:
+    """The operation ids of a stored version (one id: a version from before groups)."""
+    return tuple(stored.split(OPERATION_ID_SEPARATOR)) if stored else ()
 
 
 @dataclass(frozen=True)
@@ -124,8 +149,22 @@ class DroppedTable:
 
 
 @dataclass(frozen=True)
+class AppendOperation:
+    """One append of a commit group: its id, and the time the id was stamped with."""
+
+    operation_id: str
+    operation_time_ms: int
+
+
+@dataclass(frozen=True)
 class AppendCommit:
-    """The compare-and-swap an append asks the registry to apply."""
+    """The compare-and-swap a commit group asks the registry to apply.
+
+    One new version, ``expected_version + 1``, holding every append of the
+    group: the first is ``operation_id``/``operation_time_ms``, the others
+    are ``also`` (empty for a lone append). Every one of them gets its own
+    operation record naming the shared version, atomically with the version.
+    """
 
     table: TableRef
     incarnation: str
@@ -134,6 +173,41 @@ class AppendCommit:
     operation_id: str
     operation_time_ms: int
     committed_at_ms: int
+    also: tuple[AppendOperation, ...] = ()
+
+    @property
+    def operations(self) -> tuple[AppendOperation, ...]:
+        return (AppendOperation(self.operation_id, self.operation_time_ms), *self.also)
+
+    @property
+    def operation_ids(self) -> tuple[str, ...]:
+        return tuple(op.operation_id for op in self.operations)
+
+    @property
+    def version(self) -> int:
+        return self.expected_version + 1
+
+    @classmethod
+    def of_group(
+        cls,
+        table: TableRef,
+        incarnation: str,
+        expected_version: int,
+        engine_version: int,
+        operations: Sequence[AppendOperation],
+        committed_at_ms: int,
+    ) -> AppendCommit:
+        first, *rest = operations
+        return cls(
+            table,
+            incarnation,
+            expected_version,
+            engine_version,
+            first.operation_id,
+            first.operation_time_ms,
+            committed_at_ms,
+            tuple(rest),
+        )
 
 
 @dataclass(frozen=True)
@@ -199,36 +273,13 @@ class RegistryStore(abc.ABC):
     async def commit_append(self, commit: AppendCommit) -> TableRecord:
         """Atomically move a table from ``expected_version`` to the next version.
 
-        Records the version history and the operation id and bumps the
-        generation in one transaction. Raises TableNotFound if the table or
-        incarnation is gone, StaleReadVersion if the version moved, and
-        InvalidAppend if the operation id is already committed.
+        The new version holds every operation of ``commit`` (a commit group):
+        the version history, one operation record per operation id (each
+        naming the shared version) and the generation change together, all
+        or none. Raises TableNotFound if the table or incarnation is gone,
+        StaleReadVersion if the version moved, and InvalidAppend if any of
+        the operation ids is already committed (then none is).
         """
-
-    #: How many consecutive appends one :meth:`commit_appends` call applies atomically.
-    atomic_append_batch: int = 1
-
-    async def commit_appends(self, commits: Sequence[AppendCommit]) -> list[TableRecord]:
-        """Apply consecutive appends to one table atomically: all of them, or none.
-
-        ``commits[i + 1].expected_version`` is ``commits[i].expected_version + 1``;
-        at most :attr:`atomic_append_batch` of them. Returns the table after each.
-        Stores without multi-append transactions keep the default (one at a time).
-        """
-        self._check_append_batch(commits)
-        return [await self.commit_append(commits[0])]
-
-    def _check_append_batch(self, commits: Sequence[AppendCommit]) -> None:
-        if not 1 <= len(commits) <= self.atomic_append_batch:
-            raise ValueError(
-                f"{type(self).__name__} commits 1..={self.atomic_append_batch} appends at once, "
-                f"got {len(commits)}"
-            )
-        for before, after in itertools.pairwise(commits):
-            if (after.table, after.incarnation) != (before.table, before.incarnation) or (
-                after.expected_version != before.expected_version + 1
-            ):
-                raise ValueError("batched appends must be consecutive versions of one table")
 
     @abc.abstractmethod
     async def commit_maintenance(self, commit: MaintenanceCommit) -> TableRecord:

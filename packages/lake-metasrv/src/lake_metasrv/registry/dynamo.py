@@ -7,21 +7,28 @@ calls in :mod:`~lake_metasrv.registry.dynamo_table`; version and operation
 records in :mod:`~lake_metasrv.registry.dynamo_records`; pruning and a new
 leader's takeover in :mod:`~lake_metasrv.registry.dynamo_upkeep`.
 
-DynamoDB here has no transactions (dynalite has no TransactWriteItems), so an
-append is a short sequence of single-item writes with one visibility point::
+DynamoDB here has no transactions (dynalite has no TransactWriteItems), so a
+commit group (one version holding one or more appends) is a short sequence of
+single-item writes with one visibility point::
 
-    1. put op#s/<op>    state=pending, intended version v+1    (if absent or pending)
-    2. update dir head  version v -> v+1, last_op=<op>, fence=<epoch>
+    1. put op#s/<op>    for every append of the group, concurrently:
+                        state=pending, intended version v+1    (if absent or pending)
+    2. update dir head  version v -> v+1, last_op=<op,op,...>, fence=<epoch>
                         if incarnation matches, version = v, fence <= epoch  <- visible
-    3. put ver#<inc>/v+1, mark op#s/<op> committed              (repairable from the head)
+    3. put ver#<inc>/v+1 (naming every op), mark each op#s/<op> committed
+                                                                 (repairable from the head)
     4. add 1 to the generation                                   (repairable: bump again)
+
+A group is all or none: its operation records are only pending until the one
+head update names them all; a crash before it leaves every one of them
+resolving to "not committed", a crash after it every one to the shared version.
 
 A crash between any two steps is recoverable. Before step 2 nothing is
 visible and a pending operation record resolves to "not committed". After
-step 2 the head itself names the operation (``last_op``) and holds every
+step 2 the head itself names the group's operations (``last_op``, comma-separated) and holds every
 field of its version record, so the next commit on that table (or a new
 leader's takeover) writes the missing record; a pending operation resolves
-to committed exactly when the head or its version record names it, and a
+to committed exactly when the head or its version record names it among its operations, and a
 retry with the same operation id returns that original version.
 
 A maintenance commit (compaction, a new index) keeps the Lake version: one
@@ -72,6 +79,8 @@ from lake_metasrv.registry.base import (
     RegistryStore,
     TableRecord,
     VersionRecord,
+    join_operation_ids,
+    split_operation_ids,
 )
 from lake_metasrv.registry.dynamo_layout import (
     DIR_SHARDS,
@@ -286,7 +295,7 @@ class DynamoRegistry(RegistryStore):
                 version=int(v["sk"]),
                 engine_version=v["ever"],
                 committed_at_ms=v["at"],
-                operation_id=v.get("op"),
+                operation_ids=split_operation_ids(v.get("op")),
             )
             async for v in self.db.query(f"ver#{incarnation}")
         ]
@@ -315,22 +324,10 @@ class DynamoRegistry(RegistryStore):
                 if debt is None:
                     continue
                 writes = [
-                    write_version(self.db, debt.record, debt.operation_id, debt.committed_at_ms)
+                    write_version(self.db, debt.record, debt.stored_ops, debt.committed_at_ms),
+                    *(write_committed(self.db, op) for op in debt.committed()),
                 ]
-                if debt.operation_id and debt.operation_owed:
-                    operation = OperationRecord(
-                        operation_id=debt.operation_id,
-                        table=debt.record.table,
-                        incarnation=debt.record.incarnation,
-                        location=debt.record.location,
-                        engine=debt.record.engine,
-                        version=debt.record.version,
-                        engine_version=debt.record.engine_version,
-                        operation_time_ms=debt.operation_time_ms,
-                        committed_at_ms=debt.committed_at_ms,
-                    )
-                    writes.append(write_committed(self.db, operation))
-                # Two independent single-item puts: one round trip.
+                # Independent single-item puts: one round trip.
                 await asyncio.gather(*writes)
                 if self._unsynced.get(ref) is debt:
                     del self._unsynced[ref]
@@ -410,8 +407,11 @@ class DynamoRegistry(RegistryStore):
         return await self._bump_or_owe() or await self.generation()
 
     async def commit_append(self, commit: AppendCommit) -> TableRecord:
-        table, operation_id = commit.table, commit.operation_id
-        version = commit.expected_version + 1
+        table, operations = commit.table, commit.operations
+        version = commit.version
+        stored_ops = join_operation_ids(commit.operation_ids)
+        if len(set(commit.operation_ids)) != len(operations):
+            raise InvalidAppend("an operation id appears twice in one commit group")
         self.fence()
         await self._settle(table)
         pending = {
@@ -421,20 +421,27 @@ class DynamoRegistry(RegistryStore):
             "inc": commit.incarnation,
             "ver": version,
             "ever": commit.engine_version,
-            "op_time": commit.operation_time_ms,
             "at": commit.committed_at_ms,
         }
-        try:
-            await self.db.put(
-                pending,
-                op_key(operation_id),
-                ConditionExpression="attribute_not_exists(pk) OR st = :pending",
-                ExpressionAttributeValues={":pending": s_attr("pending")},
-            )
-        except Exception as exc:
-            if conditional_failed(exc):
-                raise InvalidAppend(f"operation id {operation_id} is already committed") from None
-            raise self.db.unavailable(exc) from None
+        # Every append's pending record first, concurrently (one round trip);
+        # none counts as committed until the head names it (step 2).
+        puts = await asyncio.gather(
+            *(
+                self.db.put(
+                    {**pending, "op_time": op.operation_time_ms},
+                    op_key(op.operation_id),
+                    ConditionExpression="attribute_not_exists(pk) OR st = :pending",
+                    ExpressionAttributeValues={":pending": s_attr("pending")},
+                )
+                for op in operations
+            ),
+            return_exceptions=True,
+        )
+        for op, put in zip(operations, puts, strict=True):
+            if isinstance(put, BaseException):
+                if conditional_failed(put):
+                    raise InvalidAppend(f"operation id {op.operation_id} is already committed")
+                raise self.db.unavailable(put) from None
 
         epoch = self.fence()
         self._faults.stop(faults.STOP_BEFORE_HEAD_UPDATE)
@@ -452,7 +459,7 @@ class DynamoRegistry(RegistryStore):
                 ExpressionAttributeValues={
                     ":ver": n_attr(version),
                     ":ever": n_attr(commit.engine_version),
-                    ":op": s_attr(operation_id),
+                    ":op": s_attr(stored_ops or ""),
                     ":at": n_attr(commit.committed_at_ms),
                     ":epoch": n_attr(epoch),
                     ":inc": s_attr(commit.incarnation),
@@ -466,9 +473,7 @@ class DynamoRegistry(RegistryStore):
                 raise  # the visibility point may or may not have moved
             head = await self._classify_failed_cas(commit, epoch)
         record = head_record(head)
-        self._unsynced[table] = Owed(
-            record, operation_id, commit.operation_time_ms, int(head["last_at"])
-        )
+        self._unsynced[table] = Owed(record, stored_ops, int(head["last_at"]), operations)
         # Past the visibility point: the rest is owed, never a reason to fail.
         results = await asyncio.gather(
             self._settle(table), self._bump_or_owe(), return_exceptions=True
@@ -485,7 +490,7 @@ class DynamoRegistry(RegistryStore):
         if current is None or current["inc"] != commit.incarnation:
             raise TableNotFound(commit.table)
         if (
-            current.get("last_op") == commit.operation_id
+            current.get("last_op") == join_operation_ids(commit.operation_ids)
             and current["ver"] == commit.expected_version + 1
         ):
             return current  # our own write landed (a duplicate delivery)
@@ -542,9 +547,7 @@ class DynamoRegistry(RegistryStore):
                 raise  # the head may or may not have moved
             head = await self._classify_failed_maintenance(commit, epoch)
         record = head_record(head)
-        self._unsynced[table] = Owed(
-            record, head.get("last_op"), 0, int(head["last_at"]), operation_owed=False
-        )
+        self._unsynced[table] = Owed(record, head.get("last_op"), int(head["last_at"]))
         results = await asyncio.gather(
             self._settle(table), self._bump_or_owe(), return_exceptions=True
         )

@@ -13,7 +13,12 @@ from typing import Any, cast
 
 from lake_core.models import Engine
 from lake_core.names import TableRef
-from lake_metasrv.registry.base import OperationRecord, TableRecord
+from lake_metasrv.registry.base import (
+    AppendOperation,
+    OperationRecord,
+    TableRecord,
+    split_operation_ids,
+)
 from lake_metasrv.registry.dynamo_layout import dir_key, op_key, ver_key
 from lake_metasrv.registry.dynamo_table import DynamoTable
 
@@ -29,15 +34,31 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Owed:
-    """Records a moved head still needs: its version record and operation record."""
+    """Records a moved head still needs: its version record and its operation records."""
 
     record: TableRecord
-    operation_id: str | None
-    operation_time_ms: int
+    #: The version's operation ids in their stored form (the head's ``last_op``).
+    stored_ops: str | None
     committed_at_ms: int
-    #: False for a maintenance commit: the version record is owed, the
-    #: operation record (written by the append itself) is not.
-    operation_owed: bool = True
+    #: The operation records owed (every append of the group); empty for a
+    #: maintenance commit, whose version's appends were recorded by their commit.
+    operations: tuple[AppendOperation, ...] = ()
+
+    def committed(self) -> list[OperationRecord]:
+        return [
+            OperationRecord(
+                operation_id=op.operation_id,
+                table=self.record.table,
+                incarnation=self.record.incarnation,
+                location=self.record.location,
+                engine=self.record.engine,
+                version=self.record.version,
+                engine_version=self.record.engine_version,
+                operation_time_ms=op.operation_time_ms,
+                committed_at_ms=self.committed_at_ms,
+            )
+            for op in self.operations
+        ]
 
 
 def operation_record(values: dict[str, Any]) -> OperationRecord:
@@ -55,11 +76,16 @@ def operation_record(values: dict[str, Any]) -> OperationRecord:
 
 
 async def resolve_pending(db: DynamoTable, pending: dict[str, Any]) -> OperationRecord | None:
-    """Whether a pending operation reached the visibility point (see the registry's docstring)."""
+    """Whether a pending operation reached the visibility point (see the registry's docstring).
+
+    It did exactly when the version record of its intended version, or the
+    head while that version is current, names it among the version's appends.
+    """
     operation_id, incarnation, version = pending["sk"], pending["inc"], pending["ver"]
     found = await db.get(ver_key(incarnation, version))
+    owed_version: str | None = None
     if found is not None:
-        if found.get("op") != operation_id:
+        if operation_id not in split_operation_ids(found.get("op")):
             return None
         engine_version, at, location, engine = (
             found["ever"],
@@ -72,7 +98,7 @@ async def resolve_pending(db: DynamoTable, pending: dict[str, Any]) -> Operation
         head = await db.get(dir_key(TableRef(pending["ns"], pending["name"])))
         if head is None or head["inc"] != incarnation or head["ver"] != version:
             return None
-        if head.get("last_op") != operation_id:
+        if operation_id not in split_operation_ids(head.get("last_op")):
             return None
         engine_version, at, location, engine = (
             head["ever"],
@@ -80,22 +106,25 @@ async def resolve_pending(db: DynamoTable, pending: dict[str, Any]) -> Operation
             head["loc"],
             head["eng"],
         )
+        owed_version = head.get("last_op")
     record = operation_record(
         {**pending, "ever": engine_version, "at": at, "loc": location, "eng": engine}
     )
     with contextlib.suppress(Exception):
-        await write_version_of(db, record)
+        if owed_version is not None:
+            await write_version_of(db, record, owed_version)
         await write_committed(db, record)
     return record
 
 
 async def write_version(
-    db: DynamoTable, record: TableRecord, operation_id: str | None, at: int
+    db: DynamoTable, record: TableRecord, stored_ops: str | None, at: int
 ) -> None:
+    """The version record of ``record``'s version; ``stored_ops``: its appends' ids, joined."""
     values = {
         "ever": record.engine_version,
         "at": at,
-        "op": operation_id or None,
+        "op": stored_ops or None,
         "ns": record.table.namespace,
         "name": record.table.name,
         "loc": record.location,
@@ -104,11 +133,12 @@ async def write_version(
     await db.put(values, ver_key(record.incarnation, record.version))
 
 
-async def write_version_of(db: DynamoTable, op: OperationRecord) -> None:
+async def write_version_of(db: DynamoTable, op: OperationRecord, stored_ops: str) -> None:
+    """The version record ``op`` was committed in (``stored_ops``: every append it holds)."""
     values = {
         "ever": op.engine_version,
         "at": op.committed_at_ms,
-        "op": op.operation_id,
+        "op": stored_ops,
         "ns": op.table.namespace,
         "name": op.table.name,
         "loc": op.location,

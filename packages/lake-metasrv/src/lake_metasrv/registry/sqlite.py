@@ -33,6 +33,8 @@ from lake_metasrv.registry.base import (
     RegistryStore,
     TableRecord,
     VersionRecord,
+    join_operation_ids,
+    split_operation_ids,
 )
 
 __all__ = ["SqliteRegistry"]
@@ -62,7 +64,7 @@ CREATE TABLE IF NOT EXISTS table_versions (
     version         INTEGER NOT NULL,
     engine_version  INTEGER NOT NULL,
     committed_at_ms INTEGER NOT NULL,
-    operation_id    TEXT,
+    operation_id    TEXT,  -- the version's operation ids, comma-separated (a commit group)
     PRIMARY KEY (incarnation, version)
 );
 CREATE TABLE IF NOT EXISTS append_operations (
@@ -296,7 +298,16 @@ class SqliteRegistry(RegistryStore):
                 "FROM table_versions WHERE incarnation = ? ORDER BY version",
                 (incarnation,),
             ).fetchall()
-            return [VersionRecord(**dict(r)) for r in rows]
+            return [
+                VersionRecord(
+                    incarnation=r["incarnation"],
+                    version=r["version"],
+                    engine_version=r["engine_version"],
+                    committed_at_ms=r["committed_at_ms"],
+                    operation_ids=split_operation_ids(r["operation_id"]),
+                )
+                for r in rows
+            ]
 
         return await self._run(get)
 
@@ -383,22 +394,14 @@ class SqliteRegistry(RegistryStore):
 
         return self._generation_text(await self._run(drop))
 
-    atomic_append_batch = 64
-
     async def commit_append(self, commit: AppendCommit) -> TableRecord:
-        return (await self.commit_appends([commit]))[0]
+        """One commit group's version and every operation record, in one transaction (one fsync)."""
 
-    async def commit_appends(self, commits: Sequence[AppendCommit]) -> list[TableRecord]:
-        """Apply consecutive appends to one table in one transaction (one fsync)."""
-        self._check_append_batch(commits)
-
-        def cas(conn: sqlite3.Connection) -> list[TableRecord]:
-            records = []
+        def cas(conn: sqlite3.Connection) -> TableRecord:
             with self._write(conn):
-                for commit in commits:
-                    records.append(self._apply_append(conn, commit))
+                record = self._apply_append(conn, commit)
                 self._bump_generation(conn)
-            return records
+            return record
 
         return await self._run(cas)
 
@@ -415,13 +418,19 @@ class SqliteRegistry(RegistryStore):
             raise StaleReadVersion(
                 f"table {table} is at version {row['version']}, not {commit.expected_version}"
             )
-        seen = conn.execute(
-            "SELECT 1 FROM append_operations WHERE operation_id = ?",
-            (commit.operation_id,),
-        ).fetchone()
-        if seen:
-            raise InvalidAppend(f"operation id {commit.operation_id} is already committed")
-        version = commit.expected_version + 1
+        ids = commit.operation_ids
+        if len(set(ids)) != len(ids):
+            raise InvalidAppend("an operation id appears twice in one commit group")
+        for start in range(0, len(ids), 500):  # under SQLite's bound-parameter limit
+            chunk = ids[start : start + 500]
+            seen = conn.execute(
+                f"SELECT operation_id FROM append_operations "
+                f"WHERE operation_id IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            ).fetchone()
+            if seen:
+                raise InvalidAppend(f"operation id {seen[0]} is already committed")
+        version = commit.version
         conn.execute(
             "UPDATE tables SET version = ?, engine_version = ? "
             "WHERE namespace = ? AND name = ? AND incarnation = ? AND version = ?",
@@ -441,24 +450,27 @@ class SqliteRegistry(RegistryStore):
                 version,
                 commit.engine_version,
                 commit.committed_at_ms,
-                commit.operation_id,
+                join_operation_ids(ids),
             ),
         )
-        conn.execute(
+        conn.executemany(
             f"INSERT INTO append_operations ({_OPERATION_COLUMNS}) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                commit.operation_id,
-                table.namespace,
-                table.name,
-                commit.incarnation,
-                row["location"],
-                row["engine"],
-                version,
-                commit.engine_version,
-                commit.operation_time_ms,
-                commit.committed_at_ms,
-            ),
+            [
+                (
+                    op.operation_id,
+                    table.namespace,
+                    table.name,
+                    commit.incarnation,
+                    row["location"],
+                    row["engine"],
+                    version,
+                    commit.engine_version,
+                    op.operation_time_ms,
+                    commit.committed_at_ms,
+                )
+                for op in commit.operations
+            ],
         )
         updated = conn.execute(
             f"SELECT {_TABLE_COLUMNS} FROM tables WHERE namespace = ? AND name = ?",

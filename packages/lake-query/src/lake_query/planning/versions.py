@@ -4,7 +4,8 @@ A table name in SQL may carry a selector after the table's own name:
 
     lake.ns."t@v3"                    Lake version 3
     lake.ns."t@2026-11-30T12:00:00Z"  the version current at that instant (UTC)
-    lake.ns."t$versions"              one row per retained version
+    lake.ns."t$versions"              one row per retained version, with the
+                                      operation ids of the appends it holds
 
 Which versions exist comes from Lance's own history, read from the dataset
 opened at the pinned head (the registry's current version), never from a
@@ -63,8 +64,13 @@ VERSIONS_SCHEMA: Final = pa.schema(
         pa.field("operation", pa.string(), nullable=False),
         pa.field("rows_added", pa.int64(), nullable=False),
         pa.field("engine_version", pa.int64(), nullable=False),
+        # The appends a version holds (a commit group: one or more operation ids).
+        pa.field("operation_ids", pa.list_(pa.string()), nullable=False),
     ]
 )
+#: The Lance transaction property where Metasrv names a version's appends
+#: (lake_metasrv.engine.OPERATION_IDS_PROPERTY).
+_OPERATION_IDS_PROPERTY: Final = "lake.operation_ids"
 
 _VERSION = re.compile(r"v([0-9]{1,18})")
 # ASCII digits only: Python's \d also matches other scripts' digits (٦, ６), which int()
@@ -155,6 +161,8 @@ class RetainedVersion:
     committed_at: datetime
     operation: Operation
     rows_added: int
+    #: The appends the version holds (empty for create and maintenance).
+    operation_ids: tuple[str, ...] = ()
 
 
 def _committed_at(info: dict[str, Any]) -> datetime:
@@ -182,13 +190,16 @@ def history(dataset: Any, head: TableDescriptor) -> Iterator[RetainedVersion]:
             current = int(operation.version)
             continue
         kind: Operation
+        held: tuple[str, ...] = ()
         if isinstance(operation, lance.LanceOperation.Append):
             kind, added = "append", sum(int(f.physical_rows) for f in operation.fragments)
+            properties = transaction.transaction_properties or {}
+            held = tuple(i for i in properties.get(_OPERATION_IDS_PROPERTY, "").split(",") if i)
         elif isinstance(operation, lance.LanceOperation.Overwrite):
             kind, added = "create", int(retained[current]["metadata"].get("total_rows", 0))
         else:
             kind, added = "maintenance", 0
-        yield RetainedVersion(version, current, _committed_at(retained[current]), kind, added)
+        yield RetainedVersion(version, current, _committed_at(retained[current]), kind, added, held)
         if kind == "create":
             return
         if kind in _NEW_LAKE_VERSION:
@@ -272,6 +283,7 @@ def versions_table(versions: Iterator[RetainedVersion]) -> pa.Table:
             "operation": [v.operation for v in rows],
             "rows_added": [v.rows_added for v in rows],
             "engine_version": [v.engine_version for v in rows],
+            "operation_ids": [list(v.operation_ids) for v in rows],
         },
         schema=VERSIONS_SCHEMA,
     )
