@@ -38,6 +38,7 @@ import structlog
 
 from lake_core import faults
 from lake_core.errors import (
+    Aborted,
     InvalidAppend,
     OperationExpired,
     TableExists,
@@ -50,6 +51,7 @@ from lake_core.principal import DEV_PRINCIPAL
 from lake_core.protocol import AppendCommand, AppendResult, DropTableResult
 from lake_core.schemas import schema_to_ipc, validate_table_schema
 from lake_metasrv.appends import (
+    CheckedRows,
     Queued,
     Staged,
     check_read_version,
@@ -62,7 +64,7 @@ from lake_metasrv.appends import (
 )
 from lake_metasrv.config import MetaConfig
 from lake_metasrv.datadir import DataDir
-from lake_metasrv.engine import AppendOutcome, LanceEngine, LocalLanceEngine
+from lake_metasrv.engine import AppendOutcome, LanceEngine, LocalLanceEngine, PreparedAppend
 from lake_metasrv.gate import OpenGate, WriteGate
 from lake_metasrv.integrity import DigestStore, LocalDigestStore
 from lake_metasrv.registry.base import AppendCommit, RegistryStore, TableRecord
@@ -288,6 +290,42 @@ class CommitCoordinator:
         prepared = await self.engine.prepare(
             record.location, record.incarnation, record.engine_version, checked.data
         )
+        return await self._enqueue(command, schema, batches, rows, op_time, scope, checked, prepared)
+
+    async def append_prepared(
+        self,
+        command: AppendCommand,
+        schema: pa.Schema,
+        rows: int,
+        checked: CheckedRows,
+        prepared: PreparedAppend,
+        *,
+        tenant_id: str = DEV_PRINCIPAL.tenant_id,
+    ) -> AppendResult:
+        """Commit rows already checked and written as fragments (a bulk ingest's) as one append.
+
+        The caller checked them by :func:`check_rows`' rules and wrote them with
+        ``engine.prepare_stream`` (:mod:`lake_metasrv.ingest`); from here they are
+        an append like any other: one version, one operation id, no row cap.
+        """
+        self.gate.check()
+        op_time = self._check_operation_id(command.operation_id)
+        scope = self.stage.scope(tenant_id)
+        return await self._shielded(
+            self._enqueue(command, schema, (), rows, op_time, scope, checked, prepared)
+        )
+
+    async def _enqueue(
+        self,
+        command: AppendCommand,
+        schema: pa.Schema,
+        batches: Sequence[pa.RecordBatch],
+        rows: int,
+        op_time: int,
+        scope: TenantScope,
+        checked: CheckedRows,
+        prepared: PreparedAppend,
+    ) -> AppendResult:
         future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
         future.add_done_callback(retrieve)
         self._queues.setdefault(command.table, deque()).append(
@@ -501,6 +539,8 @@ class CommitCoordinator:
                     queued.future.set_result(replay(prior, record.table))
                     continue
                 if queued.prepared.incarnation != record.incarnation:
+                    if not queued.batches:  # written from a stream (append_prepared)
+                        raise Aborted(f"{record.table} was dropped and recreated meanwhile")
                     # The table was dropped and recreated since: check and write again.
                     checked = check_rows(record, queued.schema, queued.batches, queued.scope)
                     prepared = await self.engine.prepare(

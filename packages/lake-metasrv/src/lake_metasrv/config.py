@@ -31,6 +31,8 @@ from lake_core.auth import PEER_AUTH_TOKEN_FILE, Authenticator, Secret
 from lake_core.cloud import CloudSettings
 from lake_core.config import (
     APPEND_OPERATION_RETENTION_SECS,
+    INGEST_MAX_BYTES,
+    INGEST_MAX_ROWS,
     LANCE_RETAIN_VERSIONS,
     PEER_ADVERTISE_URL,
     env_int,
@@ -64,6 +66,12 @@ DEFAULT_OPERATION_RETENTION_SECS = 7 * 24 * 3600
 MAX_OPERATION_RETENTION_SECS = 10 * 365 * 24 * 3600
 
 DEFAULT_LEASE_TTL_S = 10.0
+#: Bulk ingest bounds (LAKE_INGEST_MAX_ROWS, LAKE_INGEST_MAX_BYTES; lake_metasrv.ingest).
+DEFAULT_INGEST_MAX_ROWS = 100_000_000
+MAX_INGEST_MAX_ROWS = 10_000_000_000
+DEFAULT_INGEST_MAX_BYTES = 64 * 1024**3
+MIN_INGEST_MAX_BYTES = 1024 * 1024
+MAX_INGEST_MAX_BYTES = 16 * 1024**4
 
 
 @dataclass(frozen=True)
@@ -92,6 +100,8 @@ class MetaConfig:
     #: Where followers forward writes when this node leads (None: derived from ``addr``).
     advertise_url: str | None = None
     lease_ttl_s: float = DEFAULT_LEASE_TTL_S
+    ingest_max_rows: int = DEFAULT_INGEST_MAX_ROWS
+    ingest_max_bytes: int = DEFAULT_INGEST_MAX_BYTES
 
     @classmethod
     def load(
@@ -120,6 +130,16 @@ class MetaConfig:
                 source,
             ),
             shutdown_grace_ms=_grace_ms(source),
+            ingest_max_rows=env_int(
+                INGEST_MAX_ROWS, DEFAULT_INGEST_MAX_ROWS, 1, MAX_INGEST_MAX_ROWS, source
+            ),
+            ingest_max_bytes=env_int(
+                INGEST_MAX_BYTES,
+                DEFAULT_INGEST_MAX_BYTES,
+                MIN_INGEST_MAX_BYTES,
+                MAX_INGEST_MAX_BYTES,
+                source,
+            ),
             faults=faults,
             stage=StageSettings.from_env(
                 source, default_local_root=_data_dir(data_dir) / "objects"

@@ -57,6 +57,7 @@ from lake_query.catalog_cache import CatalogCache
 from lake_query.flightsql import discovery, wire
 from lake_query.flightsql.appends import Appends, AppendSink
 from lake_query.flightsql.discovery import REFRESH_TIMEOUT_S
+from lake_query.flightsql.ingest import Ingests, IngestSink
 from lake_query.flightsql.endpoints import PARTITION, fragments_of, query_bodies
 from lake_query.flightsql.statements import PreparedStatements
 from lake_query.flightsql.wire import MAX_SQL_BYTES, caller
@@ -126,6 +127,8 @@ class QueryHandler(FlightHandler):
         self._sealer = sealer
         self._statements = PreparedStatements(handle_sealer, max_sql_bytes)
         self._appends = Appends(cache, appends, self._stage)
+        # The same sink takes bulk ingests (lake_core.metaclient.MetaClient has both).
+        self._ingests = Ingests(cache, appends if isinstance(appends, IngestSink) else None)
         self._executor = executor or ThreadPoolExecutor(
             max_workers=max(8, 4 * (os.cpu_count() or 2)), thread_name_prefix="lake-plan"
         )
@@ -395,6 +398,9 @@ class QueryHandler(FlightHandler):
             yield await self._appends.forward(command, first, messages, principal)
         elif isinstance(command, sql_pb.CommandPreparedStatementQuery):
             yield await self._statements.bind(command, first, messages, principal)
+        elif isinstance(command, sql_pb.CommandStatementIngest):
+            authorization = dict(context.invocation_metadata() or ()).get("authorization")
+            yield await self._ingests.forward(command, first, messages, principal, authorization)
         elif isinstance(command, wire.READ_ONLY_COMMANDS):
             raise ReadOnlySql()
         else:
