@@ -132,7 +132,10 @@ def test_polars_and_pandas_append_over_adbc(lake_cluster: LakeCluster) -> None:
     assert written == 100
     pandas_frame = pd.DataFrame({"id": range(100, 150), "value": [0.25] * 50})
     with flightsql.connect(url) as conn:
-        assert pandas_frame.to_sql("samples", conn, schema="fleet", if_exists="append", index=False) == 50
+        assert (
+            pandas_frame.to_sql("samples", conn, schema="fleet", if_exists="append", index=False)
+            == 50
+        )
     assert describe_version(lake_cluster.meta.addr, T) == 2
     assert count(url) == 150
 
@@ -256,3 +259,36 @@ def test_a_tenant_cannot_ingest_file_values_outside_its_prefix(tmp_path: Path) -
         if query is not None:
             query.stop()
         meta.stop()
+
+
+def test_sdk_ingest_takes_tables_readers_and_frames(lake_cluster: LakeCluster) -> None:
+    import asyncio
+
+    import pandas as pd
+    import polars as pl
+
+    import lake_sdk
+
+    create_table(lake_cluster.meta.addr, T, SCHEMA)
+    url = lake_cluster.query.url
+    with lake_sdk.connect(url) as client:
+        with pytest.raises(lake_sdk.InvalidAppend):
+            client.append_batches(T, rows(0, 10_001))  # the spec's 10,000-row contract
+        assert client.ingest(T, rows(0, 50_000)) == 1
+        reader = pa.RecordBatchReader.from_batches(SCHEMA, rows(50_000, 30_000).to_batches(7_000))
+        assert client.ingest("fleet.samples", reader) == 2
+        frame = pd.DataFrame({"id": range(80_000, 80_100), "value": [1.5] * 100})
+        assert client.ingest(T, frame) == 3
+        with pytest.raises(lake_sdk.SchemaMismatch):
+            client.ingest(T, pa.table({"id": pa.array([1], pa.int32())}))
+        with pytest.raises(lake_sdk.InvalidArgument):
+            client.ingest(T, [1, 2, 3])
+
+    async def polars_async() -> int:
+        async with lake_sdk.AsyncClient(url) as client:
+            frame = pl.DataFrame({"id": list(range(90_000, 90_010)), "value": [2.0] * 10})
+            return await client.ingest(T, frame)
+
+    assert asyncio.run(polars_async()) == 4
+    assert describe_version(lake_cluster.meta.addr, T) == 4
+    assert count(url) == 80_110

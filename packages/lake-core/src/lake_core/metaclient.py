@@ -197,12 +197,12 @@ class MetaClient:
         self,
         messages: AsyncIterator[flight_pb2.FlightData],
         on_behalf_of: Principal | None,
-        timeout: float | None,
+        deadline_s: float | None,
     ) -> bytes:
         metadata = self._call_metadata(on_behalf_of)
         with client_span(DO_PUT) as trace:
             try:
-                call = self._stub.DoPut(messages, metadata=(*metadata, *trace), timeout=timeout)
+                call = self._stub.DoPut(messages, metadata=(*metadata, *trace), timeout=deadline_s)
                 payload = b""
                 async for item in call:
                     payload = item.app_metadata

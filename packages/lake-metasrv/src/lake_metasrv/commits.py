@@ -290,7 +290,9 @@ class CommitCoordinator:
         prepared = await self.engine.prepare(
             record.location, record.incarnation, record.engine_version, checked.data
         )
-        return await self._enqueue(command, schema, batches, rows, op_time, scope, checked, prepared)
+        return await self._enqueue(
+            command, schema, batches, rows, op_time, scope, checked, prepared
+        )
 
     async def append_prepared(
         self,

@@ -294,6 +294,7 @@ class Ingests:
             raise TableNotFound(table)
         return record
 
+
 def is_ingest(descriptor: pb.FlightDescriptor | None) -> bool:
     """Whether a DoPut descriptor carries an IngestCommand (else: an append)."""
     if descriptor is None or descriptor.type != pb.FlightDescriptor.CMD:

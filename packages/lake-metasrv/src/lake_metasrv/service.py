@@ -205,7 +205,9 @@ class MetaHandler(FlightHandler):
     ) -> AsyncIterator[pb.PutResult]:
         principal = _caller()
         first = await anext(messages, None)
-        descriptor = first.flight_descriptor if first and first.HasField("flight_descriptor") else None
+        descriptor = (
+            first.flight_descriptor if first and first.HasField("flight_descriptor") else None
+        )
         if first is not None and is_ingest(descriptor):
             # A bulk ingest (lake_metasrv.ingest): streamed, committed once.
             ingest = ingest_command(descriptor)

@@ -57,8 +57,8 @@ from lake_query.catalog_cache import CatalogCache
 from lake_query.flightsql import discovery, wire
 from lake_query.flightsql.appends import Appends, AppendSink
 from lake_query.flightsql.discovery import REFRESH_TIMEOUT_S
-from lake_query.flightsql.ingest import Ingests, IngestSink
 from lake_query.flightsql.endpoints import PARTITION, fragments_of, query_bodies
+from lake_query.flightsql.ingest import Ingests, IngestSink
 from lake_query.flightsql.statements import PreparedStatements
 from lake_query.flightsql.wire import MAX_SQL_BYTES, caller
 from lake_query.jobs.service import PART, AsyncQueries, is_handle

@@ -68,7 +68,9 @@ class IngestSink(Protocol):
     ) -> protocol.DescribeTableResult: ...
 
 
-def ingest_mode(options: sql_pb.CommandStatementIngest.TableDefinitionOptions) -> protocol.IngestMode:
+def ingest_mode(
+    options: sql_pb.CommandStatementIngest.TableDefinitionOptions,
+) -> protocol.IngestMode:
     """ADBC's ingest modes as Lake's (``replace`` is refused: Lake tables only grow)."""
     if options.if_exists == _Options.TABLE_EXISTS_OPTION_REPLACE:
         raise Unimplemented(
@@ -85,14 +87,14 @@ def ingest_mode(options: sql_pb.CommandStatementIngest.TableDefinitionOptions) -
 
 def _table(command: sql_pb.CommandStatementIngest) -> TableRef:
     if command.HasField("catalog") and command.catalog not in ("", "lake"):
-        raise InvalidArgument(f"Lake ingests into the 'lake' catalog, not {command.catalog[:100]!r}")
+        raise InvalidArgument(
+            f"Lake ingests into the 'lake' catalog, not {command.catalog[:100]!r}"
+        )
     if command.HasField("schema") and command.schema:
         return TableRef(namespace=command.schema, name=command.table)
     if "." in command.table:
         return TableRef.parse(command.table)
-    raise InvalidArgument(
-        "name the table's namespace: db_schema_name=... (or 'namespace.table')"
-    )
+    raise InvalidArgument("name the table's namespace: db_schema_name=... (or 'namespace.table')")
 
 
 class Ingests:
