@@ -83,7 +83,8 @@ def test_ingest_guide_runs_twice(
     out = capsys.readouterr().out
     assert out.count("ingested 200000 rows") == 2
     # create_append made the table, then each ingest was one version.
-    assert "ingested at version 2" in out and "ingested at version 4" in out
+    assert "ingested at version 2" in out
+    assert "ingested at version 4" in out
     with lake_sdk.Client(lake_cluster.query.url) as client:
         n = client.query_table("SELECT count(*) AS n FROM robots.rewards")["n"][0].as_py()
     assert n == 500_000
