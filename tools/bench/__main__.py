@@ -32,6 +32,7 @@ BENCHMARKS = [
     "tools.bench.iceberg_bench",
     "tools.bench.telemetry_bench",
     "tools.bench.async_bench",
+    "tools.bench.ingest_bench",
 ]
 
 
