@@ -25,8 +25,9 @@ import asyncio
 import json
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import pyarrow as pa
 import structlog
@@ -45,7 +46,7 @@ from lake_core.principal import Principal
 from lake_core.proto import flight_pb2 as pb
 from lake_core.schemas import check_exact_schema
 from lake_core.values import check_batches
-from lake_metasrv.appends import CheckedRows, conform
+from lake_metasrv.appends import CheckedRows, conform, observed_append
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.engine import PreparedAppend
 from lake_metasrv.registry.base import TableRecord
@@ -61,37 +62,48 @@ __all__ = [
 
 log = structlog.get_logger("lake_metasrv.ingest")
 
+T = TypeVar("T")
+
 #: Decoded batches waiting for the writer thread at most (the memory bound per ingest).
 FEED_BATCHES = 4
 
 
 class _Feed:
-    """A bounded hand-over of batches from the event loop to the writer thread."""
+    """A bounded hand-over of batches from the event loop to the writer's own thread.
 
-    def __init__(self, capacity: int) -> None:
+    The loop side never blocks a thread: a full feed is awaited on an event
+    the writer sets (thread-safely) each time it takes a batch or stops.
+    """
+
+    def __init__(self, capacity: int, loop: asyncio.AbstractEventLoop) -> None:
         self._items: deque[pa.RecordBatch] = deque()
         self._capacity = capacity
         self._cond = threading.Condition()
         self._end: BaseException | bool = False  # True: finished; an error: aborted
         self._reader_gone = False
+        self._loop = loop
+        self._space = asyncio.Event()
 
-    def offer(self, batch: pa.RecordBatch) -> bool:
-        """Add without waiting; False when full (then :meth:`put` on a thread)."""
+    def _offer(self, batch: pa.RecordBatch) -> bool:
+        """Add without waiting (dropped once the writer stopped); False when full."""
         with self._cond:
+            if self._reader_gone:
+                return True
             if len(self._items) >= self._capacity:
                 return False
             self._items.append(batch)
             self._cond.notify_all()
             return True
 
-    def put(self, batch: pa.RecordBatch) -> None:
-        """Blocking add (a worker thread); dropped once the writer stopped."""
-        with self._cond:
-            while len(self._items) >= self._capacity and not self._reader_gone:
-                self._cond.wait()
-            if not self._reader_gone:
-                self._items.append(batch)
-                self._cond.notify_all()
+    async def put(self, batch: pa.RecordBatch) -> None:
+        while True:
+            self._space.clear()  # before the offer: a take after it sets it again
+            if self._offer(batch):
+                return
+            await self._space.wait()
+
+    def _taken(self) -> None:
+        self._loop.call_soon_threadsafe(self._space.set)
 
     def finish(self) -> None:
         with self._cond:
@@ -113,16 +125,42 @@ class _Feed:
                         self._cond.wait()
                     if self._items:
                         batch = self._items.popleft()
-                        self._cond.notify_all()
                     elif isinstance(self._end, BaseException):
                         raise self._end
                     else:
                         return
+                self._taken()
                 yield batch
         finally:
             with self._cond:
                 self._reader_gone = True
-                self._cond.notify_all()
+            self._taken()
+
+
+def _on_own_thread(fn: Callable[[], T]) -> asyncio.Future[T]:
+    """``fn()`` on a thread of its own (an ingest's writer lives as long as its stream:
+    it must not hold one of the loop's shared executor threads)."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(value: T | None, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)  # type: ignore[arg-type]
+
+    def run() -> None:
+        try:
+            value = fn()
+        except BaseException as exc:
+            loop.call_soon_threadsafe(settle, None, exc)
+        else:
+            loop.call_soon_threadsafe(settle, value, None)
+
+    threading.Thread(target=run, name="lake-ingest-writer", daemon=True).start()
+    return future
 
 
 @dataclass
@@ -167,11 +205,10 @@ class Ingests:
         record = await self._table(command.table)
         check_exact_schema(record.schema, decoder.schema, command.table)
         scope = coordinator.stage.scope(principal.tenant_id)
-        feed = _Feed(FEED_BATCHES)
+        feed = _Feed(FEED_BATCHES, asyncio.get_running_loop())
         checked = _Checked()
-        writer = asyncio.ensure_future(
-            asyncio.to_thread(self._write, record, decoder.schema, feed, checked, scope)
-        )
+        schema = decoder.schema
+        writer = _on_own_thread(lambda: self._write(record, schema, feed, checked, scope))
         rows = 0
         try:
             for batch in pending:
@@ -203,13 +240,15 @@ class Ingests:
                 rows=0,
             )
         append = protocol.AppendCommand(table=command.table, operation_id=command.operation_id)
-        result = await coordinator.append_prepared(
-            append,
-            record.schema,
-            rows,
-            CheckedRows(record.schema.empty_table(), sorted(checked.adds)),
-            prepared,
-            tenant_id=principal.tenant_id,
+        result = await observed_append(
+            coordinator.append_prepared(
+                append,
+                record.schema,
+                rows,
+                CheckedRows(record.schema.empty_table(), sorted(checked.adds)),
+                prepared,
+                tenant_id=principal.tenant_id,
+            )
         )
         log.info(
             "ingest committed",
@@ -247,8 +286,7 @@ class Ingests:
                 f"an ingest holds at most {self.max_rows} rows (LAKE_INGEST_MAX_ROWS); "
                 "nothing was committed"
             )
-        if not feed.offer(batch):
-            await asyncio.to_thread(feed.put, batch)
+        await feed.put(batch)
         return rows
 
     def _write(
