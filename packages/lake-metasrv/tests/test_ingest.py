@@ -79,8 +79,8 @@ async def test_refusals_leave_no_version(served: Any, kit: Any) -> None:
             await client.ingest_messages(
                 stream(kit.episodes, wrong, [pa.record_batch([pa.array(["x"])], schema=wrong)])
             )
+        missing = TableRef("robots", "missing")
         with pytest.raises(TableNotFound):
-            missing = TableRef("robots", "missing")
             await client.ingest_messages(stream(missing, kit.schema, [kit.make_batch(1)]))
         # A bad FILE cell after good batches: the written fragments stay orphans.
         good = [kit.make_batch(5, i * 5, kit.file_schema) for i in range(FEED_BATCHES * 2)]
