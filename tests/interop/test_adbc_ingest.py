@@ -8,6 +8,8 @@ leaves no version and no rows.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -193,6 +195,43 @@ def test_sigkill_mid_stream_leaves_nothing_or_everything(
     assert ingest(lake_cluster.query.url, rows(0, 1000)) == 1000
     assert describe_version(lake_cluster.meta.addr, T) == version + 1
     assert count(lake_cluster.query.url) == seen + 1000
+
+
+CLIENT = """
+import sys, time
+import adbc_driver_flightsql.dbapi as flightsql
+import pyarrow as pa
+schema = pa.schema([pa.field("id", pa.int64()), pa.field("value", pa.float64())])
+def produce():
+    for i in range(1000):
+        if i == 10:
+            print("sent", flush=True)
+            time.sleep(3600)
+        ids = pa.array(range(i * 10_000, (i + 1) * 10_000), pa.int64())
+        yield pa.record_batch([ids, ids.cast(pa.float64())], schema=schema)
+with flightsql.connect(sys.argv[1], autocommit=True) as conn, conn.cursor() as cur:
+    cur.adbc_ingest("samples", pa.RecordBatchReader.from_batches(schema, produce()),
+                    mode="append", db_schema_name="fleet")
+"""
+
+
+def test_a_client_killed_mid_stream_commits_nothing(lake_cluster: LakeCluster) -> None:
+    create_table(lake_cluster.meta.addr, T, SCHEMA)
+    url = lake_cluster.query.url
+    child = subprocess.Popen([sys.executable, "-c", CLIENT, url], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "sent"  # 100,000 rows on their way
+    finally:
+        child.kill()
+        child.wait(30)
+    # The next ingest is version 1 and the only rows, now and after Query and
+    # Metasrv had every chance to notice the broken stream.
+    assert ingest(url, rows(0, 1000)) == 1000
+    assert describe_version(lake_cluster.meta.addr, T) == 1
+    assert ingest(url, rows(1000, 1000)) == 1000
+    assert describe_version(lake_cluster.meta.addr, T) == 2
+    assert count(url) == 2000
 
 
 TOKENS = {"acme": "lk_acme_ingest_0001"}
