@@ -222,6 +222,8 @@ class Ingests:
                     )
                 for batch in self._feed(decoder, message):
                     rows = await self._send(feed, batch, rows)
+                if writer.done():  # the writer refused a batch: refuse now, not at the end
+                    await writer
                 ended = message.app_metadata == protocol.INGEST_END
             feed.finish()
             prepared = await writer
