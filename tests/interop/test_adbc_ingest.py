@@ -331,3 +331,9 @@ def test_sdk_ingest_takes_tables_readers_and_frames(lake_cluster: LakeCluster) -
     assert asyncio.run(polars_async()) == 4
     assert describe_version(lake_cluster.meta.addr, T) == 4
     assert count(url) == 80_110
+    # polars hands out large_string columns: the SDK sends them as the table's string.
+    named = TableRef("fleet", "named")
+    create_table(lake_cluster.meta.addr, named, pa.schema([pa.field("name", pa.utf8())]))
+    with lake_sdk.connect(url) as client:
+        assert client.ingest(named, pl.DataFrame({"name": ["a", "b", "c"]})) == 1
+    assert count(url, named) == 3

@@ -331,14 +331,15 @@ class AsyncClient:
         """Append any number of rows as ONE new table version (bulk ingest); return it.
 
         ``data``: a pyarrow Table, RecordBatch or RecordBatchReader, or a pandas
-        or polars DataFrame, in the table's exact schema. It is streamed (never
+        or polars DataFrame, in the table's exact schema (string columns in
+        polars' ``large_string`` layout are cast to the table's). It is streamed (never
         held whole) through Query to Metasrv, which commits it once: a failure
         leaves no rows. Past :meth:`append_batches`' 10,000 rows, use this
         (``docs/ingest.md``). Not retried: a reader cannot be replayed; an
         ``operation_id`` makes a retry of yours commit at most once.
         """
         ref = _ref(table)
-        reader = as_reader(data)
+        reader = as_reader(data, await self.table_schema(ref))
         descriptor = ingest_descriptor(ref, operation_id or new_operation_id(), _any)
         result = await self._state.connection.ingest(descriptor, reader)
         return result.version

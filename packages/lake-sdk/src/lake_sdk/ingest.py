@@ -30,8 +30,39 @@ SLICE_BYTES = 4 * 1024 * 1024
 _Options = flight_sql_pb2.CommandStatementIngest.TableDefinitionOptions
 
 
-def as_reader(data: Any) -> pa.RecordBatchReader:
-    """A RecordBatchReader over a Table, a reader, or a pandas / polars DataFrame."""
+#: Lossless spellings of the same values: polars and pandas hand out the wide ones.
+_SAME_VALUES = {
+    pa.utf8(): (pa.large_utf8(), pa.string_view()),
+    pa.binary(): (pa.large_binary(), pa.binary_view()),
+}
+
+
+def as_reader(data: Any, table_schema: pa.Schema | None = None) -> pa.RecordBatchReader:
+    """A RecordBatchReader over a Table, a reader, or a pandas / polars DataFrame.
+
+    With ``table_schema``, string and binary columns in another layout of the
+    same values (``large_string``, ``string_view``: what polars produces) are
+    cast to the table's; every other difference is left for the server's
+    exact-schema check.
+    """
+    reader = _reader(data)
+    if table_schema is None:
+        return reader
+    fields = list(reader.schema)
+    changed = False
+    for index, field in enumerate(fields):
+        if field.name not in table_schema.names:
+            continue
+        want = table_schema.field(field.name).type
+        if field.type in _SAME_VALUES.get(want, ()):
+            fields[index] = field.with_type(want)
+            changed = True
+    if not changed:
+        return reader
+    return reader.cast(pa.schema(fields, metadata=reader.schema.metadata))
+
+
+def _reader(data: Any) -> pa.RecordBatchReader:
     if isinstance(data, pa.RecordBatchReader):
         return data
     if isinstance(data, pa.Table):
@@ -40,7 +71,7 @@ def as_reader(data: Any) -> pa.RecordBatchReader:
         return pa.RecordBatchReader.from_batches(data.schema, [data])
     module = type(data).__module__.split(".", 1)[0]
     if module == "polars" and hasattr(data, "to_arrow"):
-        return as_reader(data.to_arrow())
+        return _reader(data.to_arrow())
     if module == "pandas" and hasattr(data, "columns"):
         return pa.Table.from_pandas(data, preserve_index=False).to_reader()
     raise InvalidArgument(
