@@ -282,3 +282,33 @@ def test_maintenance_sent_to_the_follower_is_forwarded_to_the_leader(make_cloud_
     with lake.sdk(query) as client:
         rows = client.query_table("SELECT steps FROM robots.episodes WHERE steps = 12")
     assert rows["steps"].to_pylist() == [12]
+
+
+def test_ingest_sent_to_the_follower_is_forwarded_to_the_leader(make_cloud_lake) -> None:
+    from lake_core.flight.encoding import encode_stream
+    from lake_core.proto import flight_pb2 as pb
+
+    lake = make_cloud_lake()
+    leader = two_node_lake(lake)
+    follower = next(node for node in lake.metas if node is not leader)
+    lake.admin(lambda c: c.create_table(EPISODES, EPISODES_SCHEMA), target=leader)
+    command = protocol.IngestCommand(table=EPISODES, operation_id=new_operation_id())
+    descriptor = pb.FlightDescriptor(type=pb.FlightDescriptor.CMD, cmd=protocol.encode(command))
+
+    async def stream():  # type: ignore[no-untyped-def]
+        batches = [episodes(start, 5_000) for start in range(0, 20_000, 5_000)]
+        for raw in encode_stream(
+            EPISODES_SCHEMA, batches, descriptor=descriptor.SerializeToString()
+        ):
+            yield pb.FlightData.FromString(raw)
+        yield pb.FlightData(app_metadata=protocol.INGEST_END)
+
+    # Past the 10,000-row append cap, one version, committed by the leader.
+    result = lake.admin(lambda c: c.ingest_messages(stream()), target=follower)
+    assert (result.version, result.rows) == (1, 20_000)
+    assert '"action": "ingest"' in follower.log()  # "forwarding to the leader"
+    query = lake.start_query()
+    with lake.sdk(query) as client:
+        assert client.ingest(EPISODES, episodes(20_000, 15_000)) == 2
+        table = client.query_table("SELECT steps FROM robots.episodes")
+    assert sorted(table["steps"].to_pylist()) == list(range(35_000))

@@ -72,6 +72,25 @@ def test_files_guide_runs_twice(
         assert client.query_table("SELECT count(*) AS n FROM robots.episodes")["n"][0].as_py() == 4
 
 
+def test_ingest_guide_runs_twice(
+    lake_cluster: LakeCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = [b.code for b in blocks(ROOT / "docs" / "ingest.md") if b.lang == "python"]
+    assert len(code) == 2
+    for _ in (1, 2):
+        for block in code:
+            block = block.replace("grpc://127.0.0.1:50051", lake_cluster.query.url)
+            exec(compile(block, "docs/ingest.md", "exec"), {"__name__": "__main__"})
+    out = capsys.readouterr().out
+    assert out.count("ingested 200000 rows") == 2
+    # create_append made the table, then each ingest was one version.
+    assert "ingested at version 2" in out
+    assert "ingested at version 4" in out
+    with lake_sdk.Client(lake_cluster.query.url) as client:
+        n = client.query_table("SELECT count(*) AS n FROM robots.rewards")["n"][0].as_py()
+    assert n == 500_000
+
+
 #: Pages whose Python runs in the tests of the feature they describe (twice), which
 #: start the servers each needs (a secured cluster, a video, two replicas).
 RUN_ELSEWHERE = {
@@ -117,7 +136,7 @@ def test_operations_snippet_runs_twice() -> None:
 
 def test_every_page_with_code_is_run() -> None:
     # A new page with Python or shell in it must join a test, or say here why it is not run.
-    run_here = {"files.md", "operations.md"}
+    run_here = {"files.md", "ingest.md", "operations.md"}
     pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
     with_python = {p.name for p in pages if any(b.lang == "python" for b in blocks(p))}
     runs_python = run_here | set(RUN_ELSEWHERE) | set(RUN_WHOLE)

@@ -38,6 +38,7 @@ BENCHMARKS = [
     "tools.bench.small_files_bench",
     "tools.bench.recordings_bench",
     "tools.bench.lerobot_bench",
+    "tools.bench.ingest_bench",
 ]
 
 

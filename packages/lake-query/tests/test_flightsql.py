@@ -162,11 +162,13 @@ def test_adbc_dml_gets_the_read_only_error(conn: Any, tmp_path: Any) -> None:
     assert not target.exists()
 
 
-def test_adbc_ingest_is_read_only(conn: Any) -> None:
+def test_adbc_ingest_needs_a_replica_that_takes_appends(conn: Any) -> None:
+    # Bulk ingest streams to Metasrv (tests/interop/test_adbc_ingest.py); this
+    # replica has no append sink, so it refuses ingests as it refuses appends.
     data = pa.table({"episode_id": pa.array([1], pa.int64())})
-    with conn.cursor() as cur, pytest.raises(adbc_driver_manager.Error) as caught:
+    with conn.cursor() as cur, pytest.raises(adbc_driver_manager.NotSupportedError) as caught:
         cur.adbc_ingest("episodes", data, mode="append", db_schema_name="robots")
-    assert "read-only" in str(caught.value)
+    assert "does not accept appends" in str(caught.value)
 
 
 def test_adbc_errors_have_grpc_meaning(conn: Any) -> None:
@@ -393,19 +395,23 @@ def put_stream(descriptor_cmd: bytes, table: pa.Table) -> Iterator[pb.FlightData
         yield pb.FlightData.FromString(raw)
 
 
-def test_statement_update_and_ingest_are_read_only(query_server: RunningQuery) -> None:
+def test_statement_updates_are_read_only(query_server: RunningQuery) -> None:
     channel, stub = raw_stub(query_server)
     data = pa.table({"episode_id": pa.array([1], pa.int64())})
     with channel:
         for cmd in (
             sql_pb.CommandStatementUpdate(query="SELECT 1"),
-            sql_pb.CommandStatementIngest(table="episodes", schema="robots"),
             sql_pb.CommandPreparedStatementUpdate(prepared_statement_handle=b"x"),
         ):
             with pytest.raises(grpc.RpcError) as caught:
                 list(stub.DoPut(put_stream(command(cmd), data)))
             assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert caught.value.details() == READ_ONLY_MESSAGE
+        # Bulk ingest is not an update: it is refused here only for want of an append sink.
+        ingest = sql_pb.CommandStatementIngest(table="episodes", schema="robots")
+        with pytest.raises(grpc.RpcError) as refused:
+            list(stub.DoPut(put_stream(command(ingest), data)))
+        assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
 
 
 class RecordingAppends:

@@ -83,6 +83,9 @@ def test_sql_info_answers_what_adbc_asks_on_connect() -> None:
     rows = sql_info_batch([sql_pb.SQL_KEYWORDS, sql_pb.FLIGHT_SQL_SERVER_READ_ONLY, 99_999])
     assert rows.column("info_name").to_pylist() == [sql_pb.SQL_KEYWORDS, 3]
     assert rows.column("value").to_pylist()[1] is True
+    # SQL is read-only; bulk ingest (CommandStatementIngest) is how data comes in.
+    ingest = sql_info_batch([sql_pb.FLIGHT_SQL_SERVER_BULK_INGESTION])
+    assert ingest.column("value").to_pylist() == [True]
 
 
 def test_like_patterns() -> None:

@@ -55,6 +55,8 @@ __all__ = [
     "ICEBERG_S3_REGION",
     "ICEBERG_S3_TIMEOUT_MS",
     "ICEBERG_WAREHOUSE",
+    "INGEST_MAX_BYTES",
+    "INGEST_MAX_ROWS",
     "LANCE_RETAIN_MIN_AGE_SECS",
     "LANCE_RETAIN_VERSIONS",
     "LOG_FORMAT",
@@ -275,6 +277,22 @@ COMMIT_GROUP_MAX_ROWS = EnvVar(
     owner=METASRV,
     default="100000",
     range="1..=1048576",
+)
+INGEST_MAX_ROWS = EnvVar(
+    "LAKE_INGEST_MAX_ROWS",
+    doc="Rows one bulk ingest (Flight SQL CommandStatementIngest, client.ingest) may carry; "
+    "a larger stream is refused before it commits (PayloadTooLarge) and leaves no version.",
+    owner=METASRV,
+    default="100000000",
+    range="1..=10000000000",
+)
+INGEST_MAX_BYTES = EnvVar(
+    "LAKE_INGEST_MAX_BYTES",
+    doc="Encoded Arrow bytes one bulk ingest may carry; a larger stream is refused before "
+    "it commits (PayloadTooLarge) and leaves no version.",
+    owner=METASRV,
+    default="68719476736 (64 GiB)",
+    range="1048576..=17592186044416 (16 TiB)",
 )
 COMPACTION = EnvVar(
     "LAKE_COMPACTION",

@@ -98,9 +98,14 @@ class MetaClient:
         result: type[M],
         *,
         on_behalf_of: Principal | None = None,
+        credentials: tuple[tuple[str, str], ...] | None = None,
     ) -> M:
+        """One action; ``credentials`` (a caller's own, relayed) replace this client's."""
         request = flight_pb2.Action(type=action_type, body=protocol.encode(body))
-        metadata = self._call_metadata(on_behalf_of)
+        if credentials is None:
+            metadata = self._call_metadata(on_behalf_of)
+        else:
+            metadata = (*credentials, WANTS_CODES)
         # The caller's trace continues on Metasrv (W3C traceparent in the metadata).
         with client_span(DO_ACTION) as trace:
             try:
@@ -120,6 +125,20 @@ class MetaClient:
     ) -> protocol.DescribeTableResult:
         request = protocol.CreateTableRequest(table=table, schema_ipc=schema_to_base64(schema))
         return await self.action(protocol.CREATE_TABLE, request, protocol.DescribeTableResult)
+
+    async def create_table_as_caller(
+        self, table: TableRef, schema: pa.Schema, authorization: str | None
+    ) -> protocol.DescribeTableResult:
+        """:meth:`create_table` with the caller's own ``authorization`` header, relayed unchanged.
+
+        Creating a table is administrative: Metasrv must see the administrator
+        itself, never a delegated (data-plane) call (a bulk ingest's ``create`` mode).
+        """
+        request = protocol.CreateTableRequest(table=table, schema_ipc=schema_to_base64(schema))
+        credentials = () if authorization is None else (("authorization", authorization),)
+        return await self.action(
+            protocol.CREATE_TABLE, request, protocol.DescribeTableResult, credentials=credentials
+        )
 
     async def drop_table(self, table: TableRef) -> protocol.DropTableResult:
         request = protocol.TableRequest(table=table)
@@ -159,18 +178,38 @@ class MetaClient:
         on_behalf_of: Principal | None = None,
     ) -> protocol.AppendResult:
         """Forward an already-encoded DoPut stream (its first message carries the command)."""
+        payload = await self._put(messages, on_behalf_of, self._timeout)
+        return protocol.decode(protocol.AppendResult, payload)
+
+    async def ingest_messages(
+        self,
+        messages: AsyncIterator[flight_pb2.FlightData],
+        *,
+        on_behalf_of: Principal | None = None,
+    ) -> protocol.IngestResult:
+        """Stream a bulk ingest (first message: an IngestCommand; last: INGEST_END).
+
+        No deadline: an ingest runs as long as its stream (bounded by Metasrv's limits).
+        """
+        payload = await self._put(messages, on_behalf_of, None)
+        return protocol.decode(protocol.IngestResult, payload)
+
+    async def _put(
+        self,
+        messages: AsyncIterator[flight_pb2.FlightData],
+        on_behalf_of: Principal | None,
+        deadline_s: float | None,
+    ) -> bytes:
         metadata = self._call_metadata(on_behalf_of)
         with client_span(DO_PUT) as trace:
             try:
-                call = self._stub.DoPut(
-                    messages, metadata=(*metadata, *trace), timeout=self._timeout
-                )
+                call = self._stub.DoPut(messages, metadata=(*metadata, *trace), timeout=deadline_s)
                 payload = b""
                 async for item in call:
                     payload = item.app_metadata
             except grpc.aio.AioRpcError as exc:
                 raise lake_error(exc, commit=True) from None
-        return protocol.decode(protocol.AppendResult, payload)
+        return bytes(payload)
 
     async def append(
         self,

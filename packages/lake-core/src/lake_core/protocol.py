@@ -19,6 +19,8 @@ __all__ = [
     "APPEND_COMMAND_TYPE",
     "ASYNC_JOB_ID_HEADER",
     "ASYNC_STATES_HEADER",
+    "INGEST_COMMAND_TYPE",
+    "INGEST_END",
     "MAX_APPEND_BYTES",
     "MAX_APPEND_ROWS",
     "MAX_MESSAGE_BYTES",
@@ -31,6 +33,9 @@ __all__ = [
     "DescribeTableResult",
     "DropTableResult",
     "IndexKind",
+    "IngestCommand",
+    "IngestMode",
+    "IngestResult",
     "MaintenanceResult",
     "TableRequest",
     "WireModel",
@@ -53,6 +58,8 @@ TABLE_SCHEMA = "lake.table_schema"
 OPTIMIZE_TABLE = "lake.optimize_table"
 CREATE_INDEX = "lake.create_index"
 APPEND_COMMAND_TYPE = "lake.append"
+#: A bulk ingest from Query to Metasrv (Flight SQL CommandStatementIngest, forwarded).
+INGEST_COMMAND_TYPE = "lake.ingest"
 #: Request header of a PollFlightInfo submission: the client's 128-bit job id (32 hex),
 #: reused by every retry so a lost reply never runs the SQL twice.
 ASYNC_JOB_ID_HEADER = "lake-async-job-id"
@@ -145,6 +152,36 @@ class AppendResult(WireModel):
     operation_id: str
     version: int
     descriptor: TableDescriptor
+    replayed: bool = False
+
+
+#: ADBC's ingest modes Lake takes (``replace`` is refused: Lake tables only grow).
+IngestMode = Literal["append", "create", "create_append"]
+
+
+class IngestCommand(WireModel):
+    """A bulk ingest into an existing table: one stream of any size, one append, one version.
+
+    Its stream ends with a metadata-only FlightData carrying
+    :data:`INGEST_END`; a stream cut short any other way commits nothing.
+    (Query creates the table first for the ``create`` modes.)
+    """
+
+    type: Literal["lake.ingest"] = "lake.ingest"
+    table: TableRef
+    operation_id: str
+
+
+#: ``app_metadata`` of the last FlightData of an ingest stream: the sender finished it.
+INGEST_END = b"lake.ingest.end"
+
+
+class IngestResult(WireModel):
+    table: TableRef
+    operation_id: str
+    version: int
+    rows: int = Field(ge=0)
+    created: bool = False
     replayed: bool = False
 
 

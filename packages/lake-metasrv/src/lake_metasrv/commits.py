@@ -60,6 +60,7 @@ from lake_core.protocol import AppendCommand, AppendResult, DropTableResult
 from lake_core.schemas import schema_to_ipc, validate_table_schema
 from lake_core.telemetry import series
 from lake_metasrv.appends import (
+    CheckedRows,
     Queued,
     check_read_version,
     check_rows,
@@ -312,12 +313,46 @@ class CommitCoordinator:
             if prior is not None:
                 return replay(prior, command.table)
             raise
-        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
-        future.add_done_callback(retrieve)
-        self._queues.setdefault(command.table, deque()).append(
-            Queued(command, schema, batches, rows, op_time, scope, checked, None, future)
+        return await self._enqueue(command, schema, batches, rows, op_time, scope, checked, None)
+
+    async def append_prepared(
+        self,
+        command: AppendCommand,
+        schema: pa.Schema,
+        rows: int,
+        checked: CheckedRows,
+        prepared: PreparedAppend,
+        *,
+        tenant_id: str = DEV_PRINCIPAL.tenant_id,
+    ) -> AppendResult:
+        """Commit rows already checked and written as fragments (a bulk ingest's) as one append.
+
+        The caller checked them by :func:`check_rows`' rules and wrote them with
+        ``engine.prepare_stream`` (:mod:`lake_metasrv.ingest`); from here they are
+        an append like any other: one version, one operation id, no row cap.
+        """
+        self.gate.check()
+        op_time = self._check_operation_id(command.operation_id)
+        scope = self.stage.scope(tenant_id)
+        return await self._shielded(
+            self._enqueue(command, schema, (), rows, op_time, scope, checked, prepared)
         )
-        self._start_committer(command.table)
+
+    async def _enqueue(
+        self,
+        command: AppendCommand,
+        schema: pa.Schema,
+        batches: Sequence[pa.RecordBatch],
+        rows: int,
+        op_time: int,
+        scope: TenantScope,
+        checked: CheckedRows,
+        prepared: PreparedAppend | None,
+    ) -> AppendResult:
+        future: asyncio.Future[AppendResult] = asyncio.get_running_loop().create_future()
+        self.enqueue(
+            Queued(command, schema, batches, rows, op_time, scope, checked, prepared, future)
+        )
         return await future
 
     def enqueue(self, queued: Queued) -> None:

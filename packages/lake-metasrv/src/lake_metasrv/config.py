@@ -33,6 +33,8 @@ from lake_core.config import (
     APPEND_OPERATION_RETENTION_SECS,
     COMMIT_GROUP_MAX_APPENDS,
     COMMIT_GROUP_MAX_ROWS,
+    INGEST_MAX_BYTES,
+    INGEST_MAX_ROWS,
     LANCE_RETAIN_MIN_AGE_SECS,
     LANCE_RETAIN_VERSIONS,
     PEER_ADVERTISE_URL,
@@ -76,6 +78,12 @@ MAX_GROUP_MAX_APPENDS = 1024
 DEFAULT_GROUP_MAX_ROWS = 100_000
 #: Lance's default rows per data file: a group of small appends stays one file.
 MAX_GROUP_MAX_ROWS = 1_048_576
+#: Bulk ingest bounds (LAKE_INGEST_MAX_ROWS, LAKE_INGEST_MAX_BYTES; lake_metasrv.ingest).
+DEFAULT_INGEST_MAX_ROWS = 100_000_000
+MAX_INGEST_MAX_ROWS = 10_000_000_000
+DEFAULT_INGEST_MAX_BYTES = 64 * 1024**3
+MIN_INGEST_MAX_BYTES = 1024 * 1024
+MAX_INGEST_MAX_BYTES = 16 * 1024**4
 
 
 @dataclass(frozen=True)
@@ -109,6 +117,8 @@ class MetaConfig:
     #: Where followers forward writes when this node leads (None: derived from ``addr``).
     advertise_url: str | None = None
     lease_ttl_s: float = DEFAULT_LEASE_TTL_S
+    ingest_max_rows: int = DEFAULT_INGEST_MAX_ROWS
+    ingest_max_bytes: int = DEFAULT_INGEST_MAX_BYTES
 
     @classmethod
     def load(
@@ -153,6 +163,16 @@ class MetaConfig:
             ),
             group_max_rows=env_int(
                 COMMIT_GROUP_MAX_ROWS, DEFAULT_GROUP_MAX_ROWS, 1, MAX_GROUP_MAX_ROWS, source
+            ),
+            ingest_max_rows=env_int(
+                INGEST_MAX_ROWS, DEFAULT_INGEST_MAX_ROWS, 1, MAX_INGEST_MAX_ROWS, source
+            ),
+            ingest_max_bytes=env_int(
+                INGEST_MAX_BYTES,
+                DEFAULT_INGEST_MAX_BYTES,
+                MIN_INGEST_MAX_BYTES,
+                MAX_INGEST_MAX_BYTES,
+                source,
             ),
             faults=faults,
             stage=StageSettings.from_env(

@@ -199,8 +199,26 @@ class LanceEngine(abc.ABC):
             self._prepare, location, incarnation, registered_version, data
         )
 
+    def prepare_stream(
+        self,
+        location: str,
+        incarnation: str,
+        registered_version: int,
+        reader: pa.RecordBatchReader,
+    ) -> PreparedAppend:
+        """Blocking :meth:`prepare` of a stream: fragments written as batches arrive.
+
+        Lance rolls files over at its row and byte bounds, so memory stays
+        bounded whatever the stream's length (a bulk ingest, lake_metasrv.ingest).
+        """
+        return self._prepare(location, incarnation, registered_version, reader)
+
     def _prepare(
-        self, location: str, incarnation: str, registered_version: int, data: pa.Table
+        self,
+        location: str,
+        incarnation: str,
+        registered_version: int,
+        data: pa.Table | pa.RecordBatchReader,
     ) -> PreparedAppend:
         owner, cached = self._datasets.get(location, ("", None))
         try:

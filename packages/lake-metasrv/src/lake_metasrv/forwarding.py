@@ -36,6 +36,7 @@ from lake_core.proto import flight_pb2 as pb
 from lake_core.telemetry.propagation import client_span
 from lake_core.tls import ClientTLS
 from lake_metasrv.commits import CommitCoordinator
+from lake_metasrv.ingest import ingest_command, is_ingest
 from lake_metasrv.lease import Leadership
 from lake_metasrv.service import MetaHandler, _append_command, _caller, _require_role
 
@@ -172,7 +173,8 @@ class ForwardingMetaHandler(MetaHandler):
         if first is None:
             raise InvalidAppend("an append stream needs a descriptor and an Arrow schema")
         descriptor = first.flight_descriptor if first.HasField("flight_descriptor") else None
-        command = _append_command(descriptor)
+        ingest = is_ingest(descriptor)
+        command = ingest_command(descriptor) if ingest else _append_command(descriptor)
         _require_role(principal, command.table, "user", "admin")
 
         async def stream() -> AsyncIterator[pb.FlightData]:
@@ -180,6 +182,12 @@ class ForwardingMetaHandler(MetaHandler):
             async for message in messages:
                 yield message
 
-        log.info("forwarding to the leader", action="append", leader=leader.addr)
-        result = await leader.append_messages(stream(), on_behalf_of=principal)
+        result: protocol.WireModel
+        if ingest:
+            # Streamed through, end marker included (lake_metasrv.ingest).
+            log.info("forwarding to the leader", action="ingest", leader=leader.addr)
+            result = await leader.ingest_messages(stream(), on_behalf_of=principal)
+        else:
+            log.info("forwarding to the leader", action="append", leader=leader.addr)
+            result = await leader.append_messages(stream(), on_behalf_of=principal)
         yield pb.PutResult(app_metadata=protocol.encode(result))

@@ -38,6 +38,7 @@ from lake_core.proto import flight_pb2 as pb
 from lake_core.schemas import schema_from_base64
 from lake_metasrv.appends import observed_append
 from lake_metasrv.commits import CommitCoordinator
+from lake_metasrv.ingest import Ingests, ingest_command, is_ingest
 from lake_metasrv.integrity import verify_table
 from lake_metasrv.maintenance import Maintenance
 
@@ -93,9 +94,10 @@ def _require_role(principal: Principal, table: TableRef, *roles: str) -> None:
 class MetaHandler(FlightHandler):
     """The Flight handler of one Metasrv, over its commit coordinator."""
 
-    def __init__(self, coordinator: CommitCoordinator) -> None:
+    def __init__(self, coordinator: CommitCoordinator, ingests: Ingests | None = None) -> None:
         self.coordinator = coordinator
         self.maintenance = Maintenance(coordinator)
+        self.ingests = ingests or Ingests(coordinator)
 
     # -- DoAction ---------------------------------------------------------------
 
@@ -202,10 +204,28 @@ class MetaHandler(FlightHandler):
         self, messages: AsyncIterator[pb.FlightData], context: Context
     ) -> AsyncIterator[pb.PutResult]:
         principal = _caller()
+        first = await anext(messages, None)
+        descriptor = (
+            first.flight_descriptor if first and first.HasField("flight_descriptor") else None
+        )
+        if first is not None and is_ingest(descriptor):
+            # A bulk ingest (lake_metasrv.ingest): streamed, committed once.
+            ingest = ingest_command(descriptor)
+            _require_role(principal, ingest.table, "user", "admin")
+            done = await self.ingests.ingest(ingest, first, messages, principal)
+            yield pb.PutResult(app_metadata=protocol.encode(done))
+            return
         decoder = FlightDataDecoder(max_bytes=protocol.MAX_APPEND_BYTES, too_large=_too_large)
         command: protocol.AppendCommand | None = None
         batches: list[pa.RecordBatch] = []
-        async for message in messages:
+
+        async def stream() -> AsyncIterator[pb.FlightData]:
+            if first is not None:
+                yield first
+            async for message in messages:
+                yield message
+
+        async for message in stream():
             produced = decoder.feed(message)
             if command is None:
                 # Authorize on the first message, before reading any data.

@@ -86,7 +86,8 @@ SQL_INFO: Mapping[int, SqlInfoValue] = {
     sql_pb.FLIGHT_SQL_SERVER_SUBSTRAIT: False,
     sql_pb.FLIGHT_SQL_SERVER_TRANSACTION: _Int32(sql_pb.SQL_SUPPORTED_TRANSACTION_NONE),
     sql_pb.FLIGHT_SQL_SERVER_CANCEL: False,
-    sql_pb.FLIGHT_SQL_SERVER_BULK_INGESTION: False,
+    # CommandStatementIngest (lake_query.flightsql.ingest); SQL itself stays read-only.
+    sql_pb.FLIGHT_SQL_SERVER_BULK_INGESTION: True,
     sql_pb.FLIGHT_SQL_SERVER_INGEST_TRANSACTIONS_SUPPORTED: False,
     sql_pb.FLIGHT_SQL_SERVER_STATEMENT_TIMEOUT: _Int32(0),
     sql_pb.FLIGHT_SQL_SERVER_TRANSACTION_TIMEOUT: _Int32(0),

@@ -43,6 +43,7 @@ from lake_sdk.block_cache import (
 from lake_sdk.builder import LakeClientBuilder, connect_kwargs
 from lake_sdk.files import DEFAULT_FILE_TTL_S, FileAccess, FileOptions
 from lake_sdk.frames import as_location
+from lake_sdk.ingest import as_reader, ingest_descriptor
 from lake_sdk.inserts import insert_rows
 from lake_sdk.jobs import AsyncQueryHandle, AsyncQueryResult, Jobs
 from lake_sdk.object_file import ObjectFile
@@ -329,6 +330,25 @@ class AsyncClient:
         return await self._state.appender.append(
             ref, schema, items, operation_id or new_operation_id()
         )
+
+    async def ingest(
+        self, table: TableRef | str, data: Any, *, operation_id: str | None = None
+    ) -> int:
+        """Append any number of rows as ONE new table version (bulk ingest); return it.
+
+        ``data``: a pyarrow Table, RecordBatch or RecordBatchReader, or a pandas
+        or polars DataFrame, in the table's exact schema (string columns in
+        polars' ``large_string`` layout are cast to the table's). It is streamed (never
+        held whole) through Query to Metasrv, which commits it once: a failure
+        leaves no rows. Past :meth:`append_batches`' 10,000 rows, use this
+        (``docs/ingest.md``). Not retried: a reader cannot be replayed; an
+        ``operation_id`` makes a retry of yours commit at most once.
+        """
+        ref = _ref(table)
+        reader = as_reader(data, await self.table_schema(ref))
+        descriptor = ingest_descriptor(ref, operation_id or new_operation_id(), _any)
+        result = await self._state.connection.ingest(descriptor, reader)
+        return result.version
 
     async def insert(
         self, sql: str, params: Sequence[Any], *, progress: ProgressCallback | bool | None = None

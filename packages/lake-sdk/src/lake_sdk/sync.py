@@ -198,6 +198,9 @@ class Client:
             self._inner.append_batches(table, batches, operation_id=operation_id)
         )
 
+    def ingest(self, table: TableRef | str, data: Any, *, operation_id: str | None = None) -> int:
+        return self._runner.run(self._inner.ingest(table, data, operation_id=operation_id))
+
     def insert(
         self, sql: str, params: Sequence[Any], *, progress: ProgressCallback | bool | None = None
     ) -> int:

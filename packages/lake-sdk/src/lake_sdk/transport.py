@@ -372,6 +372,36 @@ class Connection:
             raise LakeError("Query acknowledged the append without a result")
         return protocol.decode(protocol.AppendResult, metadata.to_pybytes())
 
+    async def ingest(
+        self, descriptor: flight.FlightDescriptor, reader: pa.RecordBatchReader
+    ) -> protocol.IngestResult:
+        """One bulk-ingest DoPut streaming ``reader`` (:mod:`lake_sdk.ingest`)."""
+        with (
+            calling() as trailers,
+            client_span(_FLIGHT + "DoPut", {**_DB, "db.operation.name": "ingest"}),
+        ):
+            try:
+                return await asyncio.to_thread(self._ingest, descriptor, reader)
+            except (flight.FlightError, pa.ArrowException) as exc:
+                raise lake_error(exc, trailers, commit=True) from None
+
+    def _ingest(
+        self, descriptor: flight.FlightDescriptor, reader: pa.RecordBatchReader
+    ) -> protocol.IngestResult:
+        from lake_sdk.ingest import slices
+
+        writer, results = self._client.do_put(descriptor, reader.schema)
+        try:
+            for batch in slices(reader):
+                writer.write_batch(batch)
+            writer.done_writing()
+            metadata = results.read()
+        finally:
+            writer.close()
+        if metadata is None:
+            raise LakeError("Query acknowledged the ingest without a result")
+        return protocol.decode(protocol.IngestResult, metadata.to_pybytes())
+
     async def close(self) -> None:
         if not self._closed:
             self._closed = True

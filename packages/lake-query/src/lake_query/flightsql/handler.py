@@ -58,6 +58,7 @@ from lake_query.flightsql import discovery, wire
 from lake_query.flightsql.appends import Appends, AppendSink
 from lake_query.flightsql.discovery import REFRESH_TIMEOUT_S
 from lake_query.flightsql.endpoints import PARTITION, fragments_of, query_bodies
+from lake_query.flightsql.ingest import Ingests, IngestSink
 from lake_query.flightsql.statements import PreparedStatements
 from lake_query.flightsql.wire import MAX_SQL_BYTES, caller
 from lake_query.freshness import MAX_REPLANS, catch_up, min_versions
@@ -134,6 +135,8 @@ class QueryHandler(FlightHandler):
         self._appends = Appends(cache, appends, self._stage)
         #: Planning's threads, deadline and per-tenant budget (lake_query.planning_threads).
         self.planning = planning or PlanningThreads()
+        # The same sink takes bulk ingests (lake_core.metaclient.MetaClient has both).
+        self._ingests = Ingests(cache, appends if isinstance(appends, IngestSink) else None)
         # One producer thread per running DoGet, apart from planning's pool so
         # long streams cannot starve planning.
         self._streams = ThreadPoolExecutor(
@@ -461,6 +464,9 @@ class QueryHandler(FlightHandler):
             yield await self._appends.forward(command, first, messages, principal)
         elif isinstance(command, sql_pb.CommandPreparedStatementQuery):
             yield await self._statements.bind(command, first, messages, principal)
+        elif isinstance(command, sql_pb.CommandStatementIngest):
+            authorization = dict(context.invocation_metadata() or ()).get("authorization")
+            yield await self._ingests.forward(command, first, messages, principal, authorization)
         elif isinstance(command, wire.READ_ONLY_COMMANDS):
             raise ReadOnlySql()
         else:
