@@ -797,6 +797,19 @@ class LostCheck:
         return out
 
 
+def _wait_for_version(client: lake_sdk.Client, version: int, timeout_s: float = 60.0) -> None:
+    """Wait until ``client``'s replica lists ``version`` of the table (its catalog caught up)."""
+    listing = f'SELECT max(version) AS v FROM lake.{TABLE.namespace}."{TABLE.name}$versions"'
+    deadline = time.monotonic() + timeout_s
+    while True:
+        latest = client.query_table(listing)["v"][0].as_py() or 0
+        if latest >= version:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the fresh replica still lists version {latest}, not {version}")
+        time.sleep(0.1)
+
+
 def nothing_lost(
     record: Record,
     fresh: Endpoint,
@@ -816,8 +829,14 @@ def nothing_lost(
     newest version's FILE values include every older version's.
     """
     check = LostCheck(final_version=final_version, leftovers=leftovers())
+    # Read exactly the last acknowledged version: a replica that forwarded none of
+    # the appends sees a commit within its catalog refresh (docs/consistency.md),
+    # and the check is of what was committed, not of how fast replicas learn it.
     with fresh.sdk() as client:
-        table = client.query_table(f"SELECT writer, seq, row FROM {TABLE.qualified}")
+        _wait_for_version(client, final_version)
+        table = client.query_table(
+            f"SELECT writer, seq, row FROM {TABLE.qualified}", as_of=final_version
+        )
         check.rows = table.num_rows
         counts: Counter[tuple[int, int, int]] = Counter(
             zip(
@@ -842,7 +861,9 @@ def nothing_lost(
         gaps = [v for v in range(create_version + 1, final_version + 1) if v not in versions]
         if len(gaps) > landed_unacked or any(v > final_version for v in versions):
             check.version_gaps = gaps + sorted(v for v in versions if v > final_version)
-        clips = client.query_table(f"SELECT clip FROM {TABLE.qualified} WHERE clip IS NOT NULL")
+        clips = client.query_table(
+            f"SELECT clip FROM {TABLE.qualified} WHERE clip IS NOT NULL", as_of=final_version
+        )
         referenced = {DataLocation(**value) for value in clips["clip"].to_pylist()}
         acked_clips = {clip for a in record.acks for clip in a.clips}
         check.files_bad = [
@@ -858,6 +879,37 @@ def nothing_lost(
             except Exception as exc:
                 check.files_bad.append(f"{location.uri}: {type(exc).__name__}: {exc}"[:300])
     return check
+
+
+#: Why a run whose only broken promise is reads refused for memory is an expected failure.
+MEMORY_GAP = (
+    "issue 30 open: every DataFusion query reserves a whole pool of "
+    "LAKE_QUERY_MEMORY_LIMIT_BYTES / 4 and waits for one only the admission queue "
+    "deadline, so the workload's concurrent reads are refused RESOURCE_EXHAUSTED"
+)
+
+
+def assert_workload_held(record: Record, lost: LostCheck) -> None:
+    """Assert issue 30's contract; reads refused only for memory are the one known gap.
+
+    Every other broken promise (a lost or doubled row, an unreadable FILE, a
+    failed GC, a stale read, any other failed read) fails the test. A run whose
+    only failures are RESOURCE_EXHAUSTED memory refusals is reported as an
+    expected failure (``pytest.xfail``) naming :data:`MEMORY_GAP`, after every
+    other check has passed.
+    """
+    import pytest
+
+    broken = violations(record, lost)
+    print("broken:", *broken, sep="\n  ")
+    classes = record.failure_classes()
+    memory_only = bool(classes) and all(
+        "resource exhausted" in k.lower().replace("_", " ") for k in classes
+    )
+    rest = [b for b in broken if not (memory_only and "failed operations:" in b)]
+    assert rest == [], rest
+    if memory_only:
+        pytest.xfail(f"{MEMORY_GAP}: {dict(classes)}")
 
 
 def violations(
