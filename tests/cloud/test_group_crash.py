@@ -10,6 +10,9 @@ reads each append's rows exactly once.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import pyarrow.compute as pc
 import pytest
@@ -24,6 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.s3, pytest.mark.dynamodb]
 
 ROWS = 10
 GROUP = 4
+T = TypeVar("T")
 
 
 @pytest.mark.parametrize(
@@ -63,11 +67,24 @@ def test_a_crash_at_each_step_of_a_group_commit_lands_all_or_none(
     lake.start_balancer()
     landed = point == "after_registry_commit"
 
+    async def answered(call: Callable[[], Awaitable[T]]) -> T:
+        # A new leader may still say "no leader elected" for a moment after the
+        # lease shows it (a busy machine): retry what is retryable, as clients do.
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                return await call()
+            except LakeError as exc:
+                if not exc.retryable or time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.2)
+
     async def retry() -> tuple[int, list[protocol.AppendResult], list[protocol.AppendResult]]:
         async with lake.meta_client(successor) as client:
-            before = (await client.describe_table(EPISODES)).entry.descriptor.version
-            first = [await append(client, op) for op in ops]
-            again = [await append(client, op) for op in ops]
+            described = await answered(lambda: client.describe_table(EPISODES))
+            before = described.entry.descriptor.version
+            first = [await answered(lambda op=op: append(client, op)) for op in ops]
+            again = [await answered(lambda op=op: append(client, op)) for op in ops]
             return before, first, again
 
     before, first, again = asyncio.run(retry())

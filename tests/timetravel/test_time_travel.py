@@ -263,6 +263,8 @@ def test_reclaimed_versions_fail_explicitly(tmp_path: Path) -> None:
         ):
             for i in range(3):
                 sdk.append_batches(EPISODES, [episodes(i * ROWS, ROWS)])
+                if i == 0:
+                    at_v1 = datetime.now(UTC)  # an instant whose version (1) will be reclaimed
             ticket = client.get_flight_info(statement(f"SELECT * FROM {at('@v3')}"))
             for i in range(3, 5):
                 sdk.append_batches(EPISODES, [episodes(i * ROWS, ROWS)])
@@ -272,6 +274,9 @@ def test_reclaimed_versions_fail_explicitly(tmp_path: Path) -> None:
             with pytest.raises(lake_sdk.VersionReclaimed):
                 sdk.query_table(f"SELECT * FROM {TABLE}", as_of=1)
             with pytest.raises(lake_sdk.VersionReclaimed):
+                sdk.query_table(f"SELECT * FROM {TABLE}", as_of=at_v1)
+            # Before the table existed is the caller's mistake, reclaimed or not.
+            with pytest.raises(lake_sdk.InvalidArgument):
                 sdk.query_table(
                     f"SELECT * FROM {TABLE}", as_of=datetime.now(UTC) - timedelta(days=1)
                 )
