@@ -881,35 +881,14 @@ def nothing_lost(
     return check
 
 
-#: Why a run whose only broken promise is reads refused for memory is an expected failure.
-MEMORY_GAP = (
-    "issue 30 open: every DataFusion query reserves a whole pool of "
-    "LAKE_QUERY_MEMORY_LIMIT_BYTES / 4 and waits for one only the admission queue "
-    "deadline, so the workload's concurrent reads are refused RESOURCE_EXHAUSTED"
-)
-
-
 def assert_workload_held(record: Record, lost: LostCheck) -> None:
-    """Assert issue 30's contract; reads refused only for memory are the one known gap.
+    """Assert issue 30's contract: every broken promise fails the test, naming itself.
 
-    Every other broken promise (a lost or doubled row, an unreadable FILE, a
-    failed GC, a stale read, any other failed read) fails the test. A run whose
-    only failures are RESOURCE_EXHAUSTED memory refusals is reported as an
-    expected failure (``pytest.xfail``) naming :data:`MEMORY_GAP`, after every
-    other check has passed.
+    A lost or doubled row, an unreadable FILE, a failed GC, a stale read and
+    any failed read (a memory refusal included) each break it.
     """
-    import pytest
-
     broken = violations(record, lost)
-    print("broken:", *broken, sep="\n  ")
-    classes = record.failure_classes()
-    memory_only = bool(classes) and all(
-        "resource exhausted" in k.lower().replace("_", " ") for k in classes
-    )
-    rest = [b for b in broken if not (memory_only and "failed operations:" in b)]
-    assert rest == [], rest
-    if memory_only:
-        pytest.xfail(f"{MEMORY_GAP}: {dict(classes)}")
+    assert broken == [], broken
 
 
 def violations(

@@ -225,8 +225,13 @@ def test_sorts_and_aggregates_larger_than_the_pool_spill(catalog: LocalCatalog) 
 
 
 def test_the_replicas_memory_bounds_all_its_queries_together(catalog: LocalCatalog) -> None:
+    # Two queries may run at once (admission's slots): each gets a full 32 MiB pool.
     limits = QueryLimits(
-        memory_limit_bytes=64 << 20, query_memory_bytes=32 << 20, memory_wait_ms=50
+        memory_limit_bytes=64 << 20,
+        query_memory_bytes=32 << 20,
+        memory_wait_ms=50,
+        memory_slots=2,
+        memory_slots_per_tenant=2,
     )
     planner = Planner(catalog.resolve, catalog.refs, limits=limits)
     sql = "SELECT robot, count(*) AS n FROM robots.episodes GROUP BY robot"
@@ -234,8 +239,9 @@ def test_the_replicas_memory_bounds_all_its_queries_together(catalog: LocalCatal
     first = planner.execute(specs[0], DEV_PRINCIPAL)
     second = planner.execute(specs[1], DEV_PRINCIPAL)
     assert planner.memory.reserved == 64 << 20
-    # A third would take the replica past its limit: refused after the wait,
-    # and retryable (it is the replica's load, not the query's size).
+    # A third (more than admission lets in, as durable jobs may be) would take the
+    # replica past its limit: refused after the wait, and retryable (it is the
+    # replica's load, not the query's size).
     with pytest.raises(ResourceExhausted, match="LAKE_QUERY_MEMORY_LIMIT_BYTES") as busy:
         planner.execute(specs[2], DEV_PRINCIPAL)
     assert not isinstance(busy.value, QueryTooLarge)
@@ -252,6 +258,37 @@ def test_the_replicas_memory_bounds_all_its_queries_together(catalog: LocalCatal
     )
     assert planner.memory.reserved == 0
     assert sum(b.num_rows for b in direct) == 5
+
+
+#: One aggregate over every row (no group to spill): needs its values in memory at once.
+WHOLE_AGGREGATE = (
+    "SELECT cardinality(array_agg(a.robot)) AS n "
+    "FROM robots.episodes a CROSS JOIN (SELECT episode_id FROM robots.episodes "
+    "WHERE episode_id < 20) b"
+)
+
+
+def test_a_busy_replica_shrinks_pools_instead_of_refusing(catalog: LocalCatalog) -> None:
+    # The default 64 slots: a query admitted while another holds the memory
+    # gets a smaller pool at once; one that needs more than that is told to
+    # retry (the replica was busy), where an idle replica runs it.
+    limits = QueryLimits(memory_limit_bytes=64 << 20, query_memory_bytes=32 << 20)
+    planner = Planner(catalog.resolve, catalog.refs, limits=limits)
+    sql = "SELECT robot, count(*) AS n FROM robots.episodes GROUP BY robot"
+    held = planner.execute(planner.plan(sql, DEV_PRINCIPAL).spec, DEV_PRINCIPAL)
+    assert planner.memory.reserved == 32 << 20
+    small = planner.execute(planner.plan(sql, DEV_PRINCIPAL).spec, DEV_PRINCIPAL)
+    assert planner.memory.reserved < 64 << 20  # a pool, smaller than the full one
+    assert sum(b.num_rows for b in small) > 0
+    big = planner.plan(WHOLE_AGGREGATE, DEV_PRINCIPAL).spec
+    with pytest.raises(ResourceExhausted, match="busy") as busy:
+        sum(b.num_rows for b in planner.execute(big, DEV_PRINCIPAL))
+    assert not isinstance(busy.value, QueryTooLarge)
+    assert busy.value.retryable is True
+    held.close()
+    assert planner.memory.reserved == 0
+    idle = rows(planner, WHOLE_AGGREGATE)
+    assert idle.column("n")[0].as_py() == 400_000
 
 
 @pytest.mark.parametrize(

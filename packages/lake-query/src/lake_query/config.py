@@ -193,6 +193,7 @@ class QueryConfig:
                 f"{QUERY_TICKET_KEYS_FILE} is required for a non-loopback listener ({addr}): "
                 "replicas must share one ticket key ring"
             )
+        jobs = AsyncSettings.from_env(source, data_dir=data_dir)
         return cls(
             addr=addr,
             metadata_addr=metadata_addr,
@@ -208,14 +209,19 @@ class QueryConfig:
             metadata_tls=metadata_tls,
             admission=admission,
             storage=DatasetStorage.from_env(source),
-            # A query waiting for its memory share waits as long as for admission.
+            # A query waiting for its memory share waits as long as for admission, and
+            # every query admission lets in (and every async job) finds a pool.
             limits=dataclasses.replace(
-                QueryLimits.from_env(source), memory_wait_ms=admission.queue_timeout_ms
+                QueryLimits.from_env(source),
+                memory_wait_ms=admission.queue_timeout_ms,
+                memory_slots=admission.max_concurrent + (jobs.worker_concurrency if jobs else 0),
+                memory_slots_per_tenant=admission.per_tenant
+                + (jobs.worker_concurrency_per_tenant if jobs else 0),
             ),
             verify_on_open=verify_on_open(source),
             partitions=PartitionLimits.from_env(source),
             planning=PlanningLimits.from_env(source),
             external=load_external_catalogs(source),
-            async_queries=AsyncSettings.from_env(source, data_dir=data_dir),
+            async_queries=jobs,
             data_plane=DataPlaneSettings.from_env(source, addr),
         )

@@ -161,6 +161,11 @@ def client_message(message: str) -> str:
     return clean.strip() or "the query failed"
 
 
+def out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is DataFusion's memory pool refusing an operator more memory."""
+    return not isinstance(exc, LakeError) and bool(_RESOURCES_EXHAUSTED.search(str(exc)))
+
+
 def sql_error(exc: BaseException) -> LakeError:
     """The Lake error for an exception raised while planning or running SQL."""
     if isinstance(exc, LakeError):

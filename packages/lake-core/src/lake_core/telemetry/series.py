@@ -27,6 +27,7 @@ __all__ = [
     "LEADER_CHANGES",
     "LEASE_EPOCH",
     "MAINTENANCE_RUNS",
+    "QUERY_MEMORY_RESERVED",
     "REGISTRAR_PASSES",
     "REGISTRAR_SEGMENTS",
     "RPC_IN_FLIGHT",
@@ -85,6 +86,10 @@ def rpc_labels(full_method: str) -> tuple[str, str]:
 ADMISSION_RUNNING = gauge("lake_query_admission_running", "Queries holding an admission permit.")
 ADMISSION_QUEUED = gauge("lake_query_admission_queued", "Queries waiting in the global FIFO.")
 ADMITTED = counter("lake_query_admitted_total", "Queries admitted.")
+QUERY_MEMORY_RESERVED = gauge(
+    "lake_query_memory_reserved_bytes",
+    "Query memory (LAKE_QUERY_MEMORY_LIMIT_BYTES) the replica's running queries hold.",
+)
 ADMISSION_REFUSED = counter(
     "lake_query_admission_refused_total",
     "Queries refused at admission, by the gate that refused them (memory: the replica's "

@@ -50,6 +50,7 @@ from lake_core.principal import Principal
 from lake_core.proto import flight_pb2 as pb
 from lake_core.proto import flight_sql_pb2 as sql_pb
 from lake_core.schemas import schema_to_ipc
+from lake_core.telemetry import series
 from lake_core.tickets import TicketSealer
 from lake_objects import descriptor as stage_wire
 from lake_query.admission import Admission, replica_status
@@ -154,6 +155,8 @@ class QueryHandler(FlightHandler):
         if admission is not None:
             # Memory refusals are admission refusals too (lake.status, the counter).
             self.planner.memory.on_refused = admission.note_refused
+            memory = self.planner.memory
+            series.QUERY_MEMORY_RESERVED.set_function(lambda: memory.reserved)
         #: Durable async queries (LAKE_ASYNC_QUERIES=true), built around this planner.
         self.async_queries = None if async_queries is None else async_queries(self)
         #: The native data plane's URI (lake_query.dataplane), advertised in endpoint

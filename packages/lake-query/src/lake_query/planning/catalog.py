@@ -244,6 +244,10 @@ def conflicting_metadata(datasets: Iterable[Any]) -> bool:
     return False
 
 
+#: DataFusion's default ``sort_spill_reservation_bytes``: a sort's merge reservation.
+SORT_MERGE_RESERVATION_BYTES = 10 * 1024 * 1024
+
+
 def session(
     binder: Binder,
     budget: FunctionBudget,
@@ -275,6 +279,10 @@ def session(
     if memory_bytes is None:
         ctx = SessionContext(config)
     else:
+        # Each sort keeps this much of its pool back to merge what it spilled (10 MiB
+        # by default): in a small pool (a busy replica's), a proportionate share.
+        merge = min(SORT_MERGE_RESERVATION_BYTES, memory_bytes // 8)
+        config = config.set("datafusion.execution.sort_spill_reservation_bytes", str(merge))
         runtime = RuntimeEnvBuilder().with_fair_spill_pool(memory_bytes).with_disk_manager_os()
         ctx = SessionContext(config, runtime)
     if functions:

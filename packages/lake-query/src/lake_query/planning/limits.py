@@ -238,11 +238,16 @@ class QueryLimits:
     max_nesting_depth: int = 32
     #: DataFusion memory of all of a replica's running queries together.
     memory_limit_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES
-    #: DataFusion memory pool of one query (sorts, joins, aggregates spill past it),
-    #: reserved from ``memory_limit_bytes`` while it runs.
+    #: DataFusion memory pool of one query while the replica has room (sorts, joins,
+    #: aggregates spill past it), reserved from ``memory_limit_bytes`` while it runs;
+    #: smaller when other queries hold the memory.
     query_memory_bytes: int = DEFAULT_MEMORY_LIMIT_BYTES // MEMORY_SHARES
-    #: How many pools one tenant's queries may hold at once (the rest stay for others).
+    #: How many full pools one tenant's queries may hold at once (the rest stay for others).
     memory_pools_per_tenant: int = 2
+    #: Queries admission runs at once, on the replica and per tenant: each pool granted
+    #: leaves the least pool for each of them (:mod:`~lake_query.planning.reservations`).
+    memory_slots: int = 64
+    memory_slots_per_tenant: int = 8
     #: How long a query waits for its pool when the replica's memory is taken
     #: (the replica sets it to its admission queue deadline).
     memory_wait_ms: int = 100

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import pyarrow as pa
 from datafusion import SessionContext, SQLOptions
 
-from lake_core.errors import LakeError
+from lake_core.errors import LakeError, ResourceExhausted
 from lake_core.principal import Principal
 from lake_query.planning.abortable import AbortableBatches
 from lake_query.planning.catalog import (
@@ -48,7 +48,7 @@ from lake_query.planning.reservations import MemoryBudget, Reservation
 from lake_query.planning.spec import PinnedTable, PlannedQuery, QuerySpec
 from lake_query.planning.storage import DatasetOpener
 from lake_query.results import coalesce_batches
-from lake_query.statements import reject_writes, sql_error
+from lake_query.statements import out_of_memory, reject_writes, sql_error
 
 __all__ = ["Planner", "ResultStream", "read_only_options"]
 
@@ -219,6 +219,8 @@ class Planner:
             self.limits.memory_limit_bytes,
             self.limits.memory_wait_ms / 1000,
             tenant_bytes=self.limits.memory_pools_per_tenant * self.limits.query_memory_bytes,
+            slots=self.limits.memory_slots,
+            tenant_slots=self.limits.memory_slots_per_tenant,
         )
 
     def plan(
@@ -376,6 +378,8 @@ class Planner:
         reservation = self.memory.reserve(
             self.limits.query_memory_bytes if self.limits.enforce else 0, principal.tenant_id
         )
+        if self.limits.enforce and reservation.nbytes < self.limits.query_memory_bytes:
+            on_error = _busy_replica(on_error, reservation.nbytes)
         try:
             ctx = session(
                 binder,
@@ -514,3 +518,24 @@ class Planner:
             return storage if storage is not None else sql_error(exc)
 
         return classify
+
+
+def _busy_replica(
+    classify: Callable[[BaseException], Exception], granted: int
+) -> Callable[[BaseException], Exception]:
+    """``classify``, but a query that ran out of a pool the busy replica shrank may retry.
+
+    On an idle replica the same statement gets the full pool; with less, its
+    failure for memory is the replica's load, not the statement's size.
+    """
+
+    def classify_busy(exc: BaseException) -> Exception:
+        if out_of_memory(exc):
+            return ResourceExhausted(
+                f"this replica was busy: the query ran out of the {granted >> 20} MiB of "
+                "memory it could get (LAKE_QUERY_MEMORY_LIMIT_BYTES is in use by other "
+                "queries); retry shortly"
+            )
+        return classify(exc)
+
+    return classify_busy
