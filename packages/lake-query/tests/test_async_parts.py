@@ -59,7 +59,7 @@ def _write(
     root: Path, batches: list[pa.RecordBatch], schema: pa.Schema = SCHEMA, **limits: int
 ) -> list:  # type: ignore[type-arg]
     store = LocalResults(root)
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(4) as pool:
         return asyncio.run(
             write_parts(
                 schema,
@@ -167,7 +167,7 @@ def test_cancellation_stops_the_encoder(tmp_path: Path) -> None:
             stop.set()
             yield batch
 
-    with ThreadPoolExecutor(2) as pool, pytest.raises(QueryCancelled):
+    with ThreadPoolExecutor(4) as pool, pytest.raises(QueryCancelled):
         asyncio.run(
             write_parts(
                 SCHEMA,

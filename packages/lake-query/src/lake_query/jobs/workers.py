@@ -166,10 +166,11 @@ class WorkerPool:
             if settings.global_concurrency
             else None
         )
-        # Per job: the encoder, the store's writer (or the wait for the next part),
-        # and a part still being synced. Enough that no job waits for a thread.
+        # Per job: the query executing, the encoder, the store's writer (or the wait
+        # for the next part), and a part still being synced. Enough that no job
+        # waits for a thread.
         self._threads = ThreadPoolExecutor(
-            max_workers=3 * settings.worker_concurrency, thread_name_prefix="lake-async"
+            max_workers=4 * settings.worker_concurrency, thread_name_prefix="lake-async"
         )
         self._running: dict[str, tuple[str, asyncio.Task[None]]] = {}
         self._tenants: dict[tuple[str, float], list[str]] = {}
