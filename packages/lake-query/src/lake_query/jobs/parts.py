@@ -130,7 +130,7 @@ class _Ahead:
     raised it. Either side gives up once the job stops.
     """
 
-    def __init__(self, stop: threading.Event, limit: int = AHEAD_BYTES) -> None:
+    def __init__(self, stop: threading.Event, limit: int) -> None:
         self._items: collections.deque[tuple[object, int]] = collections.deque()
         self._bytes = 0
         self._limit = limit
@@ -323,10 +323,17 @@ def _encode(
 class _PartSource:
     """One part's chunks off the channel, as the store takes them (on its thread)."""
 
-    def __init__(self, first: object, get: Callable[[], object], consumed: Callable[[], None]):
+    def __init__(
+        self,
+        first: object,
+        get: Callable[[], object],
+        consumed: Callable[[], None],
+        midway: Callable[[], None],
+    ):
         self._first = first
         self._get = get
         self._consumed = consumed
+        self._midway = midway
         self.end: _PartEnd | None = None
 
     def __iter__(self) -> Iterator[bytes]:
@@ -339,6 +346,8 @@ class _PartSource:
                     self.end = item
                     return
                 yield item  # type: ignore[misc]
+                if item is self._first:
+                    self._midway()  # the part has begun in the store
                 item = self._get()
         finally:
             # The channel is the next part's now (or the job is over).
@@ -362,14 +371,18 @@ async def write_parts(
     max_result_bytes: int,
     tagger: Callable[[int], PartTagger],
     after_part: Callable[[], None] = lambda: None,
+    midway: Callable[[], None] = lambda: None,
 ) -> list[ManifestPart]:
     """Run the query and store its parts under ``prefix``; the manifest is the caller's.
 
     ``tagger(index)`` starts the MAC of the part at ``index`` (0, 1, ...): the
-    position the manifest lists it at.
+    position the manifest lists it at. ``executor`` needs four threads per
+    job (the query, the encoder, the part streaming, the part syncing).
+    ``after_part`` runs as each part is stored, ``midway`` on the store's
+    thread once each part's first chunk is written (fault points).
     """
     channel = _Channel(stop)
-    ahead = _Ahead(stop)
+    ahead = _Ahead(stop, AHEAD_BYTES)
 
     def run() -> None:
         try:
@@ -410,13 +423,16 @@ async def write_parts(
                 with contextlib.suppress(RuntimeError):  # the loop is gone (shutdown)
                     loop.call_soon_threadsafe(_set, future)
 
-            source = _PartSource(first, channel.get, done_reading)
+            source = _PartSource(first, channel.get, done_reading, midway)
             task = loop.create_task(store.write_object(f"{prefix}/{name}", iter(source), executor))
             tasks.append(task)
             either: list[asyncio.Future[Any]] = [consumed, task]
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-            if task.done() and task.exception() is not None:
-                await task  # raises the store's error
+            if (task.done() and task.exception() is not None) or source.end is None:
+                # The store stopped reading mid-part: its error, before any later
+                # chunk of this part could start a part of its own.
+                await task
+                raise RuntimeError("an async result part ended before its last chunk")
             if finishing is not None:
                 await settle(*finishing)
             finishing = (name, source, task)
