@@ -172,7 +172,9 @@ def run(quick: bool) -> list[Figure]:
         assert len(kept) == len(samples["lake"]), "one serve sample per durable sample"
         load = samples.load_1m
         # Per round: the durable ceiling from that round's own serve and store.
-        ceiling = [1 / (1 / serve + 1 / store) for serve, store in zip(kept, samples["floor"])]
+        ceiling = [
+            1 / (1 / serve + 1 / store) for serve, store in zip(kept, samples["floor"], strict=True)
+        ]
         throughput = figure(
             "async_export",
             samples["lake"],

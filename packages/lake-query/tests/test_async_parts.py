@@ -450,11 +450,15 @@ def test_the_execution_queue_keeps_order_and_its_byte_bound_and_a_stop_frees_it(
     executing = threading.Thread(target=ahead.run, args=(query,))
     executing.start()
     got: list[pa.RecordBatch] = []
-    with pytest.raises(ResultTooLarge):
+
+    def encode() -> None:
         for batch in ahead:
             got.append(batch)
             if len(got) % 7 == 0:
                 time.sleep(0.01)  # a slow encoder now and then: the queue fills
+
+    with pytest.raises(ResultTooLarge):
+        encode()
     executing.join(10)
     assert got == [*batches, huge, *batches]
     # Within the bound, but for the batch over it, which waited for an empty queue.
@@ -501,8 +505,7 @@ def test_a_part_failing_midway_stops_the_query_and_leaves_no_object(tmp_path: Pa
 
     def endless() -> Iterator[pa.RecordBatch]:
         try:
-            for batch in iter(lambda: _batches(1)[0], None):
-                yield batch
+            yield from iter(lambda: _batches(1)[0], None)
         finally:
             closed.append(True)
 
