@@ -8,6 +8,7 @@ import hmac
 import random
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -16,7 +17,13 @@ import pyarrow as pa
 import pytest
 from cryptography.hazmat.primitives.poly1305 import Poly1305
 
-from lake_core.errors import DataCorrupted, FailedPrecondition, QueryCancelled, ResultTooLarge
+from lake_core.errors import (
+    DataCorrupted,
+    FailedPrecondition,
+    QueryCancelled,
+    ResultTooLarge,
+    Unavailable,
+)
 from lake_core.tickets import TicketKeyRing
 from lake_query.jobs import results
 from lake_query.jobs.framing import MAX_METADATA_BYTES, checked_frames, checked_messages
@@ -59,7 +66,7 @@ def _write(
     root: Path, batches: list[pa.RecordBatch], schema: pa.Schema = SCHEMA, **limits: int
 ) -> list:  # type: ignore[type-arg]
     store = LocalResults(root)
-    with ThreadPoolExecutor(2) as pool:
+    with ThreadPoolExecutor(4) as pool:
         return asyncio.run(
             write_parts(
                 schema,
@@ -167,7 +174,7 @@ def test_cancellation_stops_the_encoder(tmp_path: Path) -> None:
             stop.set()
             yield batch
 
-    with ThreadPoolExecutor(2) as pool, pytest.raises(QueryCancelled):
+    with ThreadPoolExecutor(4) as pool, pytest.raises(QueryCancelled):
         asyncio.run(
             write_parts(
                 SCHEMA,
@@ -368,3 +375,154 @@ def test_the_channel_keeps_order_and_its_bound_and_a_stop_frees_both_ends() -> N
     channel.final("dropped")  # nobody listens any more: returns at once
     assert [channel.get() for _ in range(CHANNEL_SLOTS)] == list(range(CHANNEL_SLOTS))
     assert isinstance(channel.get(), _Failed)
+
+
+def test_the_first_part_is_stored_while_the_query_still_executes(tmp_path: Path) -> None:
+    """Execution and storage overlap: the query's last batch waits for a stored first part.
+
+    Were the parts stored only after the query ended, the source would never
+    see one and the write would fail with its assertion.
+    """
+    batches = _batches(40)
+    first = tmp_path / "job/1/part-00000.arrows"
+    seen: list[bool] = []
+
+    def source() -> Iterator[pa.RecordBatch]:
+        yield from batches[:-1]
+        deadline = time.monotonic() + 60
+        while not first.exists():
+            assert time.monotonic() < deadline, "no part was stored while the query executed"
+            time.sleep(0.01)
+        seen.append(True)
+        yield batches[-1]
+
+    store = LocalResults(tmp_path)
+    with ThreadPoolExecutor(4) as pool:
+        parts = asyncio.run(
+            write_parts(
+                SCHEMA,
+                source,
+                store,
+                "job/1",
+                pool,
+                threading.Event(),
+                part_bytes=100_000,
+                max_result_bytes=1 << 30,
+                tagger=functools.partial(TAGS.tagger, JOB, ATTEMPT),
+            )
+        )
+    assert seen == [True]
+    assert len(parts) > 3
+    served = [
+        _serve_at((tmp_path / "job/1" / p.name).read_bytes(), p.tag, i) for i, p in enumerate(parts)
+    ]
+    assert pa.concat_tables(served).equals(pa.Table.from_batches(batches))
+
+
+def _serve_at(data: bytes, tag: PartTag, index: int) -> pa.Table:
+    assert _carries(data, tag, index)
+    with pa.ipc.open_stream(data) as reader:
+        return reader.read_all()
+
+
+def test_the_execution_queue_keeps_order_and_its_byte_bound_and_a_stop_frees_it() -> None:
+    from lake_query.jobs.parts import _Ahead
+
+    limit = 100_000
+    stop = threading.Event()
+    ahead = _Ahead(stop, limit)
+    batches = _batches(30)
+    size = batches[0].get_total_buffer_size()
+    huge = _batches(1, rows=20_000)[0]  # alone over the bound: passes, alone
+    assert huge.get_total_buffer_size() > limit
+    queued: list[int] = []
+    closed_on: list[int] = []
+
+    def query() -> Iterator[pa.RecordBatch]:
+        try:
+            for batch in [*batches, huge, *batches]:
+                yield batch
+                queued.append(ahead._bytes)
+            raise ResultTooLarge("the query's own error, after its batches")
+        finally:
+            closed_on.append(threading.get_ident())
+
+    executing = threading.Thread(target=ahead.run, args=(query,))
+    executing.start()
+    got: list[pa.RecordBatch] = []
+
+    def encode() -> None:
+        for batch in ahead:
+            got.append(batch)
+            if len(got) % 7 == 0:
+                time.sleep(0.01)  # a slow encoder now and then: the queue fills
+
+    with pytest.raises(ResultTooLarge):
+        encode()
+    executing.join(10)
+    assert got == [*batches, huge, *batches]
+    # Within the bound, but for the batch over it, which waited for an empty queue.
+    assert max(queued) > limit // 2
+    assert all(q <= limit or q == huge.get_total_buffer_size() for q in queued)
+    assert closed_on == [executing.ident]  # the stream ends on the thread that ran it
+
+    # A full queue and an encoder gone: the stop frees the executing thread and closes the query.
+    stop_two = threading.Event()
+    blocked = _Ahead(stop_two, limit)
+    closed_on.clear()
+
+    def endless() -> Iterator[pa.RecordBatch]:
+        try:
+            while True:
+                yield batches[0]
+        finally:
+            closed_on.append(threading.get_ident())
+
+    thread = threading.Thread(target=blocked.run, args=(endless,))
+    thread.start()
+    deadline = time.monotonic() + 30
+    while blocked._bytes + size <= limit:  # until the queue is full
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert blocked._bytes <= limit
+    stop_two.set()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert closed_on == [thread.ident]
+    with pytest.raises(QueryCancelled):
+        list(blocked)
+
+
+def test_a_part_failing_midway_stops_the_query_and_leaves_no_object(tmp_path: Path) -> None:
+    """Storage refusing the second part mid-write: its error, nothing named, the query closed."""
+    begun: list[int] = []
+    closed: list[bool] = []
+
+    def midway() -> None:
+        begun.append(1)
+        if len(begun) == 2:
+            raise Unavailable("object storage did not accept an async result part")
+
+    def endless() -> Iterator[pa.RecordBatch]:
+        try:
+            yield from iter(lambda: _batches(1)[0], None)
+        finally:
+            closed.append(True)
+
+    with ThreadPoolExecutor(4) as pool, pytest.raises(Unavailable):
+        asyncio.run(
+            write_parts(
+                SCHEMA,
+                endless,
+                LocalResults(tmp_path),
+                "job/1",
+                pool,
+                threading.Event(),
+                part_bytes=100_000,
+                max_result_bytes=1 << 30,
+                tagger=functools.partial(TAGS.tagger, JOB, ATTEMPT),
+                midway=midway,
+            )
+        )
+    assert closed == [True]  # an endless query was stopped, and closed, before the return
+    assert [p.name for p in (tmp_path / "job/1").iterdir()] == ["part-00000.arrows"]

@@ -41,6 +41,7 @@ __all__ = [
     "AFTER_PENDING_WRITE",
     "AFTER_REGISTRY_COMMIT",
     "ASYNC_AFTER_PART",
+    "ASYNC_FAIL_PART",
     "ASYNC_LEASE_MS",
     "ASYNC_PART_BYTES",
     "ASYNC_RESULT_BYTES",
@@ -113,6 +114,9 @@ ASYNC_LEASE_MS = "query.async_lease_ms"
 ASYNC_PART_BYTES = "query.async_part_bytes"
 #: Query async jobs: the byte ceiling new jobs persist, below LAKE_ASYNC_MAX_RESULT_BYTES' floor.
 ASYNC_RESULT_BYTES = "query.async_result_bytes"
+#: Query async jobs: the Nth result part this process starts storing fails midway, once,
+#: as object storage refusing it would (UNAVAILABLE, retryable).
+ASYNC_FAIL_PART = "query.async_fail_part"
 #: Query: every statement's planning first sleeps this many ms (a stuck planner, for
 #: the planning deadline and health tests).
 QUERY_PLAN_DELAY_MS = "query.plan_delay_ms"
@@ -125,6 +129,7 @@ SETTINGS: Mapping[str, tuple[int, int]] = {
     ASYNC_LEASE_MS: (300, 600_000),
     ASYNC_PART_BYTES: (4096, 64 * 1024 * 1024),
     ASYNC_RESULT_BYTES: (1024, 64 * 1024 * 1024),
+    ASYNC_FAIL_PART: (1, 10_000),
     LEASE_TTL_MS: (500, 600_000),
     QUERY_PLAN_DELAY_MS: (1, 600_000),
     UPLOAD_PART_SIZE: (5 * 1024 * 1024, 5 * 1024 * 1024),

@@ -1,6 +1,10 @@
-"""Encoding a result into immutable Arrow IPC parts through a bounded channel.
+"""Encoding a result into immutable Arrow IPC parts through bounded channels.
 
-The encoder runs on a worker thread next to the query: it serializes each
+Three threads of the worker pool form a pipeline, so execution and storage
+overlap instead of following each other. The query executes on its own
+thread into a queue bounded by bytes (:data:`AHEAD_BYTES`, at least one
+batch): it computes the next batches while earlier ones are encoded and
+stored. The encoder takes them from there: it serializes each
 batch as one IPC message and cuts the part's bytes into fixed 64 KiB chunks
 (views of the serialized buffer, no per-chunk copy) on a four-slot channel.
 Each serialized batch goes through the part's MAC whole, on the encoder's
@@ -10,9 +14,11 @@ while one part is synced and renamed (or uploaded) the next one already
 streams. A part is closed before a batch would take it past the part
 ceiling (a batch that alone would is sliced), and an encoded part that still crosses it, or a
 result past the job's byte ceiling, fails the job before anything is
-published. Cancellation and the deadline reach the encoder through one
-event checked between batches (a running batch is interrupted by the
-query stream itself, see :mod:`lake_query.planning.abortable`).
+published. Cancellation and the deadline reach all three threads through
+one event checked between batches and whenever a side waits on a bounded
+queue (a running batch is interrupted by the query stream itself, see
+:mod:`lake_query.planning.abortable`); an error on any side stops the
+other two, and :func:`write_parts` returns only once all three are done.
 """
 
 from __future__ import annotations
@@ -34,10 +40,12 @@ from lake_query.jobs.model import ManifestPart
 from lake_query.jobs.results import CHUNK_BYTES, ResultStore
 from lake_query.jobs.tags import PartTag, PartTagger
 
-__all__ = ["CHANNEL_SLOTS", "write_parts"]
+__all__ = ["AHEAD_BYTES", "CHANNEL_SLOTS", "write_parts"]
 
 #: Chunks in flight between the encoder thread and the store writer.
 CHANNEL_SLOTS = 4
+#: Executed batches (their Arrow buffers) the query may hold ahead of the encoder, per job.
+AHEAD_BYTES = 16 * 1024 * 1024
 # Slack for the end-of-stream marker and a batch's metadata beyond its estimate.
 _TAIL_BYTES = 1024
 _END_OF_STREAM = b"\xff\xff\xff\xff\x00\x00\x00\x00"
@@ -109,6 +117,70 @@ class _Channel:
             if self._outstanding == 0:
                 self._ready.notify_all()  # all slots free: the encoder may be waiting
             return item
+
+
+class _Ahead:
+    """The execution side: the query's batches, run ahead of the encoder within a byte bound.
+
+    :meth:`run` iterates the query on its own thread (a query stream is
+    iterated, and closed, on one thread) and waits while the queued
+    batches hold :data:`AHEAD_BYTES` or more; a batch larger than that
+    alone still passes, alone. Iterating the object (the encoder's thread)
+    takes them in order and raises the query's error where the query
+    raised it. Either side gives up once the job stops.
+    """
+
+    def __init__(self, stop: threading.Event, limit: int) -> None:
+        self._items: collections.deque[tuple[object, int]] = collections.deque()
+        self._bytes = 0
+        self._limit = limit
+        self._ready = threading.Condition()
+        self._stop = stop
+
+    def _offer(self, item: object, size: int, *, final: bool = False) -> None:
+        with self._ready:
+            while True:
+                if self._stop.is_set():
+                    if final:
+                        return  # nobody is listening any more
+                    raise QueryCancelled("the async query was cancelled")
+                if not self._items or self._bytes + size <= self._limit:
+                    break
+                self._ready.wait(_WAIT_S)
+            self._items.append((item, size))
+            self._bytes += size
+            self._ready.notify_all()
+
+    def run(self, produce: Callable[[], Iterator[pa.RecordBatch]]) -> None:
+        """Executing thread: the whole query, into the queue; then its end or its error."""
+        try:
+            batches = produce()
+            try:
+                for batch in batches:
+                    self._offer(batch, batch.get_total_buffer_size())
+            finally:
+                close = getattr(batches, "close", None)
+                if close is not None:
+                    close()  # the stream ends on the thread that iterated it
+            self._offer(_DONE, 0, final=True)
+        except BaseException as exc:
+            self._offer(_Failed(exc), 0, final=True)
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        while True:
+            with self._ready:
+                while not self._items:
+                    if self._stop.is_set():
+                        raise QueryCancelled("the async query was cancelled")
+                    self._ready.wait(_WAIT_S)
+                item, size = self._items.popleft()
+                self._bytes -= size
+                self._ready.notify_all()
+            if item is _DONE:
+                return
+            if isinstance(item, _Failed):
+                raise item.error
+            yield item  # type: ignore[misc]
 
 
 class _Chunker:
@@ -251,10 +323,17 @@ def _encode(
 class _PartSource:
     """One part's chunks off the channel, as the store takes them (on its thread)."""
 
-    def __init__(self, first: object, get: Callable[[], object], consumed: Callable[[], None]):
+    def __init__(
+        self,
+        first: object,
+        get: Callable[[], object],
+        consumed: Callable[[], None],
+        midway: Callable[[], None],
+    ):
         self._first = first
         self._get = get
         self._consumed = consumed
+        self._midway = midway
         self.end: _PartEnd | None = None
 
     def __iter__(self) -> Iterator[bytes]:
@@ -267,6 +346,8 @@ class _PartSource:
                     self.end = item
                     return
                 yield item  # type: ignore[misc]
+                if item is self._first:
+                    self._midway()  # the part has begun in the store
                 item = self._get()
         finally:
             # The channel is the next part's now (or the job is over).
@@ -290,22 +371,29 @@ async def write_parts(
     max_result_bytes: int,
     tagger: Callable[[int], PartTagger],
     after_part: Callable[[], None] = lambda: None,
+    midway: Callable[[], None] = lambda: None,
 ) -> list[ManifestPart]:
     """Run the query and store its parts under ``prefix``; the manifest is the caller's.
 
     ``tagger(index)`` starts the MAC of the part at ``index`` (0, 1, ...): the
-    position the manifest lists it at.
+    position the manifest lists it at. ``executor`` needs four threads per
+    job (the query, the encoder, the part streaming, the part syncing).
+    ``after_part`` runs as each part is stored, ``midway`` on the store's
+    thread once each part's first chunk is written (fault points).
     """
     channel = _Channel(stop)
+    ahead = _Ahead(stop, AHEAD_BYTES)
 
     def run() -> None:
         try:
-            _encode(schema, produce(), channel.put, stop, part_bytes, max_result_bytes, tagger)
+            _encode(schema, iter(ahead), channel.put, stop, part_bytes, max_result_bytes, tagger)
             channel.final(_DONE)
         except BaseException as exc:
             channel.final(_Failed(exc))
 
     loop = asyncio.get_running_loop()
+    # The query on one thread, the encoder on another, the store on a third (per part).
+    executing = loop.run_in_executor(executor, ahead.run, produce)
     encoder = loop.run_in_executor(executor, run)
     parts: list[ManifestPart] = []
     # At most two parts in the store at once: one finishing (sync, rename) while the next streams.
@@ -335,13 +423,16 @@ async def write_parts(
                 with contextlib.suppress(RuntimeError):  # the loop is gone (shutdown)
                     loop.call_soon_threadsafe(_set, future)
 
-            source = _PartSource(first, channel.get, done_reading)
+            source = _PartSource(first, channel.get, done_reading, midway)
             task = loop.create_task(store.write_object(f"{prefix}/{name}", iter(source), executor))
             tasks.append(task)
             either: list[asyncio.Future[Any]] = [consumed, task]
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-            if task.done() and task.exception() is not None:
-                await task  # raises the store's error
+            if (task.done() and task.exception() is not None) or source.end is None:
+                # The store stopped reading mid-part: its error, before any later
+                # chunk of this part could start a part of its own.
+                await task
+                raise RuntimeError("an async result part ended before its last chunk")
             if finishing is not None:
                 await settle(*finishing)
             finishing = (name, source, task)
@@ -349,7 +440,7 @@ async def write_parts(
             await settle(*finishing)
     finally:
         stop.set()
-        await asyncio.wait([encoder])
+        await asyncio.wait([executing, encoder])
         pending = [t for t in tasks if not t.done()]
         if pending:
             await asyncio.wait(pending)  # each sees the stop and removes its temporary

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import itertools
 import secrets
 import threading
 import time
@@ -166,10 +167,11 @@ class WorkerPool:
             if settings.global_concurrency
             else None
         )
-        # Per job: the encoder, the store's writer (or the wait for the next part),
-        # and a part still being synced. Enough that no job waits for a thread.
+        # Per job: the query executing, the encoder, the store's writer (or the wait
+        # for the next part), and a part still being synced. Enough that no job
+        # waits for a thread.
         self._threads = ThreadPoolExecutor(
-            max_workers=3 * settings.worker_concurrency, thread_name_prefix="lake-async"
+            max_workers=4 * settings.worker_concurrency, thread_name_prefix="lake-async"
         )
         self._running: dict[str, tuple[str, asyncio.Task[None]]] = {}
         self._tenants: dict[tuple[str, float], list[str]] = {}
@@ -177,6 +179,9 @@ class WorkerPool:
         self._wake = asyncio.Event()
         self._rotation = 0
         self._task: asyncio.Task[None] | None = None
+        # Test-only (faults.ASYNC_FAIL_PART): which part this process fails, and its count.
+        self._fail_part = faults.active().setting(faults.ASYNC_FAIL_PART)
+        self._parts_begun = itertools.count(1)
 
     def __repr__(self) -> str:
         return f"WorkerPool(owner={self.owner}, running={len(self._running)})"
@@ -425,6 +430,7 @@ class WorkerPool:
                                 self._seal.tags.tagger, record.job_id, record.attempt
                             ),
                             after_part=lambda: faults.crash(faults.ASYNC_AFTER_PART),
+                            midway=self._midway,
                         )
                         break
                     except LakeError as error:
@@ -484,6 +490,12 @@ class WorkerPool:
             waited += step
         if stop.is_set():
             raise QueryCancelled("the async query was stopped")
+
+    def _midway(self) -> None:
+        """On the store's thread, a part begun: the armed fault fails the Nth one, once."""
+        if self._fail_part is not None and next(self._parts_begun) == self._fail_part:
+            log.warning("async result part failed by fault point", part=self._fail_part)
+            raise Unavailable("object storage did not accept an async result part")
 
     def _produce(
         self, spec: QuerySpec, principal: Principal, stop: _Stop
