@@ -146,10 +146,20 @@ class LakeProcess:
         return self.start(timeout_s)
 
 
+#: A probe's channel retries a refused connection at most this far apart. gRPC's default
+#: backoff grows to 120 s, so a server that takes long to start (a loaded machine) would be
+#: noticed only many seconds after it listens.
+PROBE_BACKOFF = [
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 500),
+]
+
+
 def _channel(process: LakeProcess) -> grpc.Channel:
     if not process.tls:
-        return grpc.insecure_channel(process.addr)
-    options = []
+        return grpc.insecure_channel(process.addr, options=PROBE_BACKOFF)
+    options = list(PROBE_BACKOFF)
     if process.server_name:
         options.append(("grpc.ssl_target_name_override", process.server_name))
     creds = grpc.ssl_channel_credentials(root_certificates=process.ca_pem)
