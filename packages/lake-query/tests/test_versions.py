@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from datetime import UTC, datetime, timedelta
 
 import lance
@@ -312,3 +313,30 @@ def test_the_listing_names_the_appends_each_version_holds(catalog: LocalCatalog)
         {"version": 1, "operation_ids": []},
         {"version": 2, "operation_ids": ["op-a", "op-b", "op-c"]},
     ]
+
+
+def test_listing_versions_beside_reads_of_the_same_pinned_table(history: LocalCatalog) -> None:
+    # The replica shares one pinned dataset between concurrent queries; listing its
+    # versions reads transactions, which Lance does under a mutable borrow of the
+    # dataset: "Already borrowed" / "Already mutably borrowed" for everyone else.
+    planner = Planner(history.resolve, history.refs, datasets=DatasetOpener(cache=PinnedDatasets()))
+    statements = [
+        'SELECT count(*) AS n FROM lake.robots."episodes$versions"',
+        "SELECT count(*) AS n FROM robots.episodes",
+        "SELECT episode_id FROM robots.episodes WHERE episode_id < 3",
+    ]
+    failures: list[BaseException] = []
+
+    def run(sql: str) -> None:
+        for _ in range(25):
+            try:
+                rows(planner, sql)
+            except BaseException as exc:  # collected: any failure fails the test
+                failures.append(exc)
+
+    threads = [threading.Thread(target=run, args=(statements[i % 3],)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert failures == [], failures[:3]

@@ -178,9 +178,13 @@ def history(dataset: Any, head: TableDescriptor) -> Iterator[RetainedVersion]:
     """
     retained = {int(info["version"]): info for info in dataset.versions()}
     current, version = head.engine_version, head.version
+    # Lance's read_transaction borrows its dataset mutably: on the pinned dataset that
+    # concurrent queries share, any of them touching it meanwhile fails with "Already
+    # borrowed". This walk reads through a handle of its own.
+    own = dataset.checkout_version(head.engine_version) if current in retained else dataset
     while current in retained and version >= 0:
         try:
-            transaction = dataset.read_transaction(current)
+            transaction = own.read_transaction(current)
         except (OSError, ValueError):
             return  # reclaimed while we walked
         if transaction is None:
