@@ -106,7 +106,8 @@ def test_range_reads_are_exact_and_bounded(console: Console) -> None:
     assert _peak_rss(console) - baseline < 16 * MIB
     # A plain GET streams the whole object, verified.
     whole = session.request(link)
-    assert whole.status == 200 and whole.body == data
+    assert whole.status == 200
+    assert whole.body == data
     # The token never reached the console's log (access lines carry URLs only).
     assert TOKENS["acme"] not in console.log()
     assert "GET /file?loc=" in console.log()

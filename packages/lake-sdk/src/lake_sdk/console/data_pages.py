@@ -271,6 +271,7 @@ async def download_stream(result: Any, kind: str) -> AsyncIterator[bytes]:
     if kind == "csv":
         writer = pacsv.CSVWriter(sink, _csv_schema(schema))
     elif kind == "parquet":
+        schema = _parquet_schema(schema)
         writer = pq.ParquetWriter(sink, schema)
     else:
         writer = pa.ipc.new_stream(sink, schema)
@@ -278,6 +279,8 @@ async def download_stream(result: Any, kind: str) -> AsyncIterator[bytes]:
         async for batch in result:
             if kind == "csv":
                 batch = _csv_batch(batch)
+            elif kind == "parquet":
+                batch = batch.cast(schema)
             writer.write_batch(batch)
             if chunk := sink.take():
                 yield chunk
@@ -286,6 +289,20 @@ async def download_stream(result: Any, kind: str) -> AsyncIterator[bytes]:
             yield chunk
     finally:
         result.cancel()
+
+
+def _parquet_schema(schema: pa.Schema) -> pa.Schema:
+    """Struct children nullable: Parquet refuses a null FILE cell's non-nullable ``uri``."""
+
+    def relax(field: pa.Field) -> pa.Field:
+        if not pa.types.is_struct(field.type):
+            return field
+        children = [
+            relax(field.type.field(i)).with_nullable(True) for i in range(field.type.num_fields)
+        ]
+        return field.with_type(pa.struct(children))
+
+    return pa.schema([relax(f) for f in schema], metadata=schema.metadata)
 
 
 def _csv_schema(schema: pa.Schema) -> pa.Schema:
