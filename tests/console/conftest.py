@@ -87,7 +87,7 @@ class Console:
         return self.log_path.read_text(errors="replace")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeProcess]:
     root = tmp_path_factory.mktemp("console-lake")
     objects = str(root / "data" / "objects")
@@ -114,7 +114,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeProcess]:
         meta.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def console(lake: LakeProcess, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Console]:
     root = tmp_path_factory.mktemp("console")
     video = root / "episode.mp4"
@@ -174,7 +174,7 @@ def _answers(console: Console) -> bool:
         return False
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     if shutil.which("chromium") is None or not Path("/usr/bin/chromedriver").exists():
         pytest.fail(
