@@ -11,10 +11,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import sys
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +22,10 @@ import pytest
 import lake_sdk
 from lake_core.filetype import file_field
 from lake_core.names import TableRef
+from tools.lake_testing.console import start_console
 from tools.lake_testing.data import create_table
 from tools.lake_testing.plugin import write_ticket_keys
-from tools.lake_testing.servers import LakeProcess, free_port, start_meta, start_query
+from tools.lake_testing.servers import LakeProcess, start_meta, start_query
 from tools.lake_testing.video import encode_noise_video
 
 TOKENS = {"acme": "lk_console_acme_0001", "globex": "lk_console_globex_01"}
@@ -61,18 +58,6 @@ def _principals(path: Path) -> Path:
     path.write_text(json.dumps({"bindings": bindings}))
     path.chmod(0o600)
     return path
-
-
-def until(fact: Any, timeout_s: float = 60.0, what: str = "a fact") -> Any:
-    """Poll ``fact()`` until it returns something truthy (generous bound, no fixed sleeps)."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = fact()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"waited {timeout_s}s for {what}")
-        time.sleep(0.1)
 
 
 @dataclass
@@ -133,45 +118,11 @@ def console(lake: LakeProcess, tmp_path_factory: pytest.TempPathFactory) -> Iter
         c.insert_many(
             INSERT, [[i, i / 10, "x" * 300 if i == 7 else None, None] for i in range(3, 120)]
         )
-    port = free_port()
-    log_path = root / "console.log"
-    with log_path.open("ab") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "from lake_core.cli import main; main()",
-                "console",
-                "--addr",
-                f"127.0.0.1:{port}",
-                "--query",
-                lake.url,
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    console = Console(f"http://127.0.0.1:{port}", proc, log_path, video, duration)
+    process = start_console(lake.url, root)
     try:
-        until(lambda: _answers(console), 60, "the console to answer")
-        yield console
+        yield Console(process.url, process.proc, process.log_path, video, duration)
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=30)
-
-
-def _answers(console: Console) -> bool:
-    if console.proc.poll() is not None:
-        raise RuntimeError(f"lake console exited:\n{console.log()[-3000:]}")
-    try:
-        with urllib.request.urlopen(console.url + "/signin", timeout=5) as reply:
-            return reply.status == 200
-    except (urllib.error.URLError, ConnectionError):
-        return False
+        process.stop()
 
 
 @pytest.fixture(scope="package")

@@ -16,7 +16,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.console.conftest import DOCS, FPS, SCRIPT, TOKENS, Console
-from tests.console.http import Session
+from tools.lake_testing.console import Session
 
 WAIT_S = 90
 SQL = "SELECT episode_id, reward, note, video FROM robots.episodes ORDER BY episode_id"

@@ -7,7 +7,7 @@ import urllib.parse
 from datetime import UTC, datetime
 
 from tests.console.conftest import TOKENS, Console
-from tests.console.http import Session
+from tools.lake_testing.console import Session
 
 COUNT = "SELECT count(*) AS n FROM lake.robots.episodes"
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import urllib.parse
 
 from tests.console.conftest import SCRIPT, TOKENS, Console
-from tests.console.http import Session
+from tools.lake_testing.console import Session
 
 SQL = "SELECT episode_id, note, video FROM robots.episodes ORDER BY episode_id"
 MIB = 1024 * 1024
