@@ -25,6 +25,7 @@ from lake_core.names import TableRef
 from tools.lake_testing.console import start_console
 from tools.lake_testing.data import create_table
 from tools.lake_testing.plugin import write_ticket_keys
+from tools.lake_testing.recordings import write_recording
 from tools.lake_testing.servers import LakeProcess, start_meta, start_query
 from tools.lake_testing.video import encode_noise_video
 
@@ -38,6 +39,8 @@ SCHEMA = pa.schema(
         file_field("video"),
     ]
 )
+RUNS = TableRef("robots", "runs")
+RUNS_SCHEMA = pa.schema([pa.field("run_id", pa.int64()), file_field("recording")])
 INSERT = "INSERT INTO robots.episodes (episode_id, reward, note, video) VALUES (?, ?, ?, ?)"
 SCRIPT = "<script>window.pwned=1</script>"
 FPS = 10
@@ -92,6 +95,7 @@ def lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeProcess]:
         }
         query = start_query(meta.addr, root, env=env, probe_token=TOKENS["acme"])
         create_table(meta.addr, EPISODES, SCHEMA)
+        create_table(meta.addr, RUNS, RUNS_SCHEMA)
         yield query
     finally:
         if query is not None:
@@ -117,6 +121,11 @@ def console(lake: LakeProcess, tmp_path_factory: pytest.TempPathFactory) -> Iter
         c.insert_many(INSERT, rows)
         c.insert_many(
             INSERT, [[i, i / 10, "x" * 300 if i == 7 else None, None] for i in range(3, 120)]
+        )
+        recording = write_recording(root / "run.mcap")
+        c.insert(
+            "INSERT INTO robots.runs (run_id, recording) VALUES (?, ?)",
+            [1, lake_sdk.FileUpload.from_path(recording, "application/x-mcap")],
         )
     process = start_console(lake.url, root)
     try:

@@ -48,12 +48,12 @@ def sign_in(driver: Any, console: Console) -> None:
 
 def test_browse_query_page_plot_and_download(browser: Any, console: Console) -> None:
     sign_in(browser, console)
-    items = browser.find_elements(*by_id("table-item"))
-    assert len(items) == 1
-    assert "robots.episodes" in items[0].text
-    assert "120 rows" in items[0].text
-    assert "version 2" in items[0].text
-    assert "FILE" in items[0].text  # the video column is marked
+    items = {i.text.split()[0]: i.text for i in browser.find_elements(*by_id("table-item"))}
+    assert set(items) == {"robots.episodes", "robots.runs"}
+    assert "120 rows" in items["robots.episodes"]
+    assert "version 2" in items["robots.episodes"]
+    assert "video file FILE" in items["robots.episodes"]  # the FILE column is marked
+    assert "episode_id int64" in items["robots.episodes"]
     shot(browser, "tables")
 
     # Versions: pick version 1 and browse the table as of it (3 rows then).

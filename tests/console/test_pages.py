@@ -53,3 +53,16 @@ def test_cluster_page_shows_the_replica_admission(console: Console) -> None:
     assert 'data-testid="cluster"' in page.text
     assert re.search(r"<th>running</th><td>\d+ of \d+</td>", page.text)
     assert "<th>refused (total)</th>" in page.text
+
+
+def test_an_mcap_recording_lists_its_topics_and_time_range(console: Console) -> None:
+    session = Session(console.url)
+    session.sign_in(TOKENS["acme"])
+    sql = "SELECT run_id, recording FROM robots.runs"
+    page = session.request("/episode?" + urllib.parse.urlencode({"sql": sql, "row": "0"}))
+    assert page.status == 200, page.text[-800:]
+    assert 'data-testid="recording"' in page.text
+    topics = re.findall(r'<tr data-testid="topic-item"><td>([^<]+)</td>', page.text)
+    assert {"/events", "/joint_states"} <= set(topics)
+    # Written by tools.lake_testing.recordings: 2 s from 2026-11-01T00:00:00Z.
+    assert "from 2026-11-01T00:00:00+00:00 to 2026-11-01T00:00:01" in page.text

@@ -25,6 +25,7 @@ from lake_objects.reader import ObjectReader
 from lake_sdk.client import AsyncClient
 from lake_sdk.console.data_pages import QueryState, read_page
 from lake_sdk.console.render import cell, e, error_box
+from lake_sdk.recordings import MEDIA_TYPE as MCAP_MEDIA_TYPE
 
 __all__ = ["ByteRange", "decode_location", "encode_location", "episode_body", "parse_range"]
 
@@ -109,6 +110,32 @@ def _viewer(name: str, location: dict[str, Any]) -> str:
     return f'<section class="file"><h2>{e(name)}</h2><p>{e(media)}: {download}</p></section>'
 
 
+async def _recording(client: AsyncClient, name: str, value: dict[str, Any]) -> str:
+    """An MCAP recording: its topics and time range, from its summary (a few KiB read)."""
+    from lake_sdk.errors import MissingExtra
+    from lake_sdk.mcap import recording_summary_async
+
+    try:
+        summary, fetched = await recording_summary_async(client, DataLocation(**value))
+    except (LakeError, MissingExtra) as exc:
+        return f'<section class="file"><h2>{e(name)}</h2>{error_box(exc)}</section>'
+    start = summary.start_time.isoformat() if summary.start_time else "none"
+    end = summary.end_time.isoformat() if summary.end_time else "none"
+    topics = "".join(
+        f'<tr data-testid="topic-item"><td>{e(t.topic)}</td><td>{e(t.schema_name)}</td>'
+        f'<td>{e(t.message_encoding)}</td><td class="num">{t.message_count:,}</td></tr>'
+        for t in summary.topics
+    )
+    return (
+        f'<section class="file" data-testid="recording"><h2>{e(name)}</h2>'
+        f"<p>{summary.message_count:,} messages from {e(start)} to {e(end)} "
+        f"({summary.duration_s:.3f} s); {fetched:,} bytes read for this summary.</p>"
+        '<table class="grid"><thead><tr><th>topic</th><th>schema</th><th>encoding</th>'
+        f"<th>messages</th></tr></thead><tbody>{topics}</tbody></table>"
+        f"{_viewer(name, value)}</section>"
+    )
+
+
 async def episode_body(client: AsyncClient, state: QueryState, row: int) -> str:
     """Row ``row`` of the statement's result: its FILE values shown, its other values listed."""
     back = f'<p><a href="{e(state.url(page=row // 50))}">back to the result</a></p>'
@@ -123,7 +150,10 @@ async def episode_body(client: AsyncClient, state: QueryState, row: int) -> str:
     for field in table.schema:
         value = values[field.name]
         if is_file_field(field) and value is not None:
-            files.append(_viewer(field.name, value))
+            if value.get("media_type") == MCAP_MEDIA_TYPE:
+                files.append(await _recording(client, field.name, value))
+            else:
+                files.append(_viewer(field.name, value))
         elif not is_file_field(field):
             facts.append(f"<tr><th>{e(field.name)}</th>{cell(field, value)}</tr>")
     return f'{back}<table class="facts">{"".join(facts)}</table>{"".join(files)}'
