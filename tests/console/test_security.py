@@ -56,6 +56,10 @@ def test_wrong_token_is_refused_typed(console: Console) -> None:
     reply = session.request("/signin", {"csrf": session.csrf("/signin"), "token": "lk_wrong"})
     assert reply.status == 401
     assert "Unauthenticated" in reply.text
+    odd = session.request("/signin", {"csrf": session.csrf("/signin"), "token": "lk;secret"})
+    assert odd.status == 400
+    assert ">InvalidArgument</strong>" in odd.text
+    assert "lk;secret" not in odd.text
     assert not any(c.name == "lake_session" for c in session.jar)
 
 

@@ -166,6 +166,9 @@ def create_app(settings: ConsoleSettings) -> Starlette:
             return Response("CSRF token missing or wrong", status_code=403, media_type="text/plain")
         session = session_for(fields.get("token", "").strip())
         try:
+            if any(c in session for c in ';,"\\'):
+                # Never echoed: it may be a real credential.
+                raise InvalidArgument('a token holding ; , " or \\ cannot be kept in a cookie')
             client = await clients.get(session)
             await data_pages.listing(client, flight_sql_pb2.CommandGetDbSchemas())
         except LakeError as exc:
@@ -222,7 +225,7 @@ def create_app(settings: ConsoleSettings) -> Starlette:
         row_text = request.query_params.get("row", "0")
         if not row_text.isdigit() or len(row_text) > 9:
             raise InvalidArgument("row must be a whole number >= 0")
-        body = await file_pages.episode_body(client, state, int(row_text))
+        body = await file_pages.episode_body(client, state, int(row_text), settings.page_rows)
         return html(f"Episode (row {int(row_text)})", body, session)
 
     async def file_bytes(request: Request, session: str, client: AsyncClient) -> Response:

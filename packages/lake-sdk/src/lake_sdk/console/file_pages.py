@@ -136,9 +136,9 @@ async def _recording(client: AsyncClient, name: str, value: dict[str, Any]) -> s
     )
 
 
-async def episode_body(client: AsyncClient, state: QueryState, row: int) -> str:
+async def episode_body(client: AsyncClient, state: QueryState, row: int, page_rows: int) -> str:
     """Row ``row`` of the statement's result: its FILE values shown, its other values listed."""
-    back = f'<p><a href="{e(state.url(page=row // 50))}">back to the result</a></p>'
+    back = f'<p><a href="{e(state.url(page=row // page_rows))}">back to the result</a></p>'
     try:
         table, _ = await read_page(client, QueryState(state.sql, state.as_of, row), 1)
     except LakeError as exc:
