@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import urllib.parse
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -46,7 +47,9 @@ def sign_in(driver: Any, console: Console) -> None:
     assert driver.execute_script("return document.cookie") == ""  # invisible to scripts
 
 
-def test_browse_query_page_plot_and_download(browser: Any, console: Console) -> None:
+def test_browse_query_page_plot_and_download(
+    browser: Any, console: Console, tmp_path: Path
+) -> None:
     sign_in(browser, console)
     items = {i.text.split()[0]: i.text for i in browser.find_elements(*by_id("table-item"))}
     assert set(items) == {"robots.episodes", "robots.runs"}
@@ -99,16 +102,27 @@ def test_browse_query_page_plot_and_download(browser: Any, console: Console) -> 
     assert len(chart.find_elements(By.CSS_SELECTOR, "circle")) == 120
     shot(browser, "plot")
 
-    # Download the result in each format and read it back with pyarrow.
+    # Download the result: Parquet through the browser itself (a click, a file on
+    # disk), CSV and Arrow with the browser's session cookie; read back with pyarrow.
     browser.get(console.url + "/query?" + urllib.parse.urlencode({"sql": SQL}))
+    downloads = tmp_path / "downloads"
+    downloads.mkdir()
+    browser.execute_cdp_cmd(
+        "Browser.setDownloadBehavior", {"behavior": "allow", "downloadPath": str(downloads)}
+    )
+    browser.find_element(*by_id("download-parquet")).click()
+    saved = downloads / "result.parquet"
+    wait(browser).until(lambda d: saved.exists() and not list(downloads.glob("*.crdownload")))
+    tables = {"parquet": pq.read_table(saved)}
     session = Session(console.url)
     for cookie in browser.get_cookies():
         session.jar.set_cookie(_cookie(cookie))
-    for kind in ("csv", "parquet", "arrow"):
+    for kind in ("csv", "arrow"):
         href = browser.find_element(*by_id(f"download-{kind}")).get_attribute("href")
         reply = session.request(href.removeprefix(console.url))
         assert reply.status == 200, reply.text[:300]
-        table = _read(kind, reply.body)
+        tables[kind] = _read(kind, reply.body)
+    for table in tables.values():
         assert table.num_rows == 120
         assert table.column("episode_id").to_pylist() == list(range(120))
         assert table.column("note")[1].as_py() == SCRIPT
