@@ -121,6 +121,7 @@ SHELL_NOT_RUN = {
     "security.md": "a deployment's command line over the operator's secret files; "
     "tests/security/cluster.py starts Query with the same variables",
     "training.md": "`pip install './packages/lake-sdk[video]'` only; tests/packaging installs the SDK",
+    "console.md": "`lake console` serves until stopped; tests/console starts it with the same options",
 }
 
 

@@ -69,8 +69,18 @@ def test_readme_path_install_gives_a_working_sdk(tmp_path: Path) -> None:
         text=True,
         env=clean_env,
     ).stdout
-    for command in ("client", "demo", "sql"):
+    for command in ("client", "demo", "sql", "console"):
         assert f"  {command} " in help_text
+    # `lake console` without lake-sdk[console] names what installs it.
+    console = subprocess.run(
+        [str(env_dir / "bin" / "lake"), "console"],
+        capture_output=True,
+        text=True,
+        env=clean_env,
+        timeout=120,
+    )
+    assert console.returncode != 0
+    assert "(the lake-sdk[console] extra" in console.stdout + console.stderr
     # Every install hint names something that installs (Lake is on no index yet).
     assert "pip install 'av<19,>=18' (the lake-sdk[video] extra" in out
     demo = subprocess.run(

@@ -39,6 +39,7 @@ BENCHMARKS = [
     "tools.bench.recordings_bench",
     "tools.bench.lerobot_bench",
     "tools.bench.ingest_bench",
+    "tools.bench.console_bench",
 ]
 
 

@@ -1,0 +1,159 @@
+"""Episode views and FILE bytes: videos play and seek through HTTP Range requests.
+
+A FILE link carries its DataLocation in the URL (``/file?loc=...``, base64
+JSON). The bytes are read with the signed-in principal's own client, whose
+stage is the principal's tenant's: a location outside it is refused by the
+SDK (``LocationOutsideStage``), as everywhere else. A response holds at
+most one chunk of the object at a time: a Range request gets at most
+``range_chunk_bytes`` (an open-ended one, ``bytes=N-``, gets that much and
+the browser asks again), read with the SDK's exact range reads; a request
+without Range streams the whole object, verified against its SHA-256.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from collections.abc import AsyncIterator
+from typing import Any
+
+from lake_core.errors import InvalidArgument, LakeError
+from lake_core.filetype import is_file_field
+from lake_core.models import DataLocation
+from lake_objects.reader import ObjectReader
+from lake_sdk.client import AsyncClient
+from lake_sdk.console.data_pages import QueryState, read_page
+from lake_sdk.console.render import cell, e, error_box
+from lake_sdk.recordings import MEDIA_TYPE as MCAP_MEDIA_TYPE
+
+__all__ = ["ByteRange", "decode_location", "encode_location", "episode_body", "parse_range"]
+
+_RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+
+
+def encode_location(location: DataLocation | dict[str, Any]) -> str:
+    data = location.model_dump() if isinstance(location, DataLocation) else dict(location)
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"))
+    return base64.urlsafe_b64encode(text.encode()).decode().rstrip("=")
+
+
+def decode_location(text: str) -> DataLocation:
+    try:
+        raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+        return DataLocation.model_validate(json.loads(raw))
+    except LakeError:
+        raise
+    except Exception:
+        raise InvalidArgument("loc is not a FILE location this console wrote") from None
+
+
+class ByteRange:
+    """Half-open ``start..end`` of an object of ``size`` bytes."""
+
+    def __init__(self, start: int, end: int, size: int) -> None:
+        self.start, self.end, self.size = start, end, size
+
+    @property
+    def header(self) -> str:
+        return f"bytes {self.start}-{self.end - 1}/{self.size}"
+
+
+def parse_range(header: str, size: int, limit: int) -> ByteRange | None:
+    """One ``bytes=`` range, clipped to ``limit`` bytes; None if unsatisfiable.
+
+    ``bytes=a-b``, ``bytes=a-`` and the suffix form ``bytes=-n``. Several
+    ranges are not served (the first is taken), as browsers never ask them.
+    """
+    first = header.split(",", 1)[0].strip()
+    match = _RANGE.match(first)
+    if match is None or (not match[1] and not match[2]):
+        return None
+    if match[1]:
+        start = int(match[1])
+        end = int(match[2]) + 1 if match[2] else size
+    else:
+        start, end = max(0, size - int(match[2])), size
+    end = min(end, size, start + limit)
+    if start >= size or start >= end:
+        return None
+    return ByteRange(start, end, size)
+
+
+async def stream(reader: ObjectReader) -> AsyncIterator[bytes]:
+    """The reader's chunks, one at a time (the reader is closed however this ends)."""
+    try:
+        async for chunk in reader:
+            yield chunk
+    finally:
+        await reader.aclose()
+
+
+def _viewer(name: str, location: dict[str, Any]) -> str:
+    src = f"/file?loc={encode_location(location)}"
+    media = str(location.get("media_type", ""))
+    download = (
+        f'<a data-testid="file-download" href="{e(src)}&amp;download=1">download '
+        f"{e(name)} ({int(location.get('size_bytes', 0)):,} bytes)</a>"
+    )
+    if media.startswith("video/"):
+        player = (
+            f'<video data-testid="video-player" controls preload="metadata" muted '
+            f'src="{e(src)}" type="{e(media)}"></video>'
+        )
+        return f'<section class="file"><h2>{e(name)}</h2>{player}<p>{download}</p></section>'
+    if media.startswith("image/"):
+        return (
+            f'<section class="file"><h2>{e(name)}</h2><img alt="{e(name)}" src="{e(src)}">'
+            f"<p>{download}</p></section>"
+        )
+    return f'<section class="file"><h2>{e(name)}</h2><p>{e(media)}: {download}</p></section>'
+
+
+async def _recording(client: AsyncClient, name: str, value: dict[str, Any]) -> str:
+    """An MCAP recording: its topics and time range, from its summary (a few KiB read)."""
+    from lake_sdk.errors import MissingExtra
+    from lake_sdk.mcap import recording_summary_async
+
+    try:
+        summary, fetched = await recording_summary_async(client, DataLocation(**value))
+    except (LakeError, MissingExtra) as exc:
+        return f'<section class="file"><h2>{e(name)}</h2>{error_box(exc)}</section>'
+    start = summary.start_time.isoformat() if summary.start_time else "none"
+    end = summary.end_time.isoformat() if summary.end_time else "none"
+    topics = "".join(
+        f'<tr data-testid="topic-item"><td>{e(t.topic)}</td><td>{e(t.schema_name)}</td>'
+        f'<td>{e(t.message_encoding)}</td><td class="num">{t.message_count:,}</td></tr>'
+        for t in summary.topics
+    )
+    return (
+        f'<section class="file" data-testid="recording"><h2>{e(name)}</h2>'
+        f"<p>{summary.message_count:,} messages from {e(start)} to {e(end)} "
+        f"({summary.duration_s:.3f} s); {fetched:,} bytes read for this summary.</p>"
+        '<table class="grid"><thead><tr><th>topic</th><th>schema</th><th>encoding</th>'
+        f"<th>messages</th></tr></thead><tbody>{topics}</tbody></table>"
+        f"{_viewer(name, value)}</section>"
+    )
+
+
+async def episode_body(client: AsyncClient, state: QueryState, row: int, page_rows: int) -> str:
+    """Row ``row`` of the statement's result: its FILE values shown, its other values listed."""
+    back = f'<p><a href="{e(state.url(page=row // page_rows))}">back to the result</a></p>'
+    try:
+        table, _ = await read_page(client, QueryState(state.sql, state.as_of, row), 1)
+    except LakeError as exc:
+        return back + error_box(exc)
+    if table.num_rows == 0:
+        return back + error_box(InvalidArgument(f"the result has no row {row}"))
+    values = table.to_pylist()[0]
+    files, facts = [], []
+    for field in table.schema:
+        value = values[field.name]
+        if is_file_field(field) and value is not None:
+            if value.get("media_type") == MCAP_MEDIA_TYPE:
+                files.append(await _recording(client, field.name, value))
+            else:
+                files.append(_viewer(field.name, value))
+        elif not is_file_field(field):
+            facts.append(f"<tr><th>{e(field.name)}</th>{cell(field, value)}</tr>")
+    return f'{back}<table class="facts">{"".join(facts)}</table>{"".join(files)}'

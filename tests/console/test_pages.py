@@ -1,0 +1,68 @@
+"""Pages over plain HTTP: as of an instant, the Cluster page, typed refusals of bad input."""
+
+from __future__ import annotations
+
+import re
+import urllib.parse
+from datetime import UTC, datetime
+
+from tests.console.conftest import TOKENS, Console
+from tools.lake_testing.console import Session
+
+COUNT = "SELECT count(*) AS n FROM lake.robots.episodes"
+
+
+def _rows(page: str) -> list[str]:
+    return re.findall(r'<tr data-testid="result-row">(.*?)</tr>', page)
+
+
+def test_as_of_an_instant_and_a_version(console: Console) -> None:
+    session = Session(console.url)
+    session.sign_in(TOKENS["acme"])
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    for as_of, count in ((now, "120"), ("v1", "3"), ("0", "0")):
+        page = session.request("/query?" + urllib.parse.urlencode({"sql": COUNT, "as_of": as_of}))
+        assert page.status == 200, page.text[-800:]
+        [row] = _rows(page.text)
+        assert f'<td class="num">{count}</td>' in row
+    bad = session.request("/query?" + urllib.parse.urlencode({"sql": COUNT, "as_of": "yesterday"}))
+    assert bad.status == 400
+    assert 'data-testid="error"' in bad.text
+    assert ">InvalidArgument</strong>" in bad.text
+
+
+def test_bad_input_is_refused_typed(console: Console) -> None:
+    session = Session(console.url)
+    session.sign_in(TOKENS["acme"])
+    sql = urllib.parse.urlencode({"sql": COUNT})
+    assert session.request(f"/download?{sql}&format=xlsx").status == 400
+    assert session.request(f"/query?{sql}&page=-1").status == 400
+    assert session.request("/file?loc=not-a-location").status == 400
+    refused = session.request(
+        "/download?" + urllib.parse.urlencode({"sql": "DROP TABLE x"}) + "&format=csv"
+    )
+    assert refused.status == 400
+    assert refused.text.startswith("ReadOnlySql:")
+
+
+def test_cluster_page_shows_the_replica_admission(console: Console) -> None:
+    session = Session(console.url)
+    session.sign_in(TOKENS["acme"])
+    page = session.request("/cluster")
+    assert page.status == 200, page.text[-800:]
+    assert 'data-testid="cluster"' in page.text
+    assert re.search(r"<th>running</th><td>\d+ of \d+</td>", page.text)
+    assert "<th>refused (total)</th>" in page.text
+
+
+def test_an_mcap_recording_lists_its_topics_and_time_range(console: Console) -> None:
+    session = Session(console.url)
+    session.sign_in(TOKENS["acme"])
+    sql = "SELECT run_id, recording FROM robots.runs"
+    page = session.request("/episode?" + urllib.parse.urlencode({"sql": sql, "row": "0"}))
+    assert page.status == 200, page.text[-800:]
+    assert 'data-testid="recording"' in page.text
+    topics = re.findall(r'<tr data-testid="topic-item"><td>([^<]+)</td>', page.text)
+    assert {"/events", "/joint_states"} <= set(topics)
+    # Written by tools.lake_testing.recordings: 2 s from 2026-11-01T00:00:00Z.
+    assert "from 2026-11-01T00:00:00+00:00 to 2026-11-01T00:00:01" in page.text

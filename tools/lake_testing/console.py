@@ -1,0 +1,119 @@
+"""``lake console`` for tests and benchmarks: start one by pid, and an HTTP session of it.
+
+:class:`Session` is a signed-in session without a browser (urllib, a cookie
+jar, redirects not followed); :class:`ConsoleProcess` a console process,
+stopped by its pid.
+"""
+
+from __future__ import annotations
+
+import http.cookiejar
+import re
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass, field
+from email.message import Message
+from pathlib import Path
+
+from tools.lake_testing.servers import free_port
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: Message
+    body: bytes
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", "replace")
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, *args: object, **kwargs: object) -> None:
+        return None
+
+
+@dataclass
+class Session:
+    base: str
+    jar: http.cookiejar.CookieJar = field(default_factory=http.cookiejar.CookieJar)
+
+    def __post_init__(self) -> None:
+        self.opener = urllib.request.build_opener(
+            urllib.request.HTTPCookieProcessor(self.jar), _NoRedirect()
+        )
+
+    def request(
+        self, path: str, data: dict[str, str] | None = None, headers: dict[str, str] | None = None
+    ) -> Reply:
+        body = urllib.parse.urlencode(data).encode() if data is not None else None
+        request = urllib.request.Request(self.base + path, data=body, headers=headers or {})
+        try:
+            with self.opener.open(request, timeout=120) as reply:
+                return Reply(reply.status, reply.headers, reply.read())
+        except urllib.error.HTTPError as error:
+            return Reply(error.code, error.headers, error.read())
+
+    def csrf(self, path: str) -> str:
+        match = re.search(r'name="csrf" value="([0-9a-f]+)"', self.request(path).text)
+        assert match is not None, f"no CSRF field on {path}"
+        return match[1]
+
+    def sign_in(self, token: str) -> Reply:
+        reply = self.request("/signin", {"csrf": self.csrf("/signin"), "token": token})
+        assert reply.status == 303, reply.text[:500]
+        return reply
+
+
+@dataclass
+class ConsoleProcess:
+    """A ``lake console`` process for the Query at ``query_url``, logging to ``log_path``."""
+
+    url: str
+    proc: subprocess.Popen[bytes]
+    log_path: Path
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+
+def start_console(query_url: str, log_dir: Path, timeout_s: float = 90.0) -> ConsoleProcess:
+    """Start ``lake console`` on a free loopback port and wait until it answers."""
+    port = free_port()
+    log_path = log_dir / f"console-{port}.log"
+    main = "from lake_core.cli import main; main()"
+    args = ["console", "--addr", f"127.0.0.1:{port}", "--query", query_url]
+    with log_path.open("ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", main, *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    console = ConsoleProcess(f"http://127.0.0.1:{port}", proc, log_path)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"lake console exited:\n{console.log()[-3000:]}")
+        try:
+            if Session(console.url).request("/signin").status == 200:
+                return console
+        except (urllib.error.URLError, ConnectionError):
+            pass
+        if time.monotonic() > deadline:
+            console.stop()
+            raise TimeoutError(f"lake console did not answer in {timeout_s}s:\n{console.log()}")
+        time.sleep(0.1)
