@@ -1,11 +1,15 @@
 """The console in headless Chromium: browse, query, page, error, plot, download, play a video.
 
-Screenshots for docs/console.md are written to docs/console/ as the tests go.
+Screenshots are taken as the tests go: into docs/console/ (docs/console.md shows them)
+with ``UPDATE_SCREENSHOTS=1``, else into the test's temporary directory, so a test run
+leaves the checkout as it was (a video frame renders differently each time).
 """
 
 from __future__ import annotations
 
 import io
+import os
+import tempfile
 import urllib.parse
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,7 @@ from tests.console.conftest import DOCS, FPS, SCRIPT, TOKENS, Console
 from tools.lake_testing.console import Session
 
 WAIT_S = 90
+SHOTS = Path(tempfile.gettempdir()) / "lake-console-screenshots"
 SQL = "SELECT episode_id, reward, note, video FROM robots.episodes ORDER BY episode_id"
 
 
@@ -32,8 +37,9 @@ def wait(driver: Any) -> WebDriverWait:
 
 
 def shot(driver: Any, name: str) -> None:
-    DOCS.mkdir(parents=True, exist_ok=True)
-    driver.save_screenshot(str(DOCS / f"{name}.png"))
+    folder = DOCS if os.environ.get("UPDATE_SCREENSHOTS") == "1" else SHOTS
+    folder.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(folder / f"{name}.png"))
 
 
 def sign_in(driver: Any, console: Console) -> None:

@@ -514,15 +514,17 @@ QUERY_MAX_PLAN_DEPTH = EnvVar(
 QUERY_MEMORY_LIMIT_BYTES = EnvVar(
     "LAKE_QUERY_MEMORY_LIMIT_BYTES",
     doc="DataFusion memory of one replica's queries; each query's pool is a quarter of it "
-    "(sorts, joins and aggregates spill past their pool).",
+    "while the replica has room, and smaller (never below a floor that every query admission "
+    "admits can have at once) while other queries hold it (sorts, joins and aggregates spill "
+    "past their pool).",
     owner=QUERY,
     default="2147483648 (2 GiB, for a 4 GiB replica)",
     range="16777216..=17592186044416, bytes",
 )
 QUERY_MEMORY_POOLS_PER_TENANT = EnvVar(
     "LAKE_QUERY_MEMORY_POOLS_PER_TENANT",
-    doc="How many of a replica's four query memory pools (LAKE_QUERY_MEMORY_LIMIT_BYTES) one "
-    "tenant's queries may hold at once, so that no tenant keeps the others out; a "
+    doc="How many full query memory pools' worth (a quarter of LAKE_QUERY_MEMORY_LIMIT_BYTES "
+    "each) one tenant's queries may hold at once, so that no tenant keeps the others out; a "
     "single-tenant replica may set 4.",
     owner=QUERY,
     default="2",
