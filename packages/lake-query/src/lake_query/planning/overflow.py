@@ -121,8 +121,14 @@ class _Rewrite:
         self.changed = False
 
     # -- types -------------------------------------------------------------
-    def _probe(self, rel: dict[str, Any], expressions: list[dict[str, Any]]) -> list[pa.DataType]:
-        """DataFusion's types for ``expressions`` evaluated over ``rel``'s output."""
+    def _probe(
+        self, rel: dict[str, Any], expressions: list[dict[str, Any]]
+    ) -> list[pa.DataType | None]:
+        """DataFusion's types for ``expressions`` evaluated over ``rel``'s output
+        (None: not an integer, known without asking DataFusion)."""
+        known = _read_types(rel, expressions)
+        if known is not None:
+            return known
         probe = {k: v for k, v in self.plan.items() if k != "relations"}
         probe["relations"] = [
             {"root": {"input": {"project": {"input": rel, "expressions": expressions}}}}
@@ -211,7 +217,7 @@ class _Rewrite:
             return
         types = self._probe(rel, [copy.deepcopy(c) for c in calls])
         for call, data_type in zip(calls, types, strict=True):
-            if str(data_type) not in _INTEGERS:
+            if data_type is None or str(data_type) not in _INTEGERS:
                 continue
             function = self.anchors[call["scalarFunction"].get("functionReference", 0)]
             if function == "negate" and pa.types.is_unsigned_integer(data_type):
@@ -230,13 +236,15 @@ class _Rewrite:
         ]
         if not sums or "common" in aggregate:
             return
-        width = self._output_width({"aggregate": copy.deepcopy(aggregate)})
         types = self._probe(
             aggregate["input"], [copy.deepcopy(m["arguments"][0]["value"]) for _, m in sums]
         )
+        if not any(t is not None and str(t) in _INTEGERS for t in types):
+            return
+        width = self._output_width({"aggregate": copy.deepcopy(aggregate)})
         narrowed: dict[int, dict[str, Any]] = {}
         for (index, measure), data_type in zip(sums, types, strict=True):
-            if str(data_type) not in _INTEGERS:
+            if data_type is None or str(data_type) not in _INTEGERS:
                 continue
             target = pa.uint64() if pa.types.is_unsigned_integer(data_type) else pa.int64()
             argument = measure["arguments"][0]
@@ -302,6 +310,50 @@ class _Rewrite:
                     expressions.append(measure.get("filter"))
                 self._check_expressions(body["input"], expressions)
                 self._check_sums(holder)
+
+
+#: Substrait types of stored columns that are certainly not integers.
+_NOT_INTEGER = frozenset(
+    {
+        "fp32",
+        "fp64",
+        "decimal",
+        "string",
+        "varchar",
+        "binary",
+        "bool",
+        "boolean",
+        "date",
+        "timestamp",
+        "timestampTz",
+        "precisionTimestamp",
+        "precisionTimestampTz",
+        "struct",
+        "list",
+    }
+)
+
+
+def _read_types(
+    rel: dict[str, Any], expressions: list[dict[str, Any]]
+) -> list[pa.DataType | None] | None:
+    """None for each expression when all are stored non-integer columns of a scan
+    (a float ``sum`` needs no probe), else None: DataFusion must be asked."""
+    read = rel.get("read")
+    if not isinstance(read, dict) or "common" in read or "projection" in read:
+        return None
+    columns = read.get("baseSchema", {}).get("struct", {}).get("types", [])
+    for expression in expressions:
+        try:
+            index = expression["selection"]["directReference"]["structField"].get("field", 0)
+            if set(expression["selection"]) != {"directReference", "rootReference"}:
+                return None
+            (kind,) = columns[index].keys()
+        except (KeyError, IndexError, TypeError, ValueError):
+            return None
+        if kind not in _NOT_INTEGER:
+            return None
+    return [None] * len(expressions)
 
 
 def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
