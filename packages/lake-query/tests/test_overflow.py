@@ -58,6 +58,23 @@ def run(planner: Planner, sql: str) -> list[dict[str, object]]:
             "sum (int64)",
         ),
         ("SELECT id FROM robots.nums WHERE id * 4611686018427387904 > 0", "multiplication (int64)"),
+        (
+            "SELECT id FROM robots.nums n WHERE id * 9223372036854775807 > "
+            "(SELECT avg(i32) FROM robots.nums m WHERE m.f = n.f)",
+            "multiplication (int64)",
+        ),
+        (
+            "SELECT id FROM robots.nums WHERE id IN (SELECT big + id FROM robots.nums)",
+            "addition (int64)",
+        ),
+        (
+            "SELECT (SELECT max(id) * 9223372036854775807 FROM robots.nums) AS m",
+            "multiplication (int64)",
+        ),
+        (
+            "SELECT sum(id) OVER (ORDER BY id) * 4611686018427387904 AS w FROM robots.nums",
+            "multiplication (int64)",
+        ),
     ],
 )
 def test_overflow_is_a_typed_error_naming_the_operation(
