@@ -105,3 +105,15 @@ def test_the_text_gate() -> None:
     assert may_overflow("SELECT SUM(a) FROM t")
     assert not may_overflow("SELECT * FROM t WHERE d = '2024-01-01'")
     assert not may_overflow("SELECT count(*), t.* FROM t")
+
+
+def test_bound_parameters_are_checked(planner: Planner) -> None:
+    params = pa.record_batch({"p": pa.array([MAX], pa.int64())})
+    planned = planner.plan("SELECT $1 + id AS x FROM robots.nums", DEV_PRINCIPAL, params)
+    with pytest.raises(IntegerOverflow, match=r"integer overflow in addition \(int64\)"):
+        list(planner.execute(planned.spec, DEV_PRINCIPAL))
+    planned = planner.plan(
+        "SELECT $1 - id AS x FROM robots.nums ORDER BY id", DEV_PRINCIPAL, params
+    )
+    got = pa.Table.from_batches(list(planner.execute(planned.spec, DEV_PRINCIPAL)))
+    assert got.column("x").to_pylist() == [MAX - 1, MAX - 2, MAX - 3]
