@@ -356,6 +356,12 @@ def _read_types(
     return [None] * len(expressions)
 
 
+def _kind(exc: BaseException) -> str:
+    """What failed, without the engine's plan text (it names tables and columns)."""
+    words = re.findall(r"[A-Za-z]+", str(exc))[:6]
+    return " ".join(words) or type(exc).__name__
+
+
 def _same_columns(a: pa.Schema, b: pa.Schema) -> bool:
     """Same names, types and field metadata (a Lake function's result is always nullable;
     batches are conformed to the planned schema on the way out)."""
@@ -410,7 +416,8 @@ def checked_arithmetic(ctx: SessionContext, df: Any, budget: FunctionBudget) -> 
             plan = json.loads(ss.Producer.to_substrait_plan(source(), ctx).to_json())
             break
         except Exception as exc:  # no Substrait form for some node
-            error = str(exc)[:200]
+            # The engine's text names tables and columns: only its first words are logged.
+            error = _kind(exc)
     if plan is None:
         log.info("integer overflow not checked: no Substrait form", reason=error)
         return df
@@ -433,6 +440,6 @@ def checked_arithmetic(ctx: SessionContext, df: Any, budget: FunctionBudget) -> 
     except Exception as exc:
         if budget.error() is not None:
             raise  # a constant overflowed while the rewrite planned it
-        log.warning("integer overflow not checked: rewrite failed", reason=str(exc)[:200])
+        log.warning("integer overflow not checked: rewrite failed", reason=_kind(exc))
         return df
     return checked
