@@ -31,7 +31,6 @@ never rewritten, and direct scans never run DataFusion at all.
 
 from __future__ import annotations
 
-import copy
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -215,7 +214,7 @@ class _Rewrite:
         calls = [c for e in expressions for c in self._candidates(e)]
         if not calls:
             return
-        types = self._probe(rel, [copy.deepcopy(c) for c in calls])
+        types = self._probe(rel, calls)
         for call, data_type in zip(calls, types, strict=True):
             if data_type is None or str(data_type) not in _INTEGERS:
                 continue
@@ -237,11 +236,11 @@ class _Rewrite:
         if not sums or "common" in aggregate:
             return
         types = self._probe(
-            aggregate["input"], [copy.deepcopy(m["arguments"][0]["value"]) for _, m in sums]
+            aggregate["input"], [m["arguments"][0]["value"] for _, m in sums]
         )
         if not any(t is not None and str(t) in _INTEGERS for t in types):
             return
-        width = self._output_width({"aggregate": copy.deepcopy(aggregate)})
+        width = self._output_width({"aggregate": aggregate})
         narrowed: dict[int, dict[str, Any]] = {}
         for (index, measure), data_type in zip(sums, types, strict=True):
             if data_type is None or str(data_type) not in _INTEGERS:
