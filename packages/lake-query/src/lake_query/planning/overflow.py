@@ -235,9 +235,7 @@ class _Rewrite:
         ]
         if not sums or "common" in aggregate:
             return
-        types = self._probe(
-            aggregate["input"], [m["arguments"][0]["value"] for _, m in sums]
-        )
+        types = self._probe(aggregate["input"], [m["arguments"][0]["value"] for _, m in sums])
         if not any(t is not None and str(t) in _INTEGERS for t in types):
             return
         width = self._output_width({"aggregate": aggregate})
