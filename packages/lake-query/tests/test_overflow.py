@@ -52,6 +52,7 @@ def run(planner: Planner, sql: str) -> list[dict[str, object]]:
         ("SELECT -big FROM robots.nums", "negation (int64)"),
         ("SELECT i32 + i32 FROM robots.nums", "addition (int32)"),
         ("SELECT sum(big) FROM robots.nums WHERE big > 0", "sum (int64)"),
+        ("SELECT id, sum(big) OVER (ORDER BY id) AS w FROM robots.nums", "sum (int64)"),
         (
             "SELECT id, sum(big) FROM robots.nums WHERE big > 0 GROUP BY id HAVING sum(big) > 0 "
             "UNION ALL SELECT 1, sum(big + 0) FROM robots.nums WHERE id < 3",
@@ -89,6 +90,12 @@ def test_values_in_range_are_exact(planner: Planner) -> None:
     assert run(planner, "SELECT sum(big) AS s FROM robots.nums") == [{"s": MAX - 2}]
     assert run(planner, "SELECT sum(id * 3) AS s, sum(i32) AS t FROM robots.nums") == [
         {"s": 18, "t": 2**31 - 1 + 1 - 2**31}
+    ]
+    window = "SELECT id, sum(id) OVER (ORDER BY id) AS w, sum(f) OVER () AS x FROM robots.nums"
+    assert run(planner, window + " ORDER BY id") == [
+        {"id": 1, "w": 1, "x": 4.5},
+        {"id": 2, "w": 3, "x": 4.5},
+        {"id": 3, "w": 6, "x": 4.5},
     ]
     # i32 - 1 is BIGINT (the literal is): no INT overflow at -(2**31) - 1.
     rows = run(planner, "SELECT f * 2 AS g, i32 - 1 AS h FROM robots.nums ORDER BY f")

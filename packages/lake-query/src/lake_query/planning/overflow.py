@@ -23,9 +23,9 @@ not from DataFusion's message text. Constant expressions are folded by the
 optimizer after the rewrite, so ``SELECT 9223372036854775807 + 1`` fails too.
 ``/`` and ``%`` (``MIN / -1``) and ``abs`` are already checked by DataFusion.
 
+Window ``sum`` over an integer is summed wide and narrowed the same way.
 Not rewritten (documented in docs/sql.md): statements whose plan has no
-Substrait form in DataFusion 54 (``unnest``, a recursive CTE), and window
-``sum``. A statement with no ``+``, ``-``, ``*`` or ``sum`` in its text is
+Substrait form in DataFusion 54 (``unnest``, a recursive CTE). A statement with no ``+``, ``-``, ``*`` or ``sum`` in its text is
 never rewritten, and direct scans never run DataFusion at all.
 """
 
@@ -224,6 +224,62 @@ class _Rewrite:
             call["scalarFunction"]["functionReference"] = self._checked(function, data_type)
             self.changed = True
 
+    def _check_window_sums(self, holder: dict[str, Any]) -> None:
+        """``sum(x) OVER (...)`` of an integer ``x``, a top-level expression of a
+        project (DataFusion's Window node): summed wide, narrowed in a project above."""
+        project = holder["project"]
+        expressions = project.get("expressions", [])
+        windows = [
+            (i, e["windowFunction"])
+            for i, e in enumerate(expressions)
+            if isinstance(e.get("windowFunction"), dict)
+            and self.anchors.get(e["windowFunction"].get("functionReference", 0)) == _SUM
+            and len(e["windowFunction"].get("arguments", ())) == 1
+        ]
+        if not windows:
+            return
+        types = self._probe(project["input"], [w["arguments"][0]["value"] for _, w in windows])
+        wide = [
+            (i, w, t)
+            for (i, w), t in zip(windows, types, strict=True)
+            if t is not None and str(t) in _INTEGERS
+        ]
+        if not wide:
+            return
+        width = self._output_width(project["input"])
+        mapping = project.get("common", {}).get("emit", {}).get("outputMapping")
+        outputs = list(mapping) if mapping is not None else list(range(width + len(expressions)))
+        narrowed: dict[int, dict[str, Any]] = {}
+        for index, window, data_type in wide:
+            if width + index not in outputs:
+                continue
+            target = pa.uint64() if pa.types.is_unsigned_integer(data_type) else pa.int64()
+            argument = window["arguments"][0]
+            argument["value"] = _widened(argument["value"])
+            position = outputs.index(width + index)
+            narrowed[position] = {
+                "scalarFunction": {
+                    "functionReference": self._narrowing(target),
+                    "arguments": [{"value": _field(position)}],
+                }
+            }
+        if not narrowed:
+            return
+        order = sorted(narrowed)
+        count = len(outputs)
+        holder["project"] = {
+            "common": {
+                "emit": {
+                    "outputMapping": [
+                        count + order.index(i) if i in narrowed else i for i in range(count)
+                    ]
+                }
+            },
+            "input": {"project": project},
+            "expressions": [narrowed[i] for i in order],
+        }
+        self.changed = True
+
     def _check_sums(self, holder: dict[str, Any]) -> None:
         aggregate = holder["aggregate"]
         measures = aggregate.get("measures", [])
@@ -245,19 +301,7 @@ class _Rewrite:
                 continue
             target = pa.uint64() if pa.types.is_unsigned_integer(data_type) else pa.int64()
             argument = measure["arguments"][0]
-            argument["value"] = {
-                "cast": {
-                    "type": {
-                        "decimal": {
-                            "scale": 0,
-                            "precision": 38,
-                            "nullability": "NULLABILITY_NULLABLE",
-                        }
-                    },
-                    "input": argument["value"],
-                    "failureBehavior": "FAILURE_BEHAVIOR_THROW_EXCEPTION",
-                }
-            }
+            argument["value"] = _widened(argument["value"])
             position = width - len(measures) + index
             narrowed[position] = {
                 "scalarFunction": {
@@ -291,6 +335,7 @@ class _Rewrite:
                 self.rel(sub)
             if kind == "project":
                 self._check_expressions(body["input"], body.get("expressions", []))
+                self._check_window_sums(holder)
             elif kind == "filter":
                 self._check_expressions(body["input"], [body.get("condition")])
             elif kind == "sort":
@@ -351,6 +396,18 @@ def _read_types(
         if kind not in _NOT_INTEGER:
             return None
     return [None] * len(expressions)
+
+
+def _widened(value: dict[str, Any]) -> dict[str, Any]:
+    """``value`` cast to DECIMAL(38, 0), where a sum of BIGINTs cannot overflow."""
+    decimal = {"scale": 0, "precision": 38, "nullability": "NULLABILITY_NULLABLE"}
+    return {
+        "cast": {
+            "type": {"decimal": decimal},
+            "input": value,
+            "failureBehavior": "FAILURE_BEHAVIOR_THROW_EXCEPTION",
+        }
+    }
 
 
 def _kind(exc: BaseException) -> str:
