@@ -2,7 +2,7 @@
 
 A seeded generator builds integer expressions over BIGINT and INT columns
 and literals (``+``, ``-``, ``*``, unary ``-``; constant-only ones too, which
-the optimizer folds) and aggregates over them. Python evaluates each node
+the optimizer folds) and aggregates over them (plain, and running window sums). Python evaluates each node
 exactly and checks it against its SQL type's range (DataFusion's typing: a
 literal is BIGINT, INT with INT stays INT). Where every value fits, Lake
 returns exactly Python's answer; where one does not, Lake raises
@@ -135,6 +135,21 @@ def python(values: list[dict[str, int]], node: Node, aggregate: bool) -> list[in
     return [total] if low <= total <= high else None
 
 
+def running(values: list[dict[str, int]], node: Node) -> list[int] | None:
+    """Python's running sums of ``node``, or None where any value or prefix overflows."""
+    each = python(values, node, False)
+    if each is None:
+        return None
+    low, high = RANGES["int64"]
+    totals, total = [], 0
+    for value in each:
+        total += value
+        if not low <= total <= high:
+            return None
+        totals.append(total)
+    return totals
+
+
 def test_generated_expressions_agree_with_python(
     world: tuple[Planner, list[dict[str, int]]],
 ) -> None:
@@ -144,8 +159,16 @@ def test_generated_expressions_agree_with_python(
     for _ in range(CASES):
         aggregate = rng.random() < 0.3
         constant = rng.random() < 0.15
+        window = rng.random() < 0.15
         node = expression(rng, rng.randint(1, 3), constant)
-        if constant:
+        if window and not constant:
+            sql = (
+                f"SELECT sum({node.sql}) OVER (ORDER BY a, b ROWS UNBOUNDED PRECEDING) AS v "
+                "FROM robots.gen ORDER BY a, b"
+            )
+            ordered = sorted(values, key=lambda r: (r["a"], r["b"]))
+            expected = running(ordered, node)
+        elif constant:
             sql = f"SELECT {node.sql} AS v"
             expected = python([{}], node, False)
         elif aggregate:
