@@ -11,7 +11,7 @@ the two sides' p50 over a block of calls.
   rewrite plus checked kernels on every row. Report only.
 - ``overflow_group_by``: ``sum(a)`` grouped by 64 keys: the decimal sum. Report only.
 - ``overflow_float_sum``: a ``sum`` over a DOUBLE column (nothing to check: the
-  cost of finding that out). Goal: <= 1.05x.
+  cost of finding that out). Goal: <= 1.05x (full size; report only when quick).
 """
 
 from __future__ import annotations
@@ -74,7 +74,8 @@ def run(quick: bool) -> list[Figure]:
         for name, sql, goal in (
             ("overflow_arithmetic", ARITHMETIC, None),
             ("overflow_group_by", GROUP_BY, None),
-            ("overflow_float_sum", FLOAT_SUM, at_most(1.05, "<= 1.05x unchecked")),
+            # Quick runs are too short for a 5% goal (the fixed ~0.5 ms is 3% of them).
+            ("overflow_float_sum", FLOAT_SUM, None if quick else at_most(1.05, "<= 1.05x")),
         ):
             figures.append(
                 measure(
