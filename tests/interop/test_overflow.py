@@ -26,7 +26,7 @@ IN_RANGE = "SELECT sum(steps * 1000) AS s, max(steps) - 1 AS m FROM robots.episo
 @pytest.fixture
 def loaded(lake_cluster: LakeCluster) -> LakeCluster:
     create_table(lake_cluster.meta.addr, EPISODES, EPISODES_SCHEMA)
-    with lake_sdk.connect(lake_cluster.query.url) as client:
+    with lake_sdk.Client(lake_cluster.query.url) as client:
         client.append_batches(EPISODES, [episodes(0, ROWS)])
     return lake_cluster
 
@@ -34,8 +34,9 @@ def loaded(lake_cluster: LakeCluster) -> LakeCluster:
 def test_overflow_through_adbc_pyarrow_and_the_sdk(loaded: LakeCluster) -> None:
     with flightsql.connect(loaded.query.url) as conn, conn.cursor() as cur:
         for sql, operation in ((SUM, "sum (int64)"), (ADD, "addition (int64)")):
+            cur.execute(sql)  # plans it (GetFlightInfo); running it (DoGet) fails
             with pytest.raises(adbc_driver_manager.ProgrammingError) as raised:
-                cur.execute(sql)  # ADBC prepares and runs at once: running fails
+                cur.fetch_arrow_table()
             assert raised.value.status_code == adbc_driver_manager.AdbcStatusCode.INVALID_ARGUMENT
             assert f"integer overflow in {operation}" in str(raised.value)
         cur.execute(IN_RANGE)
@@ -49,7 +50,7 @@ def test_overflow_through_adbc_pyarrow_and_the_sdk(loaded: LakeCluster) -> None:
         with pytest.raises(pa.ArrowInvalid, match=r"integer overflow in sum \(int64\)"):
             redeem(client, info.endpoints[0]).read_all()
 
-    with lake_sdk.connect(loaded.query.url) as sdk:
+    with lake_sdk.Client(loaded.query.url) as sdk:
         with pytest.raises(IntegerOverflow, match=r"integer overflow in sum \(int64\)"):
             sdk.query_table(SUM)
         with pytest.raises(IntegerOverflow, match=r"integer overflow in addition \(int64\)"):
