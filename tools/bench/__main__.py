@@ -22,6 +22,7 @@ BENCHMARKS = [
     "tools.bench.commit_bench",
     "tools.bench.admission_bench",
     "tools.bench.guards_bench",
+    "tools.bench.overflow_bench",
     "tools.bench.objects_bench",
     "tools.bench.dynamo_bench",
     "tools.bench.registrar_bench",

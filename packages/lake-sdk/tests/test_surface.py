@@ -68,6 +68,7 @@ FROZEN_ALL = [
     "ResultTooLarge",
     "SchemaCache",
     "SchemaMismatch",
+    "IntegerOverflow",
     "SqlError",
     "StageUnavailable",
     "StaleReadVersion",

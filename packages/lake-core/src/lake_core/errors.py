@@ -13,6 +13,7 @@ client side.
     │   ├── SchemaMismatch
     │   ├── InvalidAppend
     │   ├── SqlError
+    │   │   └── IntegerOverflow          integer arithmetic or a sum left its type's range
     │   ├── ReadOnlySql
     │   ├── InvalidFlightData            a DoPut stream that is not well-formed Arrow IPC
     │   ├── InvalidRange                 empty, reversed or out-of-bounds byte range
@@ -86,6 +87,7 @@ __all__ = [
     "DeadlineExceeded",
     "FailedPrecondition",
     "HashMismatch",
+    "IntegerOverflow",
     "Internal",
     "InvalidAppend",
     "InvalidArgument",
@@ -190,6 +192,14 @@ class InvalidAppend(InvalidArgument):
 
 class SqlError(InvalidArgument):
     """SQL that DataFusion could not parse or plan."""
+
+
+class IntegerOverflow(SqlError):
+    """Integer arithmetic (``+ - *``, negation, ``/``) or a ``sum`` left its type's range.
+
+    Lake refuses the query, as PostgreSQL and DuckDB do, rather than return
+    a wrapped value. The message names the operation and the type.
+    """
 
 
 READ_ONLY_MESSAGE = "Lake SQL is read-only: use the SDK's append API to write data"

@@ -11,6 +11,7 @@ Error mapping (DataFusion raises plain ``ValueError``/``Exception``):
     DDL/DML/statement refusals, unsupported statements  -> ReadOnlySql
     "table '<name>' not found" (other catalogs)          -> TableNotFound
     the memory pool's "Resources exhausted"              -> QueryTooLarge
+    Arrow's "Arithmetic overflow" (``MIN / -1``, ``abs``)   -> IntegerOverflow
     anything else at planning or execution               -> SqlError (DataFusion's message)
 
 A client never sees Rust panic text, source or build paths, or storage
@@ -24,7 +25,14 @@ import re
 
 import structlog
 
-from lake_core.errors import LakeError, QueryTooLarge, ReadOnlySql, SqlError, TableNotFound
+from lake_core.errors import (
+    IntegerOverflow,
+    LakeError,
+    QueryTooLarge,
+    ReadOnlySql,
+    SqlError,
+    TableNotFound,
+)
 
 __all__ = ["WRITE_KEYWORDS", "client_message", "leading_keyword", "reject_writes", "sql_error"]
 
@@ -93,6 +101,8 @@ _REFUSAL = re.compile(
 )
 # DataFusion's memory pool refusing a query (it raises no typed error).
 _RESOURCES_EXHAUSTED = re.compile(r"Resources exhausted")
+# Arrow's checked kernels that DataFusion itself uses (division, negation, abs).
+_ARITHMETIC_OVERFLOW = re.compile(r"Arithmetic overflow: Overflow happened on: ([^\n]{1,200})")
 _TABLE_NOT_FOUND = re.compile(r"table '([^']{1,512})' not found")
 _PREFIX = re.compile(r"^(DataFusion error: )+")
 # A Rust panic: everything from "panicked at" on is the engine's, not the client's.
@@ -178,6 +188,9 @@ def sql_error(exc: BaseException) -> LakeError:
             "the query needs more memory than its share of this replica "
             "(LAKE_QUERY_MEMORY_LIMIT_BYTES); narrow it or aggregate first"
         )
+    overflow = _ARITHMETIC_OVERFLOW.search(raw)
+    if overflow:
+        return IntegerOverflow(f"integer overflow in {overflow.group(1).strip()}")
     found = _TABLE_NOT_FOUND.search(raw)
     if found:
         return TableNotFound(found.group(1))

@@ -12,6 +12,7 @@ name with every error, so a ``TableNotFound`` raised in Query or Metasrv is a
     │   ├── SchemaMismatch
     │   ├── InvalidAppend
     │   ├── SqlError
+    │   │   └── IntegerOverflow          integer arithmetic or a sum left its type's range
     │   ├── ReadOnlySql
     │   ├── InvalidFlightData            a DoPut stream that is not well-formed Arrow IPC
     │   ├── InvalidRange                 empty, reversed or out-of-bounds byte range
@@ -73,6 +74,7 @@ from lake_core.errors import (
     DeadlineExceeded,
     FailedPrecondition,
     HashMismatch,
+    IntegerOverflow,
     Internal,
     InvalidAppend,
     InvalidArgument,
@@ -126,6 +128,7 @@ __all__ = [
     "DeadlineExceeded",
     "FailedPrecondition",
     "HashMismatch",
+    "IntegerOverflow",
     "Internal",
     "InvalidAppend",
     "InvalidArgument",

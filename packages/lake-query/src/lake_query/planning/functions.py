@@ -29,7 +29,7 @@ import pyarrow.compute as pc
 from datafusion import SessionContext, udf
 
 from lake_core.config import QUERY_MAX_FUNCTION_OUTPUT_BYTES as MAX_FUNCTION_OUTPUT_BYTES
-from lake_core.errors import QueryTooLarge
+from lake_core.errors import IntegerOverflow, QueryTooLarge
 
 __all__ = [
     "BOUNDED_FUNCTIONS",
@@ -54,12 +54,22 @@ ROWS_PER_BATCH = 8192
 
 
 class FunctionBudget:
-    """One query's bound on function outputs, and whether it was exceeded."""
+    """One query's bound on function outputs, and whether it was exceeded.
+
+    Also where Lake's checked arithmetic (:mod:`~lake_query.planning.overflow`)
+    records an integer overflow, the first one only.
+    """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
         self._exceeded: str | None = None
+        self._overflow: tuple[str, str] | None = None
         self._lock = threading.Lock()
+
+    def overflowed(self, operation: str, type_name: str) -> None:
+        with self._lock:
+            if self._overflow is None:
+                self._overflow = (operation, type_name)
 
     def charge(self, function: str, size: int) -> None:
         if size > self.max_bytes:
@@ -67,10 +77,16 @@ class FunctionBudget:
                 self._exceeded = function
             raise ValueError(f"{function} output too large")
 
-    def error(self) -> QueryTooLarge | None:
-        """The error for a refused call, if one was refused."""
+    def error(self) -> QueryTooLarge | IntegerOverflow | None:
+        """The error for a refused call or an overflow, if there was one."""
         with self._lock:
-            function = self._exceeded
+            function, overflow = self._exceeded, self._overflow
+        if overflow is not None:
+            operation, type_name = overflow
+            return IntegerOverflow(
+                f"integer overflow in {operation} ({type_name}): the result is outside the "
+                "type's range; cast an operand to DOUBLE or DECIMAL for a wider result"
+            )
         if function is None:
             return None
         return QueryTooLarge(

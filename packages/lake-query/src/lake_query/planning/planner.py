@@ -42,6 +42,7 @@ from lake_query.planning.external import ExternalCatalog, ExternalTables, scan_f
 from lake_query.planning.functions import FunctionBudget
 from lake_query.planning.limits import QueryLimits, SqlShape
 from lake_query.planning.lookups import parse_lookup
+from lake_query.planning.overflow import checked_arithmetic, may_overflow
 from lake_query.planning.partitions import PartitionLimits, fragment_ranges, scan_partition
 from lake_query.planning.pinned import PinnedDatasets
 from lake_query.planning.reservations import MemoryBudget, Reservation
@@ -393,7 +394,7 @@ class Planner:
             reservation.release()
             raise
         try:
-            return self._run(ctx, spec, datasets, on_error, reservation, abortable)
+            return self._run(ctx, spec, datasets, on_error, reservation, budget, abortable)
         except BaseException:
             reservation.release()
             del ctx  # see ResultStream.close: no traceback may keep a session alive
@@ -467,6 +468,7 @@ class Planner:
         datasets: list[Any],
         on_error: Callable[[BaseException], Exception],
         reservation: Reservation,
+        budget: FunctionBudget,
         abortable: bool = False,
     ) -> ResultStream:
         df = _plan(ctx, spec, self.limits)
@@ -480,6 +482,8 @@ class Planner:
         reader: Iterator[pa.RecordBatch] | None = None
         stoppable: AbortableBatches | None = None
         try:
+            if self.limits.enforce and may_overflow(spec.sql):
+                df = checked_arithmetic(ctx, df, budget)
             if abortable:
                 reader = stoppable = AbortableBatches(df)
             else:
