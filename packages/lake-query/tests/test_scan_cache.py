@@ -16,6 +16,8 @@ import pytest
 from lake_core.models import INCARNATION_PREFIX
 from lake_query.planning.direct import DirectScan, batch_rows_for
 from lake_query.planning.scan_cache import (
+    BATCH_OVERHEAD_BYTES,
+    ENTRY_OVERHEAD_BYTES,
     ScanCache,
     ScanKey,
     estimated_bytes,
@@ -49,6 +51,15 @@ def drain(batches: Iterator[pa.RecordBatch]) -> list[pa.RecordBatch]:
     return list(batches)
 
 
+#: What keeping one 1 MiB batch costs.
+UNIT = MIB + BATCH_OVERHEAD_BYTES
+
+
+def kept(batches: int, name: str = "t") -> int:
+    """What a kept scan of ``batches`` 1 MiB batches costs, key and entry included."""
+    return batches * UNIT + ENTRY_OVERHEAD_BYTES + key(name).nbytes
+
+
 def stream_of(mib: int) -> list[pa.RecordBatch]:
     """``mib`` batches of 1 MiB each (65,536 rows of two 8-byte columns)."""
     return [batch(65_536, i * 65_536) for i in range(mib)]
@@ -63,7 +74,8 @@ def test_a_scan_read_to_its_end_is_kept_and_replayed_unchanged() -> None:
     assert replayed is not None
     got = drain(replayed)
     assert [b is s for b, s in zip(got, sent, strict=True)] == [True] * 3  # the same batches
-    assert cache.held_bytes == sum(b.nbytes for b in sent)
+    assert sum(b.nbytes for b in sent) == 3 * MIB
+    assert cache.held_bytes == kept(3)
     assert len(cache) == 1
 
 
@@ -114,11 +126,11 @@ def test_a_scan_known_to_be_too_large_is_not_tried_and_evicts_nothing() -> None:
     assert drain(cache.keep(key(), iter(sent), estimate=3 * MIB)) == sent
     assert cache.replay(key()) is None
     assert cache.replay(key("small")) is not None
-    assert cache.held_bytes == MIB
+    assert cache.held_bytes == kept(1, "small")
 
 
 def test_least_recently_used_scans_make_room() -> None:
-    cache = ScanCache(3 * MIB)
+    cache = ScanCache(3 * kept(1))
     for name in ("a", "b", "c"):
         drain(cache.keep(key(name), iter(stream_of(1))))
     drain(cache.replay(key("a")))  # type: ignore[arg-type]  # a is now the most recent
@@ -126,11 +138,11 @@ def test_least_recently_used_scans_make_room() -> None:
     assert cache.replay(key("b")) is None  # the least recently used went
     for name in ("a", "c", "d"):
         assert cache.replay(key(name)) is not None
-    assert cache.held_bytes == 3 * MIB
+    assert cache.held_bytes == 3 * kept(1)
 
 
 def test_a_scan_being_sent_is_not_evicted_and_bytes_never_pass_the_bound() -> None:
-    cache = ScanCache(2 * MIB)
+    cache = ScanCache(kept(2, "a"))
     drain(cache.keep(key("a"), iter(stream_of(2))))
     reading = cache.replay(key("a"))
     assert reading is not None
@@ -139,24 +151,24 @@ def test_a_scan_being_sent_is_not_evicted_and_bytes_never_pass_the_bound() -> No
     sent = stream_of(1)
     assert drain(cache.keep(key("b"), iter(sent))) == sent
     assert cache.replay(key("b")) is None
-    assert cache.held_bytes == 2 * MIB
+    assert cache.held_bytes == kept(2, "a")
     reading.close()  # type: ignore[attr-defined]
     drain(cache.keep(key("b"), iter(stream_of(1))))
     assert cache.replay(key("b")) is not None
     assert cache.replay(key("a")) is None
-    assert cache.held_bytes == MIB
+    assert cache.held_bytes == kept(1, "b")
 
 
 def test_scans_being_kept_count_against_the_bound() -> None:
-    cache = ScanCache(3 * MIB)
+    cache = ScanCache(3 * UNIT + ENTRY_OVERHEAD_BYTES + key("a").nbytes)
     first = cache.keep(key("a"), iter(stream_of(2)))
     second = cache.keep(key("b"), iter(stream_of(2)))
     next(first)
     next(second)
     next(first)
-    assert cache.held_bytes == 3 * MIB
+    assert cache.held_bytes == 3 * UNIT
     next(second)  # finds no room (a's fill holds it): b keeps nothing more
-    assert cache.held_bytes == 2 * MIB
+    assert cache.held_bytes == 2 * UNIT
     drain(first)
     drain(second)
     assert cache.replay(key("a")) is not None
@@ -169,9 +181,9 @@ def test_one_fill_per_key_at_a_time() -> None:
     second = cache.keep(key(), iter(stream_of(2)))
     next(first)
     assert drain(second)  # streams without a copy
-    assert cache.held_bytes == MIB
+    assert cache.held_bytes == UNIT
     drain(first)
-    assert cache.held_bytes == 2 * MIB
+    assert cache.held_bytes == kept(2)
 
 
 def test_slices_of_one_batch_count_its_buffers_once() -> None:
@@ -181,6 +193,14 @@ def test_slices_of_one_batch_count_its_buffers_once() -> None:
     assert sliced == whole.get_total_buffer_size()
     strings = pa.RecordBatch.from_pydict({"s": ["a" * 100] * 1000})
     assert retained_bytes(strings, set()) == strings.get_total_buffer_size()
+
+
+def test_many_tiny_scans_are_bounded_by_their_entries_too() -> None:
+    cache = ScanCache(64 * 1024)
+    for n in range(100):
+        drain(cache.keep(key(version=n), iter([batch(1, n)])))
+        assert cache.held_bytes <= 64 * 1024
+    assert 10 < len(cache) < 30
 
 
 def test_zero_turns_the_cache_off_and_the_setting_is_checked() -> None:

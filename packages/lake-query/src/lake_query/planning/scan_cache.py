@@ -12,7 +12,8 @@ Bounds (``LAKE_QUERY_SCAN_CACHE_BYTES``; 0 is no cache):
 
 - Everything the cache keeps alive counts against the bound: kept scans
   and scans being kept while they stream. Bytes are Arrow buffers, each
-  buffer counted once however many batches slice it.
+  buffer counted once however many batches slice it, plus a fixed cost per
+  batch and per entry (so that many tiny scans are bounded too).
 - A scan is kept while it streams (a tee: the batches it sends, referenced
   again, never copied) and admitted when its stream ends. It is dropped as
   soon as it outgrows the cache or finds no room, when its client stops
@@ -63,6 +64,10 @@ __all__ = [
 #: A quarter of the 4 GiB replica the defaults are sized for (docs/operations.md).
 DEFAULT_SCAN_CACHE_BYTES = 1024**3
 MAX_SCAN_CACHE_BYTES = 1024**4
+#: What an entry costs beyond its Arrow buffers (Python objects, index slot), counted
+#: so that many tiny scans (key lookups) cannot hold more than the bound says.
+ENTRY_OVERHEAD_BYTES = 2048
+BATCH_OVERHEAD_BYTES = 512
 
 
 def scan_cache_bytes(env: Any = None) -> int:
@@ -84,6 +89,17 @@ class ScanKey:
     batch_rows: int
     #: The result schema as sent (field metadata included), IPC-serialized.
     schema: bytes
+
+    @property
+    def nbytes(self) -> int:
+        """About what the key itself holds."""
+        return (
+            len(self.location)
+            + len(self.schema)
+            + len(self.row_filter or "")
+            + sum(len(c) + 64 for c in self.columns)
+            + 32 * len(self.fragments or ())
+        )
 
     @classmethod
     def of(cls, dataset: Any, plan: DirectScan, fragments: Any = None) -> ScanKey | None:
@@ -312,15 +328,13 @@ class _Fill:
         try:
             batch = next(self._source)
         except StopIteration:
-            cache, self._cache = self._cache, None
-            if cache is not None:
-                cache._admit(self)
+            self._finish()
             raise
         except BaseException:
             self._stop("abandoned")
             raise
         if self._cache is not None:
-            nbytes = retained_bytes(batch, self._seen)
+            nbytes = retained_bytes(batch, self._seen) + BATCH_OVERHEAD_BYTES
             refused = self._cache._reserve(self, nbytes)
             if refused is None:
                 self.batches.append(batch)
@@ -328,6 +342,19 @@ class _Fill:
             else:
                 self._stop(refused)
         return batch
+
+    def _finish(self) -> None:
+        """The scan's last batch went: admit it, with what the entry itself costs."""
+        cache = self._cache
+        if cache is None:
+            return
+        refused = cache._reserve(self, ENTRY_OVERHEAD_BYTES + self.key.nbytes)
+        if refused is not None:
+            self._stop(refused)
+            return
+        self.nbytes += ENTRY_OVERHEAD_BYTES + self.key.nbytes
+        self._cache = None
+        cache._admit(self)
 
     def _stop(self, outcome: str) -> None:
         """Keep nothing more: release what was kept (the stream itself goes on)."""
