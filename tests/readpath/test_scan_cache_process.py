@@ -9,7 +9,7 @@ and metrics, and a small scan cache (``LAKE_QUERY_SCAN_CACHE_BYTES`` = 24 MiB):
 - another version, projection, filter or partition is another entry;
 - kept scans are evicted by size and the cache never holds more than its
   bound; a scan larger than the cache streams whole and is not kept;
-- a client that stops mid-stream leaves no entry behind;
+- a client that stops mid-stream leaves no partial entry behind;
 - a caller without access is refused exactly as before, however warm the
   cache; another tenant granted the table shares its kept scans;
 - ``0`` turns the cache off.
@@ -313,7 +313,9 @@ def test_kept_scans_are_evicted_by_size_and_an_oversize_scan_is_not_kept(
 
 
 @pytest.mark.parametrize("where", ["data", "main"])
-def test_a_client_that_stops_mid_stream_leaves_no_entry(replica: Replica, where: str) -> None:
+def test_a_client_that_stops_mid_stream_leaves_no_partial_entry(
+    replica: Replica, where: str
+) -> None:
     # 19.2 MB (it fits the cache), one statement per path.
     sql = f"SELECT * FROM {MEDIUM.qualified} WHERE id >= {dict(data=0, main=-1)[where]}"
     (ticket,) = replica.plan(sql)
@@ -323,22 +325,33 @@ def test_a_client_that_stops_mid_stream_leaves_no_entry(replica: Replica, where:
         if where == "data"
         else f"grpc+tcp://{replica.process.addr}"
     )
+    admitted = replica.sample("lake_query_scan_cache_fills_total", outcome="admitted")
     with flight.FlightClient(uri, generic_options=NEVER_READING) as stalled:
         reader = stalled.do_get(ticket, options("alice"))
         assert reader.read_chunk().data.num_rows > 0
         reader.cancel()
-    until(
-        lambda: (
-            replica.sample("lake_query_scan_cache_fills_total", outcome="abandoned")
-            == abandoned + 1
+
+    def ended() -> tuple[float, float]:
+        return (
+            replica.sample("lake_query_scan_cache_fills_total", outcome="abandoned") - abandoned,
+            replica.sample("lake_query_scan_cache_fills_total", outcome="admitted") - admitted,
         )
-    )
+
+    until(lambda: sum(ended()) == 1)
+    dropped, whole = ended()
+    if where == "data":
+        # pyarrow's server asks for a batch only once the last was written: the
+        # scan stopped with the client, and what it had kept was dropped.
+        assert (dropped, whole) == (1, 0)
+    # The grpcio listener produces messages ahead of the client (up to four
+    # messages and gRPC's buffers), so it may have finished the scan before the
+    # client went: then the whole scan was kept, never a part of it.
     hits, misses = replica.lookups()
     got = replica.read([ticket], where)
     assert got.sort_by("id").equals(wide(600_000))
-    assert replica.lookups() == (hits, misses + 1)  # nothing partial was kept
+    assert replica.lookups() == ((hits, misses + 1) if dropped else (hits + 1, misses))
     assert replica.read([ticket], where).equals(got)
-    assert replica.lookups() == (hits + 1, misses + 1)
+    assert replica.lookups() == ((hits + 1, misses + 1) if dropped else (hits + 2, misses))
 
 
 def test_a_caller_without_access_is_refused_however_warm_the_cache(replica: Replica) -> None:

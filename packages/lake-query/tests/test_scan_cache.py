@@ -230,5 +230,7 @@ def test_keys_and_size_estimates_come_from_the_opened_version(tmp_path) -> None:
     filtered = DirectScan(["id", "x"], "id > 5", plan.batch_rows, SCHEMA)
     assert estimated_bytes(dataset, filtered) is None
     assert ScanKey.of(dataset, filtered) != whole
+    lookup = DirectScan(["id", "x"], "(`id` = 5)", plan.batch_rows, SCHEMA, cacheable=False)
+    assert ScanKey.of(dataset, lookup) is None  # key lookups are never kept
     unstamped = lance.write_dataset(pa.Table.from_batches([batch(5)]), tmp_path / "u.lance")
     assert ScanKey.of(unstamped, plan) is None

@@ -24,6 +24,9 @@ Bounds (``LAKE_QUERY_SCAN_CACHE_BYTES``; 0 is no cache):
   the version's row counts, exceeds the cache is not tried at all.
 - One fill per key at a time; a second identical scan running meanwhile
   streams without keeping a copy.
+- Key lookups (``WHERE key = v`` or ``IN (...)``, answered through an index)
+  are never kept: they cost less to answer again than the room they would
+  take from repeated scans.
 
 Authorization is not the cache's: every DoGet has opened its ticket
 (bound to its principal) and authorized and opened each pinned table before
@@ -103,7 +106,10 @@ class ScanKey:
 
     @classmethod
     def of(cls, dataset: Any, plan: DirectScan, fragments: Any = None) -> ScanKey | None:
-        """The key of ``plan`` on the opened ``dataset``; None if it has no incarnation."""
+        """The key of ``plan`` on the opened ``dataset``; None: not to be kept (a key
+        lookup, or a dataset without an incarnation)."""
+        if not plan.cacheable:
+            return None
         incarnation = incarnation_of(dataset.schema.metadata or {})
         if incarnation is None:
             return None  # not a table Metasrv stamped: nothing to tell recreations apart
@@ -115,7 +121,7 @@ class ScanKey:
             row_filter=plan.row_filter,
             fragments=None if fragments is None else tuple(int(i) for i in fragments),
             batch_rows=plan.batch_rows,
-            schema=plan.schema.serialize().to_pybytes(),
+            schema=plan.schema_ipc,
         )
 
 
