@@ -22,7 +22,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.flight as flight
 
-__all__ = ["MEMORY", "SCAN", "ReferenceServer", "cpu_seconds", "reference_server"]
+__all__ = [
+    "MEMORY",
+    "SCAN",
+    "ReferenceServer",
+    "cpu_seconds",
+    "reference_server",
+    "scan_cache_lookups",
+]
 
 SCAN = flight.Ticket(b"scan")
 MEMORY = flight.Ticket(b"memory")
@@ -33,6 +40,25 @@ def cpu_seconds(pid: int) -> float:
     # Fields after the parenthesised command name; utime and stime are fields 14 and 15.
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def scan_cache_lookups(metrics_port: int) -> dict[str, float]:
+    """A Query process's scan-cache counters from its /metrics: hits, misses, fills admitted."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=30) as reply:
+        text = reply.read().decode()
+    wanted = {
+        'lake_query_scan_cache_lookups_total{result="hit"}': "hits",
+        'lake_query_scan_cache_lookups_total{result="miss"}': "misses",
+        'lake_query_scan_cache_fills_total{outcome="admitted"}': "admitted",
+    }
+    found = {}
+    for line in text.splitlines():
+        sample, _, number = line.rpartition(" ")
+        if sample in wanted:
+            found[wanted[sample]] = float(number)
+    return found
 
 
 def _serve(

@@ -5,12 +5,22 @@
   by its native data plane, ``LAKE_QUERY_DATA_ADDR``, as clients follow the
   endpoint location), against pyarrow's C++ Flight
   server in another process streaming the same pinned Lance version through
-  Lance's scanner at Lake's batch size. Goal: >= 1.0.
+  Lance's scanner at Lake's batch size. Goal: >= 1.0. Query's scan cache is on
+  (``LAKE_QUERY_SCAN_CACHE_BYTES``, room for one such scan), and every one of
+  Lake's samples is a first scan that the cache keeps: they alternate between
+  two column orders (``SELECT *`` and ``SELECT c, b, a, id``: the same columns
+  decoded, the same bytes sent), each evicting the other; the run checks that
+  none of them was a cache hit.
 - ``doget_server_cpu_per_gib``: server CPU seconds per GiB served, Lake's
   Query process against that reference's. Goal: <= 1.2x.
-- ``doget_vs_memory``: Lake against the same C++ server streaming the same
-  rows already in memory (no Lance decoding): report only, the gap is
+- ``doget_vs_memory``: Lake's first scans against the same C++ server streaming
+  the same rows already in memory (no Lance decoding): report only, the gap is
   explained in docs/performance-analysis.md.
+- ``doget_repeat_scan``: the second and later DoGets of the same pinned scan
+  (ticket, planning and transfer included; served from Query's scan cache)
+  against that C++ server sending the same rows from memory. Goal: >= 0.9.
+- ``doget_repeat_scan_cpu_per_gib``: server CPU per GiB of those repeated
+  scans against the C++ server's from memory. Goal: <= 1.5x.
 - ``group_by_4m_rows``: a GROUP BY over 4 million rows through Lake (ticket,
   pinning and transfer included), against the same SQL run in-process by
   DataFusion on the same Lance version. Goal: <= 1.1x.
@@ -45,15 +55,21 @@ import pyarrow.flight as flight
 from datafusion import SessionContext
 from google.protobuf import any_pb2
 
-from lake_core.config import QUERY_DATA_ADDR, QUERY_MAX_ENDPOINTS
+from lake_core.config import (
+    METRICS_ADDR,
+    QUERY_DATA_ADDR,
+    QUERY_MAX_ENDPOINTS,
+    QUERY_SCAN_CACHE_BYTES,
+)
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2
-from tools.bench.doget import MEMORY, SCAN, cpu_seconds, reference_server
+from tools.bench.doget import MEMORY, SCAN, cpu_seconds, reference_server, scan_cache_lookups
 from tools.bench.harness import (
     MIN_PAIRS_SHORT,
     QUICK_PAIRS,
     Figure,
+    Samples,
     alternate,
     at_least,
     at_most,
@@ -70,6 +86,9 @@ SCHEMA = pa.schema(
     [("id", pa.int64()), ("a", pa.float64()), ("b", pa.float64()), ("c", pa.int64())]
 )
 LOAD_WRITERS = 8
+ROW_BYTES = 32
+#: Two statements decoding and sending the same bytes, each another scan-cache entry.
+FIRST_SCANS = ("SELECT * FROM bench.wide", "SELECT c, b, a, id FROM bench.wide")
 GIB = 2**30
 MIB = 2**20
 
@@ -95,14 +114,19 @@ def _command(sql: str) -> flight.FlightDescriptor:
 
 
 @contextmanager
-def _lake(root: Path) -> Iterator[tuple[LakeProcess, LakeProcess]]:
+def _lake(root: Path, scan_bytes: int) -> Iterator[tuple[LakeProcess, LakeProcess]]:
     meta = start_meta(root / "data", root)
     try:
         # One endpoint per query: every figure here measures a single stream
         # (partitioned scans have their own benchmark, partitions_bench).
         # Lake's DoGet goes through the native data plane, as a client following the
-        # endpoint location would.
-        env = {QUERY_MAX_ENDPOINTS: "1", QUERY_DATA_ADDR: f"127.0.0.1:{free_port()}"}
+        # endpoint location would. The scan cache holds one full scan, not two.
+        env = {
+            QUERY_MAX_ENDPOINTS: "1",
+            QUERY_DATA_ADDR: f"127.0.0.1:{free_port()}",
+            QUERY_SCAN_CACHE_BYTES: str(scan_bytes * 3 // 2),
+            METRICS_ADDR: f"127.0.0.1:{free_port()}",
+        }
         query = start_query(meta.addr, root, env=env)
         try:
             yield meta, query
@@ -166,7 +190,7 @@ def run(quick: bool) -> list[Figure]:
     figures: list[Figure] = []
     with tempfile.TemporaryDirectory(prefix="lake-bench-") as tmp:
         root = Path(tmp)
-        with _lake(root) as (meta, query):
+        with _lake(root, doget_rows * ROW_BYTES) as (meta, query):
             version = _load(meta, doget_rows)
             client = flight.FlightClient(f"grpc+tcp://{query.addr}")
             dataset_uri = str(root / "data" / "tables" / "bench" / "wide.lance")
@@ -185,6 +209,10 @@ def run(quick: bool) -> list[Figure]:
     return figures
 
 
+def _metrics_port(query: LakeProcess) -> int:
+    return int(query.env[METRICS_ADDR].rsplit(":", 1)[1])
+
+
 def _doget(
     client: flight.FlightClient,
     query: LakeProcess,
@@ -193,7 +221,7 @@ def _doget(
     root: Path,
     pairs: int | None,
 ) -> list[Figure]:
-    served = _sql(client, "SELECT * FROM bench.wide")
+    served = _sql(client, FIRST_SCANS[0])
     nbytes = served.nbytes
     print(
         f"# DoGet: {served.num_rows} rows, {nbytes / MIB:.0f} MiB, "
@@ -201,7 +229,7 @@ def _doget(
         file=sys.stderr,
         flush=True,
     )
-    cpu: dict[str, list[float]] = {"lake": [], "scan": []}
+    cpu: dict[str, list[float]] = {"lake": [], "scan": [], "repeat": [], "memory": []}
     with reference_server(dataset_uri, version, served, root) as reference:
         del served
 
@@ -210,16 +238,22 @@ def _doget(
             began = time.perf_counter()
             got = fetch()
             elapsed = time.perf_counter() - began
-            if side in cpu:
-                cpu[side].append((cpu_seconds(pid) - before) / (nbytes / GIB))
+            cpu[side].append((cpu_seconds(pid) - before) / (nbytes / GIB))
             assert got.nbytes == nbytes
             return nbytes / MIB / elapsed
 
+        first_scans = 0
+
+        def first_scan() -> pa.Table:
+            # Never a hit: the other column order evicted this one (checked below).
+            nonlocal first_scans
+            first_scans += 1
+            return _sql(client, FIRST_SCANS[first_scans % 2])
+
+        before = scan_cache_lookups(_metrics_port(query))
         samples = alternate(
             {
-                "lake": lambda: sample(
-                    "lake", query.pid, lambda: _sql(client, "SELECT * FROM bench.wide")
-                ),
+                "lake": lambda: sample("lake", query.pid, first_scan),
                 "scan": lambda: sample(
                     "scan", reference.pid, lambda: reference.client.do_get(SCAN).read_all()
                 ),
@@ -229,8 +263,16 @@ def _doget(
             },
             pairs=pairs,
         )
+        after = scan_cache_lookups(_metrics_port(query))
+        if after["hits"] != before["hits"] or after["admitted"] - before["admitted"] != first_scans:
+            raise AssertionError(f"first scans were not all kept misses: {before} -> {after}")
+        print(f"# first scans: {first_scans} misses kept, no hit", file=sys.stderr, flush=True)
+        cpu["memory"].clear()
+        repeated = _repeat_scan(client, query, reference, sample, pairs)
     kept = len(samples["lake"])
     lake_cpu, scan_cpu = cpu["lake"][-kept:], cpu["scan"][-kept:]  # warm-up dropped
+    again = len(repeated["lake"])
+    repeat_cpu, memory_cpu = cpu["repeat"][-again:], cpu["memory"][-again:]
     return [
         figure(
             "doget_pinned_table",
@@ -259,7 +301,54 @@ def _doget(
             report_only="report: against the C++ server sending the same rows from memory",
             load_1m=samples.load_1m,
         ),
+        figure(
+            "doget_repeat_scan",
+            repeated["lake"],
+            repeated["memory"],
+            unit="MiB/s",
+            goal=at_least(
+                0.9, ">= 0.9 of pyarrow's C++ Flight server sending the same rows from memory"
+            ),
+            load_1m=repeated.load_1m,
+        ),
+        figure(
+            "doget_repeat_scan_cpu_per_gib",
+            repeat_cpu,
+            memory_cpu,
+            unit="CPU s/GiB",
+            goal=at_most(1.5, "<= 1.5x the C++ server's CPU per GiB sending from memory"),
+            load_1m=repeated.load_1m,
+        ),
     ]
+
+
+def _repeat_scan(
+    client: flight.FlightClient,
+    query: LakeProcess,
+    reference: Any,
+    sample: Callable[[str, int, Callable[[], pa.Table]], float],
+    pairs: int | None,
+) -> Samples:
+    """The same pinned scan again and again (a training epoch), against the C++ server's
+    memory: every Lake sample after the warm-up is a scan-cache hit (checked)."""
+    sql = FIRST_SCANS[0]
+    _sql(client, sql)  # kept now, if the last first scan was the other column order
+    before = scan_cache_lookups(_metrics_port(query))
+    repeated = alternate(
+        {
+            "lake": lambda: sample("repeat", query.pid, lambda: _sql(client, sql)),
+            "memory": lambda: sample(
+                "memory", reference.pid, lambda: reference.client.do_get(MEMORY).read_all()
+            ),
+        },
+        pairs=pairs,
+    )
+    after = scan_cache_lookups(_metrics_port(query))
+    rounds = len(repeated["lake"]) + 1  # and the warm-up round's
+    if after["hits"] - before["hits"] != rounds or after["misses"] != before["misses"]:
+        raise AssertionError(f"repeated scans were not all hits: {before} -> {after}")
+    print(f"# repeated scans: {rounds} hits", file=sys.stderr, flush=True)
+    return repeated
 
 
 def _group_by(

@@ -94,6 +94,7 @@ __all__ = [
     "QUERY_PLANNING_THREADS_PER_TENANT",
     "QUERY_PLANNING_TIMEOUT_MS",
     "QUERY_QUEUE_TIMEOUT_MS",
+    "QUERY_SCAN_CACHE_BYTES",
     "QUERY_STALL_TIMEOUT_MS",
     "QUERY_TICKET_AUDIENCE",
     "QUERY_TICKET_KEYS_FILE",
@@ -556,6 +557,18 @@ QUERY_MIN_ENDPOINT_ROWS = EnvVar(
     owner=QUERY,
     default="262144",
     range="1..=1099511627776, rows",
+)
+
+# -- repeated scans from memory -------------------------------------------------
+
+QUERY_SCAN_CACHE_BYTES = EnvVar(
+    "LAKE_QUERY_SCAN_CACHE_BYTES",
+    doc="Memory a replica keeps decoded batches of recent plain scans of pinned table versions "
+    "in, so a repeated scan is served without reading Lance again; a scan larger than this is "
+    "never kept. 0 turns the cache off. Budget it beside LAKE_QUERY_MEMORY_LIMIT_BYTES.",
+    owner=QUERY,
+    default="1073741824 (1 GiB, for a 4 GiB replica)",
+    range="0..=1099511627776, bytes",
 )
 
 # -- Iceberg federation ---------------------------------------------------------

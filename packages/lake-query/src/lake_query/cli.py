@@ -39,6 +39,7 @@ from lake_query.jobs import AsyncQueries, JobSeal, open_stores
 from lake_query.jobs.model import RETENTION_SECS
 from lake_query.memory import collect_cycles, tune_allocator
 from lake_query.planning import DatasetOpener, PinnedDatasets
+from lake_query.planning.scan_cache import ScanCache
 from lake_query.planning_threads import PlanningThreads
 from lake_query.readiness import CATALOG, Readiness, follow_health
 from lake_query.stage import QueryStage
@@ -139,6 +140,7 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             external=config.external,
             async_queries=None if stores is None else async_queries,
             readiness=readiness,
+            scans=ScanCache(config.scan_cache_bytes) if config.scan_cache_bytes else None,
         )
         if handler.async_queries is not None:
             handler.async_queries.start()

@@ -34,6 +34,7 @@ partitioned scans (``LAKE_QUERY_MAX_ENDPOINTS``, ``LAKE_QUERY_MIN_ENDPOINT_ROWS`
 ``LAKE_ASYNC_QUERIES`` and the other ``LAKE_ASYNC_*`` (:mod:`lake_query.jobs.settings`).
 ``LAKE_QUERY_DATA_ADDR`` and ``LAKE_QUERY_DATA_ADVERTISE``: the native DoGet data plane
 (:mod:`lake_query.dataplane.settings`), off when unset.
+``LAKE_QUERY_SCAN_CACHE_BYTES``: repeated scans from memory (:mod:`lake_query.planning.scan_cache`).
 """
 
 from __future__ import annotations
@@ -67,6 +68,7 @@ from lake_query.jobs.settings import AsyncSettings
 from lake_query.planning.external import ExternalCatalog, load_external_catalogs
 from lake_query.planning.limits import QueryLimits
 from lake_query.planning.partitions import PartitionLimits
+from lake_query.planning.scan_cache import DEFAULT_SCAN_CACHE_BYTES, scan_cache_bytes
 from lake_query.planning_threads import PlanningLimits
 from lake_query.verify import verify_on_open
 
@@ -140,6 +142,8 @@ class QueryConfig:
     async_queries: AsyncSettings | None = None
     #: ``LAKE_QUERY_DATA_ADDR``: the native DoGet data plane (None: off).
     data_plane: DataPlaneSettings | None = None
+    #: ``LAKE_QUERY_SCAN_CACHE_BYTES``: memory for repeated scans (0: no scan cache).
+    scan_cache_bytes: int = DEFAULT_SCAN_CACHE_BYTES
 
     @property
     def loopback(self) -> bool:
@@ -224,4 +228,5 @@ class QueryConfig:
             external=load_external_catalogs(source),
             async_queries=jobs,
             data_plane=DataPlaneSettings.from_env(source, addr),
+            scan_cache_bytes=scan_cache_bytes(source),
         )

@@ -34,6 +34,11 @@ __all__ = [
     "RPC_METHODS",
     "RPC_SECONDS",
     "RPC_SERVICES",
+    "SCAN_CACHE_BYTES",
+    "SCAN_CACHE_ENTRIES",
+    "SCAN_CACHE_EVICTIONS",
+    "SCAN_CACHE_FILLS",
+    "SCAN_CACHE_LOOKUPS",
     "STAGE_MINTS",
     "STREAMED_BYTES",
     "STREAMED_ROWS",
@@ -121,6 +126,25 @@ CATALOG_REFRESHES = counter(
     "Catalog snapshot fetches from Metasrv by outcome.",
     {"outcome": ("changed", "not_modified", "failed")},
 )
+SCAN_CACHE_LOOKUPS = counter(
+    "lake_query_scan_cache_lookups_total",
+    "Plain scans of a pinned version looked up in the scan cache, by result.",
+    {"result": ("hit", "miss")},
+)
+SCAN_CACHE_FILLS = counter(
+    "lake_query_scan_cache_fills_total",
+    "Scans the cache tried to keep, by outcome (too_large: larger than the cache; no_room: "
+    "the room was held by other scans; abandoned: the stream ended early or failed).",
+    {"outcome": ("admitted", "too_large", "no_room", "abandoned")},
+)
+SCAN_CACHE_EVICTIONS = counter(
+    "lake_query_scan_cache_evictions_total", "Scans evicted from the scan cache for room."
+)
+SCAN_CACHE_BYTES = gauge(
+    "lake_query_scan_cache_bytes",
+    "Bytes the scan cache holds: kept scans and scans being kept while they stream.",
+)
+SCAN_CACHE_ENTRIES = gauge("lake_query_scan_cache_entries", "Scans kept in the scan cache.")
 STAGE_MINTS = counter(
     "lake_query_stage_mints_total",
     "Object-stage answers: stage discoveries and read-capability mints.",

@@ -68,6 +68,7 @@ from lake_query.planning import DatasetOpener, PlannedQuery, Planner, QueryLimit
 from lake_query.planning.external import ExternalCatalog
 from lake_query.planning.partitions import PartitionLimits
 from lake_query.planning.planner import ResultStream
+from lake_query.planning.scan_cache import ScanCache
 from lake_query.planning_threads import PlanningThreads
 from lake_query.readiness import Readiness
 from lake_query.results import counted_rows, prefetch
@@ -105,6 +106,7 @@ class QueryHandler(FlightHandler):
     ``datasets`` is how this replica opens pinned versions (its storage
     settings and its cache of opened datasets); by default local paths.
     ``limits`` bounds each statement (:mod:`lake_query.planning.limits`).
+    ``scans`` keeps recent direct scans for repeated DoGets (:mod:`lake_query.planning.scan_cache`).
     """
 
     def __init__(
@@ -124,6 +126,7 @@ class QueryHandler(FlightHandler):
         external: Iterable[ExternalCatalog] = (),
         async_queries: Callable[[QueryHandler], AsyncQueries] | None = None,
         readiness: Readiness | None = None,
+        scans: ScanCache | None = None,
     ) -> None:
         self._stage = stage or QueryStage(None)
         #: Why this replica does not serve statements now (none: it does).
@@ -151,6 +154,7 @@ class QueryHandler(FlightHandler):
             limits=limits,
             partitions=partitions,
             external=external,
+            scans=scans,
         )
         if admission is not None:
             # Memory refusals are admission refusals too (lake.status, the counter).

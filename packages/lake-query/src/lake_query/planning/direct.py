@@ -14,10 +14,11 @@ DataFusion's plan node classes, before any batch is produced.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import pyarrow as pa
@@ -47,6 +48,14 @@ class DirectScan:
     row_filter: str | None  # Lance filter SQL
     batch_rows: int
     schema: pa.Schema
+    #: Whether the scan cache may keep its batches (key lookups: no, an index answers
+    #: them anew for less than the room they would take from repeated scans).
+    cacheable: bool = field(default=True, compare=False)
+
+    @functools.cached_property
+    def schema_ipc(self) -> bytes:
+        """``schema`` serialized (field metadata included), computed once per plan."""
+        return bytes(self.schema.serialize().to_pybytes())
 
 
 def direct_plan(df: Any, datasets: list[Any], schema: pa.Schema) -> DirectScan | None:

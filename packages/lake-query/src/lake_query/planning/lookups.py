@@ -141,7 +141,9 @@ class KeyLookup:
             row_filter = f"(`{self.key}` IN ({', '.join(map(str, self.values))}))"
         else:
             row_filter = f"(`{self.key}` = {self.values[0]})"
-        return DirectScan(list(columns), row_filter, batch_rows_for(schema), schema)
+        return DirectScan(
+            list(columns), row_filter, batch_rows_for(schema), schema, cacheable=False
+        )
 
 
 def parse_lookup(sql: str, has_parameters: bool = False) -> KeyLookup | None:

@@ -37,6 +37,7 @@ __all__ = [
     "MAX_ENDPOINTS",
     "PartitionLimits",
     "fragment_ranges",
+    "incompatible_partition",
     "partition_ids",
     "scan_partition",
 ]
@@ -124,6 +125,11 @@ def _lance_accepts(dataset: Any, plan: DirectScan) -> bool:
     except (ValueError, OSError):
         return False
     return True
+
+
+def incompatible_partition() -> InvalidArgument:
+    """The refusal of a partition ticket this replica cannot run (another Lake version's)."""
+    return InvalidArgument(_INCOMPATIBLE)
 
 
 def partition_ids(raw: object) -> list[int]:

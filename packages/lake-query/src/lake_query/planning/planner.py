@@ -43,9 +43,15 @@ from lake_query.planning.functions import FunctionBudget
 from lake_query.planning.limits import QueryLimits, SqlShape
 from lake_query.planning.lookups import parse_lookup
 from lake_query.planning.overflow import checked_arithmetic, may_overflow
-from lake_query.planning.partitions import PartitionLimits, fragment_ranges, scan_partition
+from lake_query.planning.partitions import (
+    PartitionLimits,
+    fragment_ranges,
+    incompatible_partition,
+    scan_partition,
+)
 from lake_query.planning.pinned import PinnedDatasets
 from lake_query.planning.reservations import MemoryBudget, Reservation
+from lake_query.planning.scan_cache import ScanCache, ScanKey, estimated_bytes
 from lake_query.planning.spec import PinnedTable, PlannedQuery, QuerySpec
 from lake_query.planning.storage import DatasetOpener
 from lake_query.results import coalesce_batches
@@ -128,7 +134,11 @@ class ResultStream:
         would be freed at an arbitrary point inside another DataFusion call,
         which aborts the process.
         """
-        self._batches = None
+        batches, self._batches = self._batches, None
+        # A scan cache's tee learns here that its stream ended early (keeps nothing).
+        close = getattr(batches, "close", None)
+        if close is not None:
+            close()
         if self._abortable is not None:
             self._abortable.close()
         self._session = None
@@ -201,8 +211,11 @@ class Planner:
         external: Iterable[ExternalCatalog] = (),
         partitions: PartitionLimits | None = None,
         lookups: bool = True,
+        scans: ScanCache | None = None,
     ) -> None:
         self.limits = limits or QueryLimits()
+        #: Recent direct scans' batches (LAKE_QUERY_SCAN_CACHE_BYTES); None: none kept.
+        self.scans = scans
         self.lookups = lookups
         self.partitions = partitions or PartitionLimits()
         #: Plug-in catalogs (``iceberg``) by SQL catalog name.
@@ -371,11 +384,9 @@ class Planner:
                 return ResultStream(plain, coalesce_batches(rows, plain), on_error=on_error)
         scan = self._direct.recall(spec)
         if scan is not None and len(datasets) == 1 and external is None:
-            batches = scan_directly(datasets[0], scan, on_error)
-            if batches is not None:
-                return ResultStream(
-                    scan.schema, coalesce_batches(batches, scan.schema), on_error=on_error
-                )
+            direct = self._direct_stream(datasets[0], scan, on_error)
+            if direct is not None:
+                return direct
         reservation = self.memory.reserve(
             self.limits.query_memory_bytes if self.limits.enforce else 0, principal.tenant_id
         )
@@ -453,13 +464,45 @@ class Planner:
                 del df
                 if plan is not None:
                     self._direct.remember(spec, plan)
-            dataset = datasets[0] if len(datasets) == 1 else None  # plan is None otherwise
-            batches = scan_partition(dataset, plan, fragment_ids, on_error)
+            if plan is None:
+                raise incompatible_partition()
+            stream = self._direct_stream(datasets[0], plan, on_error, fragment_ids, ctx)
         except BaseException:
             del ctx  # see ResultStream.close: no traceback may keep a session alive
             raise
-        assert plan is not None  # scan_partition refused a missing plan
-        return ResultStream(plan.schema, coalesce_batches(batches, plan.schema), ctx, on_error)
+        assert stream is not None  # a partition never falls back to DataFusion
+        return stream
+
+    def _direct_stream(
+        self,
+        dataset: Any,
+        plan: DirectScan,
+        on_error: Callable[[BaseException], Exception],
+        fragment_ids: list[int] | None = None,
+        session: object = None,
+    ) -> ResultStream | None:
+        """A direct scan (of ``fragment_ids`` only, for a partition), replayed from the scan
+        cache or kept in it as it streams. None: Lance refused a whole scan's filter
+        (DataFusion runs it).
+
+        The pinned tables are already authorized and opened: a hit skips no check.
+        """
+        scans = self.scans
+        key = None if scans is None else ScanKey.of(dataset, plan, fragment_ids)
+        if scans is not None and key is not None:
+            kept = scans.replay(key)
+            if kept is not None:
+                return ResultStream(plan.schema, kept, session, on_error)
+        if fragment_ids is None:
+            batches = scan_directly(dataset, plan, on_error)
+            if batches is None:
+                return None
+        else:
+            batches = scan_partition(dataset, plan, fragment_ids, on_error)
+        rows = coalesce_batches(batches, plan.schema)
+        if scans is not None and key is not None:
+            rows = scans.keep(key, rows, estimated_bytes(dataset, plan, fragment_ids))
+        return ResultStream(plan.schema, rows, session, on_error)
 
     def _run(
         self,
@@ -474,10 +517,12 @@ class Planner:
         df = _plan(ctx, spec, self.limits)
         schema = _result_schema(df)
         direct = direct_plan(df, datasets, schema)
-        batches = None if direct is None else scan_directly(datasets[0], direct, on_error)
-        if batches is not None:
+        stream = None
+        if direct is not None:
+            stream = self._direct_stream(datasets[0], direct, on_error, session=ctx)
+        if stream is not None:
             reservation.release()  # a direct scan runs no DataFusion operator
-            return ResultStream(schema, coalesce_batches(batches, schema), ctx, on_error)
+            return stream
         error: Exception | None = None
         reader: Iterator[pa.RecordBatch] | None = None
         stoppable: AbortableBatches | None = None
