@@ -75,6 +75,7 @@ FROZEN_ALL = [
     "SyncObjectStore",
     "SyncQueryResult",
     "TableExists",
+    "TableInfo",
     "TableNotFound",
     "TableRef",
     "TooManyParts",
