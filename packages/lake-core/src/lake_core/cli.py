@@ -50,6 +50,8 @@ def _merged(name: str, groups: list[click.Command]) -> click.Group:
 
     The groups take no options of their own; their help texts are joined.
     """
+    # By defining module, so help and listings read the same in every environment.
+    groups = sorted(groups, key=lambda g: getattr(g.callback, "__module__", "") or "")
     helps = [g.help for g in groups if g.help]
     merged = click.Group(name, help="\n\n".join(dict.fromkeys(helps)) or None)
     for group in groups:
