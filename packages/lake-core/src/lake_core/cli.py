@@ -15,6 +15,7 @@ from importlib.metadata import entry_points, version
 
 import click
 
+from lake_core.credentials import credential_error
 from lake_core.errors import LakeError
 
 ENTRY_POINT_GROUP = "lake.commands"
@@ -89,4 +90,11 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except LakeError as exc:
         click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except Exception as exc:
+        # A missing cloud credential is the user's setup, not a bug: one line, no traceback.
+        missing = credential_error(exc)
+        if missing is None:
+            raise
+        click.echo(f"error: {missing}", err=True)
         sys.exit(2)
