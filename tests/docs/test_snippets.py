@@ -48,6 +48,14 @@ def test_quickstart_runs_twice(
     assert not page.servers
 
 
+def test_quickstart_blocks_run_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each Python block as its own script: no name reaches it from an earlier block.
+    monkeypatch.chdir(tmp_path)
+    page = DocRun(ROOT / "docs" / "quickstart.md", tmp_path, pasted_whole=True, alone=True)
+    assert page.run_pass() == {"__name__": "__main__"}
+    assert page.ran.count("kill %1 %2") == 1
+
+
 def test_readme_runs_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     page = DocRun(ROOT / "README.md", tmp_path, pasted_whole=True)
@@ -89,6 +97,19 @@ def test_ingest_guide_runs_twice(
     with lake_sdk.Client(lake_cluster.query.url) as client:
         n = client.query_table("SELECT count(*) AS n FROM robots.rewards")["n"][0].as_py()
     assert n == 500_000
+
+
+def test_ingest_guide_blocks_run_alone(
+    lake_cluster: LakeCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Last block first, each in a fresh namespace: none leans on one before it.
+    code = [b.code for b in blocks(ROOT / "docs" / "ingest.md") if b.lang == "python"]
+    for block in reversed(code):
+        block = block.replace("grpc://127.0.0.1:50051", lake_cluster.query.url)
+        exec(compile(block, "docs/ingest.md", "exec"), {"__name__": "__main__"})
+    out = capsys.readouterr().out
+    assert "ingested at version 1" in out  # into the table the block created itself
+    assert "ingested 200000 rows" in out
 
 
 #: Pages whose Python runs in the tests of the feature they describe (twice), which

@@ -102,6 +102,9 @@ class DocRun:
     servers: list[LakeProcess] = field(default_factory=list)
     #: Run server lines ending in ``&`` without waiting for them (see the module docstring).
     pasted_whole: bool = False
+    #: Run each Python block as its own script (a fresh namespace: its imports and
+    #: setup must be its own), instead of sharing one namespace down the page.
+    alone: bool = False
     #: Commands run so far (for assertions and failure messages).
     ran: list[str] = field(default_factory=list)
     #: Standard output of every ``lake`` command run to completion, in order.
@@ -139,11 +142,12 @@ class DocRun:
                         wait_healthy(server, 60)
                     where = f"{self.page.name} (python block {python_index})"
                     expected = (failing or {}).get(python_index)
+                    scope = {"__name__": "__main__", **self.env} if self.alone else namespace
                     if expected is None:
-                        exec(compile(code, where, "exec"), namespace)
+                        exec(compile(code, where, "exec"), scope)
                     else:
                         try:
-                            exec(compile(code, where, "exec"), namespace)
+                            exec(compile(code, where, "exec"), scope)
                         except expected:
                             pass
                         else:
