@@ -1,5 +1,8 @@
 """Every step of the README and the guides runs, twice in a row, as a reader would.
 
+Each Python block runs as its own script (a fresh namespace), so every block
+carries its own imports and setup.
+
 Twice, because a reader runs a tutorial again: every step must be idempotent
 (``--if-not-exists``, inserts that add a version, queries that hold for any
 number of runs). Servers are started from the pages' own ``lake meta`` /
@@ -30,6 +33,7 @@ def test_quickstart_runs_twice(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     # Both servers started at once, the next steps right after: as a reader pastes it.
+    # Each Python block runs alone (DocRun's default): no name reaches it from another.
     page = DocRun(ROOT / "docs" / "quickstart.md", tmp_path, pasted_whole=True)
     for attempt in (1, 2):
         names = page.run_pass()
@@ -46,14 +50,6 @@ def test_quickstart_runs_twice(
         assert "bytes of ep-" in out
     assert page.ran.count("kill %1 %2") == 2
     assert not page.servers
-
-
-def test_quickstart_blocks_run_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # Each Python block as its own script: no name reaches it from an earlier block.
-    monkeypatch.chdir(tmp_path)
-    page = DocRun(ROOT / "docs" / "quickstart.md", tmp_path, pasted_whole=True, alone=True)
-    assert page.run_pass() == {"__name__": "__main__"}
-    assert page.ran.count("kill %1 %2") == 1
 
 
 def test_readme_runs_twice(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
