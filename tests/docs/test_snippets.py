@@ -1,5 +1,8 @@
 """Every step of the README and the guides runs, twice in a row, as a reader would.
 
+Each Python block runs as its own script (a fresh namespace), so every block
+carries its own imports and setup.
+
 Twice, because a reader runs a tutorial again: every step must be idempotent
 (``--if-not-exists``, inserts that add a version, queries that hold for any
 number of runs). Servers are started from the pages' own ``lake meta`` /
@@ -30,6 +33,7 @@ def test_quickstart_runs_twice(
 ) -> None:
     monkeypatch.chdir(tmp_path)
     # Both servers started at once, the next steps right after: as a reader pastes it.
+    # Each Python block runs alone (DocRun's default): no name reaches it from another.
     page = DocRun(ROOT / "docs" / "quickstart.md", tmp_path, pasted_whole=True)
     for attempt in (1, 2):
         names = page.run_pass()
@@ -89,6 +93,19 @@ def test_ingest_guide_runs_twice(
     with lake_sdk.Client(lake_cluster.query.url) as client:
         n = client.query_table("SELECT count(*) AS n FROM robots.rewards")["n"][0].as_py()
     assert n == 500_000
+
+
+def test_ingest_guide_blocks_run_alone(
+    lake_cluster: LakeCluster, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Last block first, each in a fresh namespace: none leans on one before it.
+    code = [b.code for b in blocks(ROOT / "docs" / "ingest.md") if b.lang == "python"]
+    for block in reversed(code):
+        block = block.replace("grpc://127.0.0.1:50051", lake_cluster.query.url)
+        exec(compile(block, "docs/ingest.md", "exec"), {"__name__": "__main__"})
+    out = capsys.readouterr().out
+    assert "ingested at version 1" in out  # into the table the block created itself
+    assert "ingested 200000 rows" in out
 
 
 #: Pages whose Python runs in the tests of the feature they describe (twice), which

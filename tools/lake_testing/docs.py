@@ -102,6 +102,10 @@ class DocRun:
     servers: list[LakeProcess] = field(default_factory=list)
     #: Run server lines ending in ``&`` without waiting for them (see the module docstring).
     pasted_whole: bool = False
+    #: Run each Python block as its own script (a fresh namespace: its imports and
+    #: setup must be its own), as a reader may run any one of them; its names are
+    #: then added to what :meth:`run_pass` returns. False: one namespace down the page.
+    alone: bool = True
     #: Commands run so far (for assertions and failure messages).
     ran: list[str] = field(default_factory=list)
     #: Standard output of every ``lake`` command run to completion, in order.
@@ -139,15 +143,18 @@ class DocRun:
                         wait_healthy(server, 60)
                     where = f"{self.page.name} (python block {python_index})"
                     expected = (failing or {}).get(python_index)
+                    scope = {"__name__": "__main__"} if self.alone else namespace
                     if expected is None:
-                        exec(compile(code, where, "exec"), namespace)
+                        self._exec(code, where, scope)
                     else:
                         try:
-                            exec(compile(code, where, "exec"), namespace)
+                            self._exec(code, where, scope)
                         except expected:
                             pass
                         else:
                             raise AssertionError(f"{where} ran: drop it from `failing`")
+                    if scope is not namespace:
+                        namespace.update(scope)
                     python_index += 1
                 elif block.lang in SHELL:
                     for command in commands(code):
@@ -156,6 +163,19 @@ class DocRun:
         finally:
             self.stop()
         return namespace
+
+    def _exec(self, code: str, where: str, scope: dict[str, object]) -> None:
+        """One Python block, with the page's variables in its environment (``os.environ``)."""
+        saved = {key: os.environ.get(key) for key in self.env}
+        os.environ.update(self.env)
+        try:
+            exec(compile(code, where, "exec"), scope)
+        finally:
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
 
     def shell(self, command: str) -> None:
         self.ran.append(command)

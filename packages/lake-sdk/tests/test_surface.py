@@ -76,6 +76,7 @@ FROZEN_ALL = [
     "SyncObjectStore",
     "SyncQueryResult",
     "TableExists",
+    "TableInfo",
     "TableNotFound",
     "TableRef",
     "TooManyParts",

@@ -2,7 +2,10 @@
 
 Each installed Lake package adds its subcommands through the ``lake.commands``
 entry-point group, so installing lake-sdk gives the client commands and
-installing ``lake-query`` adds ``lake query``.
+installing ``lake-query`` adds ``lake query``. Two packages may add commands
+to one group by registering groups of the same name: ``lake table`` holds
+lake-metasrv's local commands and lake-sdk's ``load`` (through Query), with
+whichever packages are installed.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from importlib.metadata import entry_points, version
 
 import click
 
+from lake_core.credentials import credential_error
 from lake_core.errors import LakeError
 
 ENTRY_POINT_GROUP = "lake.commands"
@@ -22,8 +26,11 @@ DATA_DIR_META = "lake.data_dir"
 class _LakeGroup(click.Group):
     """Loads subcommands lazily from entry points."""
 
-    def _entry_points(self) -> dict[str, object]:
-        return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    def _entry_points(self) -> dict[str, list[object]]:
+        found: dict[str, list[object]] = {}
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            found.setdefault(ep.name, []).append(ep)
+        return found
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(set(super().list_commands(ctx)) | set(self._entry_points()))
@@ -32,11 +39,27 @@ class _LakeGroup(click.Group):
         found = super().get_command(ctx, cmd_name)
         if found is not None:
             return found
-        ep = self._entry_points().get(cmd_name)
-        if ep is None:
-            return None
-        command = ep.load()  # type: ignore[attr-defined]
-        return command if isinstance(command, click.Command) else None
+        loaded = [ep.load() for ep in self._entry_points().get(cmd_name, [])]  # type: ignore[attr-defined]
+        commands = [c for c in loaded if isinstance(c, click.Command)]
+        if len(commands) > 1 and all(isinstance(c, click.Group) for c in commands):
+            return _merged(cmd_name, commands)
+        return commands[0] if commands else None
+
+
+def _merged(name: str, groups: list[click.Command]) -> click.Group:
+    """One group holding every command of ``groups`` (same-named groups of several packages).
+
+    The groups take no options of their own; their help texts are joined.
+    """
+    # By defining module, so help and listings read the same in every environment.
+    groups = sorted(groups, key=lambda g: getattr(g.callback, "__module__", "") or "")
+    helps = [g.help for g in groups if g.help]
+    merged = click.Group(name, help="\n\n".join(dict.fromkeys(helps)) or None)
+    for group in groups:
+        assert isinstance(group, click.Group)
+        for command_name, command in group.commands.items():
+            merged.add_command(command, command_name)
+    return merged
 
 
 @click.group(cls=_LakeGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -67,4 +90,11 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except LakeError as exc:
         click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except Exception as exc:
+        # A missing cloud credential is the user's setup, not a bug: one line, no traceback.
+        missing = credential_error(exc)
+        if missing is None:
+            raise
+        click.echo(f"error: {missing}", err=True)
         sys.exit(2)

@@ -677,7 +677,8 @@ METRICS_ADDR = EnvVar(
 LOG_FORMAT = EnvVar(
     "LAKE_LOG_FORMAT",
     doc="json: every stdout/stderr line is one JSON object (the readiness banner too); "
-    "console: human-readable lines. Unset: JSON log records plus the plain readiness banner.",
+    "console: human-readable lines. Unset: human-readable lines when stderr is a terminal, "
+    "JSON log records elsewhere, plus the plain readiness banner. --log-format overrides it.",
     owner="lake query, lake meta, lake iceberg registrar",
     range="json, console",
 )

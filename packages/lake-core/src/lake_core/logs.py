@@ -1,10 +1,12 @@
 """Server logging: one structured event per line, for structlog and stdlib loggers alike.
 
-``LAKE_LOG_FORMAT`` picks the rendering: ``json`` makes every line the
-process writes to stdout and stderr one JSON object (the readiness banner
-and stray prints included), ``console`` is for people; unset keeps JSON
-records with a plain ``lake ... listening on ADDR`` banner line, which
-scripts wait for. ``LAKE_LOG_LEVEL`` sets the level.
+``--log-format`` (the servers' option) or ``LAKE_LOG_FORMAT`` picks the
+rendering: ``json`` makes every line the process writes to stdout and
+stderr one JSON object (the readiness banner and stray prints included),
+``console`` is for people. Unset, a process whose stderr is a terminal logs
+readable console lines, and anywhere else (a pipe, a file, a container log)
+JSON records; both with a plain ``lake ... listening on ADDR`` banner line,
+which scripts wait for. ``LAKE_LOG_LEVEL`` sets the level.
 
 Every record carries the RPC's ``request_id`` and, inside a traced call, the
 ``trace_id`` and ``span_id``. Two processors keep secrets and workload data
@@ -25,6 +27,7 @@ from collections.abc import Mapping, MutableMapping
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
 
+import click
 import structlog
 
 from lake_core.config import LOG_FORMAT, LOG_LEVEL
@@ -34,6 +37,7 @@ __all__ = [
     "LogFormat",
     "banner",
     "configure_logging",
+    "log_format_option",
     "log_settings",
     "redact",
 ]
@@ -55,6 +59,16 @@ _SECRET_PATTERNS = (
     re.compile(r"(?i)(aws_secret_access_key|aws_session_token)\s*[=:]\s*[^\s'\",]+"),
 )
 _state: dict[str, Any] = {"format": "default"}
+
+#: ``--log-format`` of a server command: overrides ``LAKE_LOG_FORMAT``.
+log_format_option = click.option(
+    "--log-format",
+    "log_format",
+    type=click.Choice(["json", "console"]),
+    default=None,
+    help="json: one JSON object per line; console: lines for people. "
+    "Default: LAKE_LOG_FORMAT, else console on a terminal and json elsewhere.",
+)
 
 
 def log_settings(
@@ -147,13 +161,22 @@ class _JsonLines(io.TextIOBase):
         return False
 
 
-def configure_logging(level: int = logging.INFO, env: Mapping[str, str] = os.environ) -> LogFormat:
+def configure_logging(
+    level: int = logging.INFO,
+    env: Mapping[str, str] = os.environ,
+    *,
+    log_format: str | None = None,
+) -> LogFormat:
     """Route structlog and stdlib logging to one handler on stderr; return the format.
 
     ``LAKE_LOG_LEVEL`` overrides ``level``; a bad value is a ConfigError.
+    ``log_format`` (``--log-format``) overrides ``LAKE_LOG_FORMAT``.
     """
     fmt, level = log_settings(env, level)
+    if log_format is not None:
+        fmt, _ = log_settings({LOG_FORMAT: log_format})
     _state["format"] = fmt
+    stderr: TextIO = sys.__stderr__ or sys.stderr
     shared: list[Any] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
@@ -168,9 +191,10 @@ def configure_logging(level: int = logging.INFO, env: Mapping[str, str] = os.env
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,
     )
+    readable = fmt == "console" or (fmt == "default" and _is_terminal(stderr))
     renderer: Any = (
         structlog.dev.ConsoleRenderer(colors=False)
-        if fmt == "console"
+        if readable
         else structlog.processors.JSONRenderer()
     )
     formatter = structlog.stdlib.ProcessorFormatter(
@@ -181,7 +205,6 @@ def configure_logging(level: int = logging.INFO, env: Mapping[str, str] = os.env
             renderer,
         ],
     )
-    stderr: TextIO = sys.__stderr__ or sys.stderr
     if fmt == "json":
         # Prints, warnings and tracebacks become records too; JSON lines pass through.
         if not isinstance(sys.stdout, _JsonLines):
@@ -195,6 +218,13 @@ def configure_logging(level: int = logging.INFO, env: Mapping[str, str] = os.env
     root.handlers[:] = [handler]
     root.setLevel(level)
     return fmt
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # closed or not a real stream
+        return False
 
 
 def banner(message: str) -> None:

@@ -144,6 +144,16 @@ class MetaClient:
         request = protocol.TableRequest(table=table)
         return await self.action(protocol.DROP_TABLE, request, protocol.DropTableResult)
 
+    async def drop_table_as_caller(
+        self, table: TableRef, authorization: str | None
+    ) -> protocol.DropTableResult:
+        """:meth:`drop_table` with the caller's own ``authorization`` header, relayed unchanged."""
+        request = protocol.TableRequest(table=table)
+        credentials = () if authorization is None else (("authorization", authorization),)
+        return await self.action(
+            protocol.DROP_TABLE, request, protocol.DropTableResult, credentials=credentials
+        )
+
     async def describe_table(
         self, table: TableRef, *, on_behalf_of: Principal | None = None
     ) -> protocol.DescribeTableResult:

@@ -36,6 +36,8 @@ __all__ = [
     "IngestCommand",
     "IngestMode",
     "IngestResult",
+    "ListTablesRequest",
+    "ListTablesResult",
     "MaintenanceResult",
     "TableRequest",
     "WireModel",
@@ -54,6 +56,8 @@ DROP_TABLE = "lake.drop_table"
 DESCRIBE_TABLE = "lake.describe_table"
 CATALOG_SNAPSHOT = "lake.catalog_snapshot"
 TABLE_SCHEMA = "lake.table_schema"
+#: Query: the tables the caller may see, from the replica's catalog cache.
+LIST_TABLES = "lake.list_tables"
 #: Maintenance: same rows and Lake version, a new physical layout (admin only).
 OPTIMIZE_TABLE = "lake.optimize_table"
 CREATE_INDEX = "lake.create_index"
@@ -102,6 +106,14 @@ class CatalogSnapshotRequest(WireModel):
 class CatalogSnapshotResult(WireModel):
     not_modified: bool
     generation: str
+    tables: list[CatalogEntry] = Field(default_factory=list)
+
+
+class ListTablesRequest(WireModel):
+    pass
+
+
+class ListTablesResult(WireModel):
     tables: list[CatalogEntry] = Field(default_factory=list)
 
 

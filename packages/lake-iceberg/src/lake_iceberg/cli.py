@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from lake_core.logs import log_format_option
 from lake_core.output import Output, emit, output_option
 
 __all__ = ["iceberg", "segments"]
@@ -34,6 +35,7 @@ def segments() -> None:
 @output_option("text")
 def ship(directory: Path, url: str, pipeline: str, endpoint: str | None, output: Output) -> None:
     """Upload finalized DIRECTORY/<dataset>/<segment>.parquet files and record them."""
+    from lake_core.credentials import credential_error
     from lake_core.logs import configure_logging
     from lake_iceberg.registrar.ship import Shipper, s3_client
 
@@ -43,6 +45,11 @@ def ship(directory: Path, url: str, pipeline: str, endpoint: str | None, output:
         report = Shipper(directory, url, pipeline, client).ship()
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
+    except Exception as exc:
+        missing = credential_error(exc)
+        if missing is None:
+            raise
+        raise missing from None  # the lake root prints it as one line
     emit(
         {"shipped": len(report.shipped), "already_shipped": report.skipped},
         output,
@@ -66,7 +73,10 @@ def iceberg() -> None:
 @click.option("--once", is_flag=True, help="register what is pending, then exit")
 @click.option("--poll", default="5s", show_default=True, help="how often to look for new segments")
 @output_option("text")
-def registrar(config_file: Path, once: bool, poll: str, output: Output) -> None:
+@log_format_option
+def registrar(
+    config_file: Path, once: bool, poll: str, output: Output, log_format: str | None
+) -> None:
     """Register shipped Parquet segments in Iceberg tables, exactly once."""
     from lake_core.errors import LakeError
     from lake_core.logs import configure_logging
@@ -76,7 +86,7 @@ def registrar(config_file: Path, once: bool, poll: str, output: Output) -> None:
     from lake_iceberg.registrar.service import Registrar, log
 
     try:
-        configure_logging(logging.INFO)
+        configure_logging(logging.INFO, log_format=log_format)
         telemetry = ProcessTelemetry.load("lake-registrar")
     except LakeError as exc:
         raise click.ClickException(str(exc)) from None

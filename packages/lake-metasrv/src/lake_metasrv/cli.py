@@ -27,7 +27,7 @@ from lake_core.admin_cli import (
 from lake_core.errors import LakeError, TableExists, TableNotFound
 from lake_core.flight.server import FlightServer
 from lake_core.integrity import VerifyTableResult, render_report
-from lake_core.logs import banner, configure_logging
+from lake_core.logs import banner, configure_logging, log_format_option
 from lake_core.names import TableRef
 from lake_core.output import Output, emit, output_option, schema_columns
 from lake_core.principal import DEV_PRINCIPAL, Principal
@@ -120,10 +120,11 @@ async def run_server(
     show_default=True,
     help="Registry, tables and sidecars live here.",
 )
-def meta(addr: str, data_dir: str) -> None:
+@log_format_option
+def meta(addr: str, data_dir: str, log_format: str | None) -> None:
     """Run Metasrv: the registry and the commit authority for native tables."""
     try:
-        configure_logging()
+        configure_logging(log_format=log_format)
         telemetry = ProcessTelemetry.load("lake-meta")
     except LakeError as exc:
         raise LakeCommandError(str(exc)) from None

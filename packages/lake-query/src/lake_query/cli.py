@@ -25,7 +25,7 @@ import structlog
 from lake_core.errors import LakeError
 from lake_core.flight.server import FlightServer, UncleanShutdown, serve, shutdown_grace_ms
 from lake_core.integrity import DataFileReader
-from lake_core.logs import banner, configure_logging
+from lake_core.logs import banner, configure_logging, log_format_option
 from lake_core.metaclient import MetaClient
 from lake_core.telemetry.process import ProcessTelemetry
 from lake_core.tickets import TicketSealer
@@ -227,11 +227,14 @@ async def _drain_on_stop(plane: DataPlane, stop: asyncio.Event) -> int:
     default=None,
     help="Metasrv's local data directory: SDKs get the managed stage <data-dir>/objects.",
 )
-def query(addr: str, metadata_addr: str, log_level: str, data_dir: str | None) -> None:
+@log_format_option
+def query(
+    addr: str, metadata_addr: str, log_level: str, data_dir: str | None, log_format: str | None
+) -> None:
     """Run a Lake Query replica (Flight SQL over DataFusion)."""
     telemetry: ProcessTelemetry | None = None
     try:
-        configure_logging(getattr(logging, log_level.upper(), logging.INFO))
+        configure_logging(getattr(logging, log_level.upper(), logging.INFO), log_format=log_format)
         tune_allocator()
         telemetry = ProcessTelemetry.load("lake-query")
         config = QueryConfig.load(addr, metadata_addr, data_dir=data_dir)

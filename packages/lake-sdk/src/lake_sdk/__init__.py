@@ -116,6 +116,7 @@ from lake_sdk.progress import UploadProgressBar
 from lake_sdk.results import QueryResult
 from lake_sdk.schema_cache import SchemaCache
 from lake_sdk.sync import Client, SyncObjectReader, SyncObjectStore, SyncQueryResult
+from lake_sdk.tables import TableInfo
 from lake_sdk.time_travel import as_of_sql
 
 __all__ = [
@@ -182,6 +183,7 @@ __all__ = [
     "SyncObjectStore",
     "SyncQueryResult",
     "TableExists",
+    "TableInfo",
     "TableNotFound",
     "TableRef",
     "TooManyParts",

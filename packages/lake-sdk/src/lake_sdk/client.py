@@ -51,6 +51,7 @@ from lake_sdk.pending import PendingAppendStore
 from lake_sdk.results import QueryResult
 from lake_sdk.scans import check_as_of, check_shard, shard_endpoints
 from lake_sdk.schema_cache import SchemaCache
+from lake_sdk.tables import TableInfo, create_body, table_info, table_schema_of
 from lake_sdk.time_travel import AsOf, as_of_sql, versions_sql
 from lake_sdk.transport import Connection, ConnectOptions
 
@@ -301,6 +302,42 @@ class AsyncClient:
             return schema_from_base64(reply.entry.schema_ipc)
 
         return await self._state.schemas.get(ref, load)
+
+    # -- tables ------------------------------------------------------------
+
+    async def create_table(self, table: TableRef | str, schema: pa.Schema) -> TableInfo:
+        """Create ``table`` (``namespace.table``) with this Arrow schema, through Query.
+
+        Needs an admin principal (Query relays the call to Metasrv with this
+        client's token). ``TableExists`` if it exists; FILE columns are
+        :func:`lake_core.filetype.file_field` fields.
+        """
+        ref = _ref(table)
+        body = create_body(ref, table_schema_of(schema))
+        reply = await self._state.connection.action(protocol.CREATE_TABLE, body)
+        self._state.schemas.invalidate(ref)
+        return table_info(protocol.decode(protocol.DescribeTableResult, reply).entry)
+
+    async def list_tables(self) -> list[TableInfo]:
+        """Every table this client may see, by namespace then name, from Query's catalog."""
+        body = protocol.encode(protocol.ListTablesRequest())
+        reply = await self._state.connection.action(protocol.LIST_TABLES, body)
+        return [table_info(e) for e in protocol.decode(protocol.ListTablesResult, reply).tables]
+
+    async def describe_table(self, table: TableRef | str) -> TableInfo:
+        """``table``'s current version and schema (``TableNotFound``; a hidden table is
+        ``PermissionDenied`` whether or not it exists)."""
+        body = protocol.encode(protocol.TableRequest(table=_ref(table)))
+        reply = await self._state.connection.action(protocol.TABLE_SCHEMA, body)
+        return table_info(protocol.decode(protocol.DescribeTableResult, reply).entry)
+
+    async def drop_table(self, table: TableRef | str) -> int:
+        """Drop ``table`` through Query (admin); returns the version it had when dropped."""
+        ref = _ref(table)
+        body = protocol.encode(protocol.TableRequest(table=ref))
+        reply = await self._state.connection.action(protocol.DROP_TABLE, body)
+        self._state.schemas.invalidate(ref)
+        return protocol.decode(protocol.DropTableResult, reply).dropped_version
 
     def invalidate_table_schema(self, table: TableRef | str) -> None:
         """Forget one cached schema (e.g. after the table was replaced)."""

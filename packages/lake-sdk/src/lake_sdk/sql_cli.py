@@ -26,11 +26,16 @@ import pyarrow as pa
 from lake_core.output import type_name
 from lake_sdk.sync import Client
 
-__all__ = ["DEFAULT_QUERY_URL", "json_value", "sql"]
+__all__ = ["DEFAULT_QUERY_URL", "json_value", "query_url", "sql"]
 
 DEFAULT_QUERY_URL = "grpc://127.0.0.1:50051"
 
 SqlOutput = Literal["table", "json", "csv"]
+
+
+def query_url(addr: str) -> str:
+    """``--addr`` as a URL: ``host:port`` means plaintext gRPC."""
+    return addr if "://" in addr else f"grpc://{addr}"
 
 
 def json_value(value: Any) -> Any:
@@ -185,7 +190,7 @@ def sql(
     statement = read_statement(statement, file)
     # Waits for Query to serve as `lake client` waits for Metasrv: both started a moment
     # ago (`lake query &`), or Query still loading its catalog, is not an error.
-    with Client(addr if "://" in addr else f"grpc://{addr}", connect_timeout=30) as client:
+    with Client(query_url(addr), connect_timeout=30) as client:
         result = client.query(statement, as_of=as_of)
         batches = iter(result)
         if output == "json":

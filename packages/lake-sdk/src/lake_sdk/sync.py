@@ -35,6 +35,7 @@ from lake_sdk.jobs import AsyncQueryHandle, AsyncQueryResult
 from lake_sdk.object_file import ObjectFile
 from lake_sdk.results import QueryResult
 from lake_sdk.schema_cache import SchemaCache
+from lake_sdk.tables import TableInfo
 from lake_sdk.time_travel import AsOf
 
 if TYPE_CHECKING:
@@ -178,6 +179,24 @@ class Client:
 
     def table_schema(self, table: TableRef | str) -> pa.Schema:
         return self._runner.run(self._inner.table_schema(table))
+
+    # -- tables ------------------------------------------------------------
+
+    def create_table(self, table: TableRef | str, schema: pa.Schema) -> TableInfo:
+        """Create ``table`` with this Arrow schema; see :meth:`AsyncClient.create_table`."""
+        return self._runner.run(self._inner.create_table(table, schema))
+
+    def list_tables(self) -> list[TableInfo]:
+        """Every table this client may see, by namespace then name."""
+        return self._runner.run(self._inner.list_tables())
+
+    def describe_table(self, table: TableRef | str) -> TableInfo:
+        """``table``'s current version and schema."""
+        return self._runner.run(self._inner.describe_table(table))
+
+    def drop_table(self, table: TableRef | str) -> int:
+        """Drop ``table`` (admin); returns the version it had when dropped."""
+        return self._runner.run(self._inner.drop_table(table))
 
     def invalidate_table_schema(self, table: TableRef | str) -> None:
         self._inner.invalidate_table_schema(table)

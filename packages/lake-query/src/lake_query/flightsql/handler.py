@@ -61,6 +61,7 @@ from lake_query.flightsql.discovery import REFRESH_TIMEOUT_S
 from lake_query.flightsql.endpoints import PARTITION, fragments_of, query_bodies
 from lake_query.flightsql.ingest import Ingests, IngestSink
 from lake_query.flightsql.statements import PreparedStatements
+from lake_query.flightsql.tables import TableChores
 from lake_query.flightsql.wire import MAX_SQL_BYTES, caller
 from lake_query.freshness import MAX_REPLANS, catch_up, min_versions
 from lake_query.jobs.service import PART, AsyncQueries, is_handle
@@ -92,6 +93,9 @@ _ACTIONS = {
     CLOSE_SESSION: "End a Flight SQL session (no server state)",
     CANCEL_FLIGHT_INFO: "Cancel a statement (nothing runs before DoGet)",
     protocol.TABLE_SCHEMA: "Lake: a table's current schema and version from the catalog cache",
+    protocol.LIST_TABLES: "Lake: every table the caller may see, from the catalog cache",
+    protocol.CREATE_TABLE: "Lake admin: create a table (relayed to Metasrv as the caller)",
+    protocol.DROP_TABLE: "Lake admin: drop a table (relayed to Metasrv as the caller)",
     stage_wire.MANAGED_STAGE: "Lake: the caller's credential-free managed stage descriptor",
     stage_wire.READ_CAPABILITY: "Lake: a bounded read capability for one DataLocation (S3 only)",
     status.STATUS: "Lake admin: this replica's admission figures and version -> QueryStatus",
@@ -141,6 +145,7 @@ class QueryHandler(FlightHandler):
         self.planning = planning or PlanningThreads()
         # The same sink takes bulk ingests (lake_core.metaclient.MetaClient has both).
         self._ingests = Ingests(cache, appends if isinstance(appends, IngestSink) else None)
+        self._tables = TableChores(cache, appends)
         # One producer thread per running DoGet, apart from planning's pool so
         # long streams cannot starve planning.
         self._streams = ThreadPoolExecutor(
@@ -527,6 +532,14 @@ class QueryHandler(FlightHandler):
         elif kind == protocol.TABLE_SCHEMA:
             self.readiness.check()
             yield pb.Result(body=await discovery.table_schema(self._cache, action.body, principal))
+        elif kind == protocol.LIST_TABLES:
+            self.readiness.check()
+            yield pb.Result(body=self._tables.listing(bytes(action.body), principal))
+        elif kind in (protocol.CREATE_TABLE, protocol.DROP_TABLE):
+            self.readiness.check()
+            authorization = dict(context.invocation_metadata() or ()).get("authorization")
+            chore = self._tables.create if kind == protocol.CREATE_TABLE else self._tables.drop
+            yield pb.Result(body=await chore(bytes(action.body), principal, authorization))
         elif kind in (stage_wire.MANAGED_STAGE, stage_wire.READ_CAPABILITY):
             yield pb.Result(body=await self._stage_action(kind, bytes(action.body), principal))
         elif kind == status.STATUS:

@@ -11,6 +11,11 @@ DataFusion asks its schema providers for each table it meets while planning
 4. registers ``lance.FFILanceTableProvider`` over the dataset opened at that
    Lance version.
 
+``SHOW TABLES``, ``SHOW COLUMNS`` and ``information_schema`` list the
+tables the caller may see: DataFusion opens every listed table when the
+listing runs, so planning pins them all (:meth:`PlanningBinder.pin_visible`)
+and the listing at DoGet is exactly the one planned, from the ticket.
+
 A name may select a past version (``t@v3``, ``t@<instant>``) or the
 ``t$versions`` listing (:mod:`~lake_query.planning.versions`): planning
 resolves it from the head's Lance history and pins the exact version, keyed
@@ -19,6 +24,7 @@ by table and selector, so two versions of one table are two pins.
 
 from __future__ import annotations
 
+import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable
@@ -28,6 +34,7 @@ import lance
 import pyarrow.dataset as pads
 from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext
 from datafusion.catalog import CatalogProvider, SchemaProvider, Table
+from datafusion.expr import TableScan
 
 from lake_core.errors import InvalidArgument, PermissionDenied, TableNotFound
 from lake_core.models import CatalogEntry, TableDescriptor
@@ -54,8 +61,13 @@ __all__ = [
     "PlanningBinder",
     "Resolver",
     "conflicting_metadata",
+    "lists_tables",
     "session",
 ]
+
+#: DataFusion's listing schema (``SHOW TABLES`` reads it too).
+INFORMATION_SCHEMA = "information_schema"
+_LISTING_HINT = re.compile(r"information_schema|\bshow\b", re.IGNORECASE)
 
 #: Schema that unqualified table names resolve in (``SELECT * FROM t`` -> ``lake.public.t``).
 DEFAULT_SCHEMA = "public"
@@ -91,6 +103,11 @@ class Binder(ABC):
 
     def visible(self) -> list[TableRef]:
         return [t for t in self.known_tables() if self.principal.may_see(t.namespace)]
+
+    def pin_visible(self) -> None:
+        """Open (and so pin) every table the caller may see: what a listing reads."""
+        for ref in sorted(self.visible(), key=lambda t: (t.namespace, t.name)):
+            self.table(ref.namespace, ref.name)
 
     def table(self, namespace: str, name: str) -> Table:
         wanted = parse_table_name(name)  # InvalidArgument before any I/O
@@ -212,8 +229,10 @@ class _LakeSchema(SchemaProvider):
         self._binder = binder
         self._namespace = namespace
 
-    def table_names(self) -> set[str]:
-        return {t.name for t in self._binder.visible() if t.namespace == self._namespace}
+    # datafusion-python 54 reads ``table_names`` as an attribute holding a sequence.
+    @property
+    def table_names(self) -> list[str]:  # type: ignore[override]
+        return sorted(t.name for t in self._binder.visible() if t.namespace == self._namespace)
 
     def table(self, name: str) -> Table | None:
         return self._binder.table(self._namespace, name)
@@ -232,6 +251,28 @@ class _LakeCatalog(CatalogProvider):
     # DataFusion accepts any SchemaProvider here, not only its Schema wrapper.
     def schema(self, name: str) -> _LakeSchema:  # type: ignore[override]
         return _LakeSchema(self._binder, name)
+
+
+def lists_tables(sql: str, df: Any) -> bool:
+    """Whether the planned ``df`` reads ``information_schema`` (``SHOW TABLES`` does).
+
+    Conservative: a plan the bindings cannot walk counts as a listing (it
+    then pins more tables than it needs, never fewer).
+    """
+    if _LISTING_HINT.search(sql) is None:
+        return False
+
+    def walk(plan: Any) -> bool:
+        node = plan.to_variant()
+        if isinstance(node, TableScan):
+            parts = node.fqn()
+            return len(parts) >= 2 and parts[-2] == INFORMATION_SCHEMA
+        return any(walk(child) for child in plan.inputs())
+
+    try:
+        return walk(df.logical_plan())
+    except Exception:
+        return True
 
 
 def conflicting_metadata(datasets: Iterable[Any]) -> bool:
@@ -268,7 +309,7 @@ def session(
         SessionConfig()
         .with_default_catalog_and_schema(DEFAULT_CATALOG, DEFAULT_SCHEMA)
         .with_create_default_catalog_and_schema(False)
-        .with_information_schema(False)
+        .with_information_schema(True)
     )
     if not join_reordering:
         # DataFusion 54 merges the inputs' schema metadata in joins; when a

@@ -115,6 +115,8 @@ def _scan_shape(df: Any) -> tuple[list[str], Any] | None:
         below = below.input()[0].to_variant()
     if not isinstance(below, TableScan) or below.fetch() is not None or below.filters():
         return None
+    if "information_schema" in below.fqn():
+        return None  # a listing, not a scan of the one pinned table
     return columns, predicate
 
 

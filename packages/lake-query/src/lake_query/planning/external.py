@@ -246,8 +246,10 @@ class _Schema(SchemaProvider):
         self._catalog = catalog
         self._namespace = namespace
 
-    def table_names(self) -> set[str]:
-        return set()  # never enumerate the external catalog
+    # datafusion-python 54 reads ``table_names`` as an attribute holding a sequence.
+    @property
+    def table_names(self) -> list[str]:  # type: ignore[override]
+        return []  # never enumerate the external catalog
 
     def table(self, name: str) -> Table | None:
         return self._tables.table(self._catalog, self._namespace, name)

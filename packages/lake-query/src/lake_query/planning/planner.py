@@ -28,6 +28,7 @@ from lake_query.planning.catalog import (
     PlanningBinder,
     Resolver,
     conflicting_metadata,
+    lists_tables,
     session,
 )
 from lake_query.planning.direct import (
@@ -270,6 +271,9 @@ class Planner:
         df = _plan(ctx, spec, self.limits)
         del ctx
         schema = _result_schema(df)
+        if lists_tables(spec.sql, df):
+            # DoGet lists exactly the tables pinned now (and only those the caller may see).
+            binder.pin_visible()
         update: dict[str, Any] = {"pins": _pins(binder)}
         if external is not None:
             update["external"] = external.pins()
