@@ -8,6 +8,11 @@
   ``dataset_from_index``, ``dataset_to_index`` and, per camera, a FILE column
   of its MP4 with ``<camera>__from_timestamp``/``__to_timestamp`` (seconds
   into that MP4). Each MP4 is uploaded once, however many episodes it holds.
+  Per camera also ``<camera>__stats_min``/``_max``/``_mean``/``_std`` (one
+  value per colour channel, in 0..1) and ``<camera>__stats_count``: the
+  episode's video statistics as LeRobot computes them
+  (:mod:`lake_sdk.lerobot.stats`; each MP4 decoded once, before anything is
+  created), which export aggregates into ``stats.json``.
 - ``NAME_tasks``: ``task_index``, ``task``.
 
 Everything is read and checked first (a dataset of another codebase version
@@ -18,6 +23,7 @@ Tables are created through Metasrv (``meta_addr``), rows appended through Query.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +39,9 @@ from lake_core.models import DataLocation
 from lake_core.names import TableRef, validate_identifier
 from lake_core.protocol import MAX_APPEND_ROWS
 from lake_objects.source import FileUpload
+from lake_sdk.errors import InvalidDataset
 from lake_sdk.lerobot.layout import FEATURE_KEY, INFO_KEY, Dataset, column_name, read_dataset
+from lake_sdk.lerobot.stats import STAT_NAMES, VideoStats, episode_video_stats
 
 if TYPE_CHECKING:
     from lake_sdk.client import AsyncClient
@@ -100,6 +108,9 @@ def episodes_schema(dataset: Dataset) -> pa.Schema:
         fields.append(video.with_metadata({**(video.metadata or {}), **metadata}))
         fields.append(pa.field(f"{column}__from_timestamp", pa.float64()))
         fields.append(pa.field(f"{column}__to_timestamp", pa.float64()))
+        for stat in STAT_NAMES:
+            fields.append(pa.field(f"{column}__stats_{stat}", pa.list_(pa.float64())))
+        fields.append(pa.field(f"{column}__stats_count", pa.int64()))
     return pa.schema(fields)
 
 
@@ -113,6 +124,27 @@ def _frame_batches(dataset: Dataset, schema: pa.Schema) -> Any:
         for batch in parquet.iter_batches(batch_size=MAX_APPEND_ROWS):
             renamed = pa.RecordBatch.from_arrays(batch.columns, names=schema.names)
             yield renamed.cast(schema)
+
+
+def video_stats(dataset: Dataset) -> dict[tuple[str, int], VideoStats | None]:
+    """(camera, episode_index) -> that episode's video statistics; each MP4 decoded once."""
+    by_file: dict[tuple[str, Path], list[dict[str, Any]]] = {}
+    for row in dataset.episodes.to_pylist():
+        for key in dataset.video_keys:
+            path = dataset.video_file(
+                key, row[f"videos/{key}/chunk_index"], row[f"videos/{key}/file_index"]
+            )
+            by_file.setdefault((key, path), []).append(row)
+    out: dict[tuple[str, int], VideoStats | None] = {}
+    for (key, path), rows in by_file.items():
+        spans = [(float(r[f"videos/{key}/from_timestamp"]), int(r["length"])) for r in rows]
+        try:
+            found = episode_video_stats(path, spans, dataset.fps)
+        except Exception as exc:  # PyAV raises its own FFmpeg error classes
+            raise InvalidDataset(f"{path} is not a readable video: {exc}") from None
+        for row, stats in zip(rows, found, strict=True):
+            out[(key, row["episode_index"])] = stats
+    return out
 
 
 async def _check_absent(meta: MetaClient, tables: tuple[TableRef, ...]) -> None:
@@ -138,6 +170,7 @@ async def import_lerobot(
     frames_ref, episodes_ref, tasks_ref = tables = table_names(namespace, title)
     schemas = (frames_schema(dataset), episodes_schema(dataset), TASKS_SCHEMA)
     await _check_absent(meta, tables)
+    stats = await asyncio.to_thread(video_stats, dataset)
     for table, schema in zip(tables, schemas, strict=True):
         await meta.create_table(table, schema)
 
@@ -169,6 +202,11 @@ async def import_lerobot(
             columns[column].append(location_to_row(uploaded[path]))
             columns[f"{column}__from_timestamp"].append(row[f"videos/{key}/from_timestamp"])
             columns[f"{column}__to_timestamp"].append(row[f"videos/{key}/to_timestamp"])
+            found = stats[(key, row["episode_index"])]
+            for stat in STAT_NAMES:
+                value = None if found is None else list(getattr(found, stat))
+                columns[f"{column}__stats_{stat}"].append(value)
+            columns[f"{column}__stats_count"].append(None if found is None else found.count)
     episodes = pa.RecordBatch.from_pydict(columns, schema=schemas[1])
     await client.append_batches(episodes_ref, [episodes])
     tasks = pa.Table.from_arrays(
