@@ -212,9 +212,7 @@ async def import_lerobot(
     journal = (
         None
         if directory_of_checkpoints is None
-        else ImportJournal(
-            directory_of_checkpoints, f"{namespace}.{title}\n{dataset.root}"
-        ).load()
+        else ImportJournal(directory_of_checkpoints, f"{namespace}.{title}\n{dataset.root}").load()
     )
     if journal is None or not journal.tables_created:
         await _check_absent(meta, tables)
