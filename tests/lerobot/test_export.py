@@ -183,3 +183,13 @@ def test_cli_exports_and_refuses_a_non_empty_directory(
     check_dataset(out)
     with lake_sdk.Client(shared_lake.query.url) as client, pytest.raises(lake_sdk.InvalidArgument):
         export_lerobot(client, "SELECT episode_index FROM robots.arm_episodes", out)
+
+
+def test_a_selection_without_episode_index_is_refused(
+    shared_lake: LakeCluster, imported: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "none"
+    refused = pytest.raises(lake_sdk.InvalidArgument, match="must return episode_index")
+    with lake_sdk.Client(shared_lake.query.url) as client, refused:
+        export_lerobot(client, "SELECT length FROM robots.arm_episodes", out)
+    assert not list(out.glob("**/*.mp4"))

@@ -196,6 +196,45 @@ async def _copy_video(client: AsyncClient, location: DataLocation, target: Path)
         await reader.aclose()
 
 
+def _info(schema: pa.Schema, frames: TableRef) -> dict[str, Any]:
+    """The source's info.json, which import keeps in the frames table's first field."""
+    text = (schema.field(0).metadata or {}).get(INFO_KEY)
+    if text is None:
+        raise InvalidDataset(f"{frames} was not made by import_lerobot (no info.json)")
+    info: dict[str, Any] = json.loads(text)
+    return info
+
+
+def _video_files(
+    info: dict[str, Any], episodes: list[dict[str, Any]], root: Path
+) -> tuple[dict[tuple[str, str], tuple[int, int]], list[tuple[DataLocation, Path]]]:
+    """(camera, sha256) -> (chunk, file) of each distinct source MP4, and what to copy where.
+
+    File indices count up per camera in episode order and wrap at ``chunks_size``.
+    """
+    video_keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
+    chunks_size = int(info.get("chunks_size") or DEFAULT_CHUNKS_SIZE)
+    slots: dict[tuple[str, str], tuple[int, int]] = {}
+    copies: list[tuple[DataLocation, Path]] = []
+    next_video: dict[str, tuple[int, int]] = dict.fromkeys(video_keys, (0, 0))
+    for row in episodes:
+        for key in video_keys:
+            location = row_to_location(row[column_name(key)])
+            if (key, location.sha256) not in slots:
+                chunk, file = slots[(key, location.sha256)] = next_video[key]
+                next_video[key] = next_slot(next_video[key], chunks_size)
+                target = VIDEO_FILE.format(video_key=key, chunk_index=chunk, file_index=file)
+                copies.append((location, root / target))
+    return slots, copies
+
+
+def _lacks_episode_index(plan: asyncio.Future[Any]) -> bool:
+    """Whether the selection planned, without an episode_index column."""
+    if not plan.done() or plan.cancelled() or plan.exception() is not None:
+        return False
+    return "episode_index" not in plan.result().schema.names
+
+
 def _runs(episodes: Any) -> list[tuple[int, int]]:
     """(start, end) of each run of equal values in a numpy array."""
     import numpy as np
@@ -219,78 +258,90 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
     # selected episodes, every task with whether the selected frames use it. Each query names
     # the selection as a subquery, so none waits for another. At most two run at once: a
     # tenant holds two of a replica's query memory pools (LAKE_QUERY_MEMORY_POOLS_PER_TENANT).
-    plan, frames_schema, all_tasks, episodes = await asyncio.gather(
-        client.plan(sql),
-        client.table_schema(frames_ref),
+    # The videos start copying as soon as the episodes and the schema are known.
+    schema_reply = asyncio.ensure_future(client.table_schema(frames_ref))
+    episodes_reply = asyncio.ensure_future(
+        client.query_table(
+            f"SELECT * FROM {base}_episodes WHERE episode_index IN ({selection}) "
+            "ORDER BY episode_index"
+        )
+    )
+    tasks_reply = asyncio.ensure_future(
         client.query_table(
             f"SELECT t.task_index, t.task, u.task_index IS NOT NULL AS used FROM {tasks_ref} AS t "
             f"LEFT JOIN (SELECT DISTINCT task_index FROM {frames_ref} "
             f"WHERE episode_index IN ({selection})) AS u ON t.task_index = u.task_index"
-        ),
-        client.query_table(
-            f"SELECT * FROM {base}_episodes WHERE episode_index IN ({selection}) "
-            "ORDER BY episode_index"
-        ),
-    )
-    if "episode_index" not in plan.schema.names:
-        raise InvalidArgument("the SELECT must return episode_index")
-    wanted = episodes.column("episode_index").to_pylist()
-    if len(set(wanted)) != len(wanted):
-        raise InvalidDataset(f"{base}_episodes holds an episode_index twice")
-    info_text = (frames_schema.field(0).metadata or {}).get(INFO_KEY)
-    if info_text is None:
-        raise InvalidDataset(f"{frames_ref} was not made by import_lerobot (no info.json)")
-    info = json.loads(info_text)
-    features = {
-        f.name: (f.metadata or {}).get(FEATURE_KEY, f.name.encode()).decode() for f in frames_schema
-    }
-    video_keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
-    chunks_size = int(info.get("chunks_size") or DEFAULT_CHUNKS_SIZE)
-    data_limit = size_limit(info, "data_files_size_in_mb", DEFAULT_DATA_FILE_MB)
-    task_text = dict(
-        zip(all_tasks["task_index"].to_pylist(), all_tasks["task"].to_pylist(), strict=True)
-    )
-    used_tasks = {
-        i
-        for i, used in zip(
-            all_tasks["task_index"].to_pylist(), all_tasks["used"].to_pylist(), strict=True
         )
-        if used
-    }
-    episode_list = episodes.to_pylist()
-    for row in episode_list:
-        for text in row["tasks"] or []:
-            used_tasks.update(i for i, t in task_text.items() if t == text)
-    task_order = sorted(used_tasks)
-    task_lookup = np.asarray(task_order, dtype=np.int64)
-    wanted_lookup = np.asarray(wanted, dtype=np.int64)
-
-    # Videos: each distinct source MP4 once per camera, streamed and verified, a few at a
-    # time, while the frames are written; file indices count up per camera, chunk by chunk.
-    slots: dict[tuple[str, str], tuple[int, int]] = {}
-    copies: list[tuple[DataLocation, Path]] = []
-    next_video: dict[str, tuple[int, int]] = dict.fromkeys(video_keys, (0, 0))
-    for row in episode_list:
-        for key in video_keys:
-            location = row_to_location(row[column_name(key)])
-            if (key, location.sha256) not in slots:
-                chunk, file = slots[(key, location.sha256)] = next_video[key]
-                next_video[key] = next_slot(next_video[key], chunks_size)
-                target = VIDEO_FILE.format(video_key=key, chunk_index=chunk, file_index=file)
-                copies.append((location, root / target))
+    )
+    plan_reply = asyncio.ensure_future(client.plan(sql))
     limit = asyncio.Semaphore(VIDEO_COPIES)
 
     async def copy(location: DataLocation, target: Path) -> None:
         async with limit:
             await _copy_video(client, location, target)
 
-    root.mkdir(parents=True, exist_ok=True)
-    # Round trip 2: the frames, streamed while the videos are copied.
-    frames_result = await client.query(
-        f"SELECT * FROM {frames_ref} WHERE episode_index IN ({selection}) "
-        "ORDER BY episode_index, frame_index"
-    )
-    copying = asyncio.ensure_future(asyncio.gather(*(copy(loc, t) for loc, t in copies)))
+    async def copy_videos() -> tuple[dict[tuple[str, str], tuple[int, int]], int]:
+        """Each distinct source MP4 once per camera, streamed and verified, a few at a time."""
+        schema, selected = await asyncio.gather(schema_reply, episodes_reply)
+        slots, copies = _video_files(_info(schema, frames_ref), selected.to_pylist(), root)
+        await asyncio.to_thread(root.mkdir, parents=True, exist_ok=True)
+        await asyncio.gather(*(copy(location, target) for location, target in copies))
+        return slots, len(copies)
+
+    copying = asyncio.ensure_future(copy_videos())
+    replies = (plan_reply, schema_reply, tasks_reply, episodes_reply)
+    try:
+        plan, frames_schema, all_tasks, episodes = await asyncio.gather(*replies)
+    except BaseException as failure:
+        for pending in (*replies, copying):
+            pending.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.gather(*replies, copying, return_exceptions=True)
+        if isinstance(failure, Exception) and _lacks_episode_index(plan_reply):
+            raise InvalidArgument("the SELECT must return episode_index") from None
+        raise
+    try:
+        if "episode_index" not in plan.schema.names:
+            raise InvalidArgument("the SELECT must return episode_index")
+        wanted = episodes.column("episode_index").to_pylist()
+        if len(set(wanted)) != len(wanted):
+            raise InvalidDataset(f"{base}_episodes holds an episode_index twice")
+        info = _info(frames_schema, frames_ref)
+        features = {
+            f.name: (f.metadata or {}).get(FEATURE_KEY, f.name.encode()).decode()
+            for f in frames_schema
+        }
+        video_keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
+        chunks_size = int(info.get("chunks_size") or DEFAULT_CHUNKS_SIZE)
+        data_limit = size_limit(info, "data_files_size_in_mb", DEFAULT_DATA_FILE_MB)
+        task_text = dict(
+            zip(all_tasks["task_index"].to_pylist(), all_tasks["task"].to_pylist(), strict=True)
+        )
+        used_tasks = {
+            i
+            for i, used in zip(
+                all_tasks["task_index"].to_pylist(), all_tasks["used"].to_pylist(), strict=True
+            )
+            if used
+        }
+        episode_list = episodes.to_pylist()
+        for row in episode_list:
+            for text in row["tasks"] or []:
+                used_tasks.update(i for i, t in task_text.items() if t == text)
+        task_order = sorted(used_tasks)
+        task_lookup = np.asarray(task_order, dtype=np.int64)
+        wanted_lookup = np.asarray(wanted, dtype=np.int64)
+        await asyncio.to_thread(root.mkdir, parents=True, exist_ok=True)
+        # Round trip 2: the frames, streamed while the videos are copied.
+        frames_result = await client.query(
+            f"SELECT * FROM {frames_ref} WHERE episode_index IN ({selection}) "
+            "ORDER BY episode_index, frame_index"
+        )
+    except BaseException:
+        copying.cancel()
+        with contextlib.suppress(BaseException):
+            await copying
+        raise
     source_names = [features[n] for n in frames_schema.names]
     out_schema = pa.schema([pa.field(features[f.name], f.type, f.nullable) for f in frames_schema])
     stats = FrameStats()
@@ -357,7 +408,7 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
             index = await write_frames()
         finally:
             await asyncio.to_thread(data.close)
-        await copying
+        slots, copied = await copying
     except BaseException:
         frames_result.cancel()
         copying.cancel()
@@ -418,4 +469,4 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
         (meta / "stats.json").write_text(json.dumps({**frame_stats, **video_stats}, indent=4))
 
     await asyncio.to_thread(write_meta)
-    return ExportedDataset(root, len(wanted), index, len(task_order), len(copies))
+    return ExportedDataset(root, len(wanted), index, len(task_order), copied)
