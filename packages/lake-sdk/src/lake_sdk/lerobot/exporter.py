@@ -228,11 +228,13 @@ def _video_files(
     return slots, copies
 
 
-def _lacks_episode_index(plan: asyncio.Future[Any]) -> bool:
-    """Whether the selection planned, without an episode_index column."""
-    if not plan.done() or plan.cancelled() or plan.exception() is not None:
+async def _lacks_episode_index(client: AsyncClient, sql: str) -> bool:
+    """Whether the selection plans, without an episode_index column (why the export failed)."""
+    try:
+        plan = await client.plan(sql)
+    except Exception:
         return False
-    return "episode_index" not in plan.result().schema.names
+    return "episode_index" not in plan.schema.names
 
 
 def _runs(episodes: Any) -> list[tuple[int, int]]:
@@ -254,9 +256,9 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
     tasks_ref = TableRef.parse(f"{base}_tasks")
     root = await asyncio.to_thread(_empty_directory, out_dir)
     selection = f"SELECT episode_index FROM ({sql.strip().rstrip(';')}) AS lake_lerobot_selection"
-    # Round trip 1: the selection's plan (its columns), the frames' schema (info.json), the
-    # selected episodes, every task with whether the selected frames use it. Each query names
-    # the selection as a subquery, so none waits for another. At most two run at once: a
+    # Round trip 1: the frames' schema (info.json), the selected episodes, every task with
+    # whether the selected frames use it. Each query names the selection as a subquery, so
+    # none waits for another. At most two run at once: a
     # tenant holds two of a replica's query memory pools (LAKE_QUERY_MEMORY_POOLS_PER_TENANT).
     # The videos start copying as soon as the episodes and the schema are known.
     schema_reply = asyncio.ensure_future(client.table_schema(frames_ref))
@@ -273,7 +275,6 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
             f"WHERE episode_index IN ({selection})) AS u ON t.task_index = u.task_index"
         )
     )
-    plan_reply = asyncio.ensure_future(client.plan(sql))
     limit = asyncio.Semaphore(VIDEO_COPIES)
 
     async def copy(location: DataLocation, target: Path) -> None:
@@ -289,20 +290,19 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
         return slots, len(copies)
 
     copying = asyncio.ensure_future(copy_videos())
-    replies = (plan_reply, schema_reply, tasks_reply, episodes_reply)
+    replies = (schema_reply, tasks_reply, episodes_reply)
     try:
-        plan, frames_schema, all_tasks, episodes = await asyncio.gather(*replies)
+        frames_schema, all_tasks, episodes = await asyncio.gather(*replies)
     except BaseException as failure:
         for pending in (*replies, copying):
             pending.cancel()
         with contextlib.suppress(BaseException):
             await asyncio.gather(*replies, copying, return_exceptions=True)
-        if isinstance(failure, Exception) and _lacks_episode_index(plan_reply):
+        # The subqueries fail without an episode_index column: say so plainly.
+        if isinstance(failure, Exception) and await _lacks_episode_index(client, sql):
             raise InvalidArgument("the SELECT must return episode_index") from None
         raise
     try:
-        if "episode_index" not in plan.schema.names:
-            raise InvalidArgument("the SELECT must return episode_index")
         wanted = episodes.column("episode_index").to_pylist()
         if len(set(wanted)) != len(wanted):
             raise InvalidDataset(f"{base}_episodes holds an episode_index twice")
