@@ -61,6 +61,23 @@ def test_round_trip_gives_an_equivalent_dataset(
     assert stats["observation.state"]["mean"] == pytest.approx(states.mean(axis=0).tolist())
     assert stats["observation.state"]["std"] == pytest.approx(states.std(axis=0).tolist(), abs=1e-6)
     assert stats["observation.state"]["count"] == [17]
+    # Cameras: per channel over the decoded frames (every frame of an episode under 100 is
+    # sampled), in 0..1, shaped (3, 1, 1) as LeRobot writes them.
+    for key in ("observation.images.front", "observation.images.wrist"):
+        pixels = np.stack(
+            [p for (k, _), shots in exported["pictures"].items() if k == key for p in shots]
+        ).astype(np.float64)
+        channels = pixels.reshape(-1, 3) / 255.0
+        got = stats[key]
+        assert got["count"] == [17]
+        for name, want in (
+            ("min", channels.min(axis=0)),
+            ("max", channels.max(axis=0)),
+            ("mean", channels.mean(axis=0)),
+            ("std", channels.std(axis=0)),
+        ):
+            assert np.asarray(got[name]).shape == (3, 1, 1), name
+            assert np.asarray(got[name]).ravel() == pytest.approx(want, abs=1e-9), name
 
 
 def test_a_selection_is_renumbered_and_keeps_frames_and_pictures(
@@ -92,6 +109,68 @@ def test_a_selection_is_renumbered_and_keeps_frames_and_pictures(
     assert done.videos_copied == 4
 
 
+def test_a_selection_gets_the_video_stats_of_its_episodes_only(
+    shared_lake: LakeCluster, imported: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "two"
+    with lake_sdk.Client(shared_lake.query.url) as client:
+        export_lerobot(
+            client, "SELECT episode_index FROM robots.arm_episodes WHERE episode_index > 2", out
+        )
+    exported = check_dataset(out)
+    key = "observation.images.wrist"
+    pixels = np.stack(
+        [p for (k, _), shots in exported["pictures"].items() if k == key for p in shots]
+    )
+    channels = pixels.reshape(-1, 3).astype(np.float64) / 255.0
+    got = exported["stats"][key]
+    assert got["count"] == [5]
+    assert np.asarray(got["mean"]).ravel() == pytest.approx(channels.mean(axis=0), abs=1e-9)
+    assert np.asarray(got["std"]).ravel() == pytest.approx(channels.std(axis=0), abs=1e-9)
+
+
+def test_files_are_split_by_the_limits_in_info_json(
+    shared_lake: LakeCluster, tmp_path: Path
+) -> None:
+    # Two files per chunk, and data files so small that each episode starts a new one.
+    spec = DatasetSpec(
+        lengths=(4, 3, 5, 2, 3), episodes_per_file=2, chunks_size=2, data_files_size_in_mb=1e-4
+    )
+    source = write_dataset(tmp_path / "small", spec)
+    out, again = tmp_path / "out", tmp_path / "again"
+    with lake_sdk.Client(shared_lake.query.url) as client:
+        import_lerobot(
+            client, source, namespace="robots", name="small", meta_addr=shared_lake.meta.addr
+        )
+        export_lerobot(client, "SELECT episode_index FROM robots.small_episodes", out)
+        exported = check_dataset(out)
+        slots = [(0, 0), (0, 1), (1, 0), (1, 1), (2, 0)]
+        data = [(e["data/chunk_index"], e["data/file_index"]) for e in exported["episodes"]]
+        assert data == slots
+        assert sorted(p.relative_to(out).as_posix() for p in out.glob("data/*/*")) == [
+            f"data/chunk-{c:03d}/file-{f:03d}.parquet" for c, f in slots
+        ]
+        for key in ("observation.images.front", "observation.images.wrist"):
+            videos = [
+                (e[f"videos/{key}/chunk_index"], e[f"videos/{key}/file_index"])
+                for e in exported["episodes"]
+            ]
+            assert videos == [(0, 0), (0, 0), (0, 1), (0, 1), (1, 0)]
+            assert len(list(out.glob(f"videos/{key}/*/*.mp4"))) == 3
+        assert exported["frames"] == check_dataset(source)["frames"]
+        # The split dataset imports again, frame for frame, and exports the same layout.
+        import_lerobot(
+            client, out, namespace="robots", name="again", meta_addr=shared_lake.meta.addr
+        )
+        frames = client.query_table("SELECT * FROM robots.again_frames ORDER BY index")
+        assert frames.num_rows == 17
+        assert frames.column("episode_index").to_pylist() == [
+            f["episode_index"] for f in exported["frames"]
+        ]
+        export_lerobot(client, "SELECT episode_index FROM robots.again_episodes", again)
+    assert check_dataset(again)["episodes"] == exported["episodes"]
+
+
 def test_cli_exports_and_refuses_a_non_empty_directory(
     shared_lake: LakeCluster, imported: Path, tmp_path: Path
 ) -> None:
@@ -104,3 +183,13 @@ def test_cli_exports_and_refuses_a_non_empty_directory(
     check_dataset(out)
     with lake_sdk.Client(shared_lake.query.url) as client, pytest.raises(lake_sdk.InvalidArgument):
         export_lerobot(client, "SELECT episode_index FROM robots.arm_episodes", out)
+
+
+def test_a_selection_without_episode_index_is_refused(
+    shared_lake: LakeCluster, imported: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "none"
+    refused = pytest.raises(lake_sdk.InvalidArgument, match="must return episode_index")
+    with lake_sdk.Client(shared_lake.query.url) as client, refused:
+        export_lerobot(client, "SELECT length FROM robots.arm_episodes", out)
+    assert not list(out.glob("**/*.mp4"))

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 
 import lake_sdk
+from lake_core.faults import CRASH_EXIT_CODE, LEROBOT_AFTER_VIDEO_UPLOAD
 from lake_core.filetype import is_file_field
 from lake_sdk.errors import InvalidDataset
 from lake_sdk.lerobot import FEATURE_KEY, column_name, import_lerobot
@@ -149,3 +153,57 @@ def test_cli_imports_with_json_output(shared_lake: LakeCluster, dataset: Path) -
             client.query_table("SELECT count(*) AS n FROM robots.pick_place_frames")["n"][0].as_py()
             == 14
         )
+
+
+def test_an_interrupted_import_resumes_without_uploading_again(
+    shared_lake: LakeCluster, dataset: Path, tmp_path: Path
+) -> None:
+    name = _name()
+    checkpoints = tmp_path / "checkpoints"
+    stored = objects(shared_lake.root / "data" / "objects")
+    script = (
+        "import sys, lake_sdk\n"
+        "from lake_sdk.lerobot import import_lerobot\n"
+        "with lake_sdk.Client(sys.argv[1], upload_checkpoint_dir=sys.argv[2],"
+        " progress=False) as c:\n"
+        "    import_lerobot(c, sys.argv[3], namespace='robots', name=sys.argv[4],"
+        " meta_addr=sys.argv[5])\n"
+    )
+    args = [shared_lake.query.url, str(checkpoints), str(dataset), name, shared_lake.meta.addr]
+    env = {**os.environ, "LAKE_FAULTS": LEROBOT_AFTER_VIDEO_UPLOAD}
+    crashed = subprocess.run(
+        [sys.executable, "-c", script, *args], env=env, capture_output=True, timeout=120
+    )
+    assert crashed.returncode == CRASH_EXIT_CODE, crashed.stderr.decode()[-2000:]
+    # The crash came after the frames and the first MP4, before the episodes.
+    assert len(objects(shared_lake.root / "data" / "objects")) - len(stored) == 1
+    assert list((checkpoints / "lerobot").glob("*.json"))
+    with lake_sdk.Client(shared_lake.query.url, upload_checkpoint_dir=checkpoints) as client:
+        count = f"SELECT count(*) AS n FROM robots.{name}_"
+        assert client.query_table(count + "frames")["n"][0].as_py() == 14
+        assert client.query_table(count + "episodes")["n"][0].as_py() == 0
+        done = import_lerobot(
+            client, dataset, namespace="robots", name=name, meta_addr=shared_lake.meta.addr
+        )
+        assert (done.episode_count, done.frame_count) == (4, 14)
+        # Nothing uploaded twice, nothing appended twice.
+        assert len(objects(shared_lake.root / "data" / "objects")) - len(stored) == 4
+        assert client.query_table(count + "frames")["n"][0].as_py() == 14
+        source = pa.concat_tables(
+            pq.read_table(p) for p in sorted(dataset.glob("data/chunk-*/file-*.parquet"))
+        )
+        frames = client.query_table(f"SELECT * FROM robots.{name}_frames ORDER BY index")
+        assert frames.rename_columns(source.column_names).to_pylist() == source.to_pylist()
+        episodes = client.query_table(f"SELECT * FROM robots.{name}_episodes ORDER BY 1")
+        assert episodes.column("episode_index").to_pylist() == [0, 1, 2, 3]
+        for row in episodes.to_pylist():
+            for camera in CAMERAS:
+                with client.open(row[column_name(camera)]) as reader:
+                    assert reader.read()  # every FILE value reads, size and SHA-256 checked
+        assert client.query_table(count + "tasks")["n"][0].as_py() == len(TASKS)
+        # Finished: the journal is gone, and importing again is refused as before.
+        assert not list((checkpoints / "lerobot").glob("*.json"))
+        with pytest.raises(lake_sdk.TableExists):
+            import_lerobot(
+                client, dataset, namespace="robots", name=name, meta_addr=shared_lake.meta.addr
+            )

@@ -52,6 +52,7 @@ __all__ = [
     "FAULTS",
     "GC_AFTER_APPLY_PAGE",
     "LEASE_TTL_MS",
+    "LEROBOT_AFTER_VIDEO_UPLOAD",
     "QUERY_PLAN_DELAY_MS",
     "SETTINGS",
     "STOP_BEFORE_HEAD_UPDATE",
@@ -81,6 +82,8 @@ AFTER_LANCE_WRITE = "meta.maintenance_after_lance_write"
 AFTER_PENDING_WRITE = "sdk.after_pending_write"
 #: SDK: the append committed, its pending file not yet removed.
 AFTER_APPEND_COMMIT = "sdk.after_append_commit"
+#: SDK import_lerobot: an MP4 is uploaded and recorded in the import journal.
+LEROBOT_AFTER_VIDEO_UPLOAD = "sdk.lerobot_after_video_upload"
 #: GC apply: a page of candidates is deleted and its checkpoint fsync'd.
 GC_AFTER_APPLY_PAGE = "gc.after_apply_page"
 #: Query async worker: one result part is stored, the manifest not written.
@@ -95,6 +98,7 @@ CRASH_POINTS = frozenset(
         AFTER_PENDING_WRITE,
         AFTER_APPEND_COMMIT,
         GC_AFTER_APPLY_PAGE,
+        LEROBOT_AFTER_VIDEO_UPLOAD,
     }
 )
 

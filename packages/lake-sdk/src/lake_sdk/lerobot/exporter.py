@@ -16,24 +16,33 @@ cuts only at keyframes, so the whole-file copy is what keeps frames equal.
 
 Written: ``meta/info.json`` (the source's, counts and splits updated),
 ``meta/tasks.parquet`` (task text as the pandas index), ``meta/episodes``,
-``meta/stats.json`` (min, max, mean, std, count of every numeric frame
-feature over the exported frames), ``data/chunk-000/file-000.parquet`` and
-``videos/<key>/chunk-000/file-NNN.mp4``.
+``meta/stats.json`` (:mod:`lake_sdk.lerobot.stats`: every numeric frame
+feature over the exported frames; each camera aggregated from the per-episode
+statistics import stored), ``data/chunk-C/file-F.parquet`` (a new file when
+the next episode would reach info.json's ``data_files_size_in_mb``; file
+indices wrap at ``chunks_size``: :mod:`lake_sdk.lerobot.files`) and
+``videos/<key>/chunk-C/file-F.mp4`` (one per source MP4, indices counted the
+same way).
+
+Speed: two query round trips whatever the selection (each query names the
+SELECT as a subquery, so none waits for another's answer; at most two run at
+once, a tenant's share of a replica's query memory pools); the MP4s are
+copied (a few at a time) while the frames stream into the data files.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 import json
-import math
+import os
 import re
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from lake_core.errors import InvalidArgument
@@ -41,7 +50,17 @@ from lake_core.filetype import row_to_location
 from lake_core.models import DataLocation
 from lake_core.names import TableRef
 from lake_sdk.errors import InvalidDataset
+from lake_sdk.lerobot.files import (
+    DATA_FILE,
+    DEFAULT_CHUNKS_SIZE,
+    DEFAULT_DATA_FILE_MB,
+    VIDEO_FILE,
+    DataFiles,
+    next_slot,
+    size_limit,
+)
 from lake_sdk.lerobot.layout import FEATURE_KEY, INFO_KEY, SUPPORTED_VERSION, column_name
+from lake_sdk.lerobot.stats import STAT_NAMES, FrameStats, VideoStats, aggregate_video_stats
 
 if TYPE_CHECKING:
     from lake_sdk.client import AsyncClient
@@ -49,11 +68,7 @@ if TYPE_CHECKING:
 __all__ = ["ExportedDataset", "episodes_table", "export_lerobot"]
 
 _FROM = re.compile(r"\bFROM\s+((?:lake\.)?[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*)_episodes\b", re.I)
-DATA_FILE = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
-VIDEO_FILE = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 EPISODES_FILE = "meta/episodes/chunk-000/file-000.parquet"
-#: Frames fetched per query while exporting (bounded memory).
-FRAME_BATCH_EPISODES = 1000
 #: MP4s copied from the stage at once.
 VIDEO_COPIES = 4
 
@@ -125,55 +140,6 @@ def write_tasks(tasks: list[str], path: Path) -> None:
     pq.write_table(table, path)
 
 
-class _Stats:
-    """Running min, max, sum, sum of squares and count per numeric feature (per element)."""
-
-    def __init__(self) -> None:
-        self.values: dict[str, dict[str, Any]] = {}
-
-    def add(self, name: str, column: pa.ChunkedArray | pa.Array) -> None:
-        kind = column.type
-        if pa.types.is_fixed_size_list(kind):
-            width = kind.list_size
-            flat = pc.list_flatten(column)
-        elif pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind):
-            width = 1
-            flat = column
-        else:
-            return  # strings, variable-length lists: no per-element statistics
-        flat = pc.cast(flat, pa.float64())
-        rows = len(flat) // width if width else 0
-        if rows == 0:
-            return
-        entry = self.values.setdefault(
-            name,
-            {
-                "min": [math.inf] * width,
-                "max": [-math.inf] * width,
-                "sum": [0.0] * width,
-                "sq": [0.0] * width,
-                "count": 0,
-            },
-        )
-        for i in range(width):
-            values = flat if width == 1 else flat.take(pa.array(range(i, len(flat), width)))
-            bounds = pc.min_max(values)
-            entry["min"][i] = min(entry["min"][i], bounds["min"].as_py())
-            entry["max"][i] = max(entry["max"][i], bounds["max"].as_py())
-            entry["sum"][i] += pc.sum(values).as_py()
-            entry["sq"][i] += pc.sum(pc.multiply(values, values)).as_py()
-        entry["count"] += rows
-
-    def result(self) -> dict[str, dict[str, list[float] | list[int]]]:
-        out: dict[str, dict[str, list[float] | list[int]]] = {}
-        for name, e in self.values.items():
-            n = e["count"]
-            mean = [s / n for s in e["sum"]]
-            std = [math.sqrt(max(0.0, q / n - m * m)) for q, m in zip(e["sq"], mean, strict=True)]
-            out[name] = {"min": e["min"], "max": e["max"], "mean": mean, "std": std, "count": [n]}
-        return out
-
-
 def _empty_directory(out_dir: str | Path) -> Path:
     root = Path(out_dir).expanduser().absolute()
     if root.exists() and any(root.iterdir()):
@@ -181,166 +147,308 @@ def _empty_directory(out_dir: str | Path) -> Path:
     return root
 
 
-def _in_list(values: Iterable[int]) -> str:
-    return ", ".join(str(int(v)) for v in values)
+def _video_stats(episodes: pa.Table, video_keys: list[str]) -> dict[str, dict[str, Any]]:
+    """Each camera's stats over the selected episodes, if import stored them for all of them."""
+    out: dict[str, dict[str, Any]] = {}
+    for key in video_keys:
+        prefix = f"{column_name(key)}__stats_"
+        names = [f"{prefix}{n}" for n in (*STAT_NAMES, "count")]
+        if episodes.num_rows == 0 or not all(n in episodes.column_names for n in names):
+            continue
+        columns = {n: episodes.column(f"{prefix}{n}").to_pylist() for n in (*STAT_NAMES, "count")}
+        if any(v is None for values in columns.values() for v in values):
+            continue
+        parts = [
+            VideoStats(
+                min=tuple(columns["min"][i]),
+                max=tuple(columns["max"][i]),
+                mean=tuple(columns["mean"][i]),
+                std=tuple(columns["std"][i]),
+                count=int(columns["count"][i]),
+            )
+            for i in range(episodes.num_rows)
+        ]
+        out[key] = aggregate_video_stats(parts).as_json()
+    return out
+
+
+async def _copy_video(client: AsyncClient, location: DataLocation, target: Path) -> None:
+    """Stream one object to ``target``, verified (size and SHA-256) before it is renamed there.
+
+    No fsync: an export is a directory of files written for a reader, not a
+    commit; a crash leaves an unfinished export to delete, whatever is synced.
+    """
+    await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
+    temporary = target.with_name(f".{target.name}.partial")
+    reader = await client.open(location)
+    try:
+        out = await asyncio.to_thread(open, temporary, "wb")
+        try:
+            await reader.copy_to(out)
+        finally:
+            await asyncio.to_thread(out.close)
+        await asyncio.to_thread(os.replace, temporary, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            temporary.unlink()
+        raise
+    finally:
+        await reader.aclose()
+
+
+def _info(schema: pa.Schema, frames: TableRef) -> dict[str, Any]:
+    """The source's info.json, which import keeps in the frames table's first field."""
+    text = (schema.field(0).metadata or {}).get(INFO_KEY)
+    if text is None:
+        raise InvalidDataset(f"{frames} was not made by import_lerobot (no info.json)")
+    info: dict[str, Any] = json.loads(text)
+    return info
+
+
+def _video_files(
+    info: dict[str, Any], episodes: list[dict[str, Any]], root: Path
+) -> tuple[dict[tuple[str, str], tuple[int, int]], list[tuple[DataLocation, Path]]]:
+    """(camera, sha256) -> (chunk, file) of each distinct source MP4, and what to copy where.
+
+    File indices count up per camera in episode order and wrap at ``chunks_size``.
+    """
+    video_keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
+    chunks_size = int(info.get("chunks_size") or DEFAULT_CHUNKS_SIZE)
+    slots: dict[tuple[str, str], tuple[int, int]] = {}
+    copies: list[tuple[DataLocation, Path]] = []
+    next_video: dict[str, tuple[int, int]] = dict.fromkeys(video_keys, (0, 0))
+    for row in episodes:
+        for key in video_keys:
+            location = row_to_location(row[column_name(key)])
+            if (key, location.sha256) not in slots:
+                chunk, file = slots[(key, location.sha256)] = next_video[key]
+                next_video[key] = next_slot(next_video[key], chunks_size)
+                target = VIDEO_FILE.format(video_key=key, chunk_index=chunk, file_index=file)
+                copies.append((location, root / target))
+    return slots, copies
+
+
+async def _lacks_episode_index(client: AsyncClient, sql: str) -> bool:
+    """Whether the selection plans, without an episode_index column (why the export failed)."""
+    try:
+        plan = await client.plan(sql)
+    except Exception:
+        return False
+    return "episode_index" not in plan.schema.names
+
+
+def _runs(episodes: Any) -> list[tuple[int, int]]:
+    """(start, end) of each run of equal values in a numpy array."""
+    import numpy as np
+
+    if len(episodes) == 0:
+        return []
+    cuts = [0, *(np.flatnonzero(np.diff(episodes)) + 1).tolist(), len(episodes)]
+    return list(itertools.pairwise(cuts))
 
 
 async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> ExportedDataset:
     """Write the selected episodes as a v3.0 dataset in ``out_dir`` (new or empty)."""
+    import numpy as np
+
     base = episodes_table(sql)
     frames_ref = TableRef.parse(f"{base}_frames")
     tasks_ref = TableRef.parse(f"{base}_tasks")
     root = await asyncio.to_thread(_empty_directory, out_dir)
-    selected = await client.query_table(sql)
-    if "episode_index" not in selected.column_names:
-        raise InvalidArgument("the SELECT must return episode_index")
-    wanted = sorted(set(selected.column("episode_index").to_pylist()))
-    frames_schema = await client.table_schema(frames_ref)
-    info_text = (frames_schema.field(0).metadata or {}).get(INFO_KEY)
-    if info_text is None:
-        raise InvalidDataset(f"{frames_ref} was not made by import_lerobot (no info.json)")
-    info = json.loads(info_text)
-    features = {
-        f.name: (f.metadata or {}).get(FEATURE_KEY, f.name.encode()).decode() for f in frames_schema
-    }
-    video_keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
-    episodes = await client.query_table(
-        f"SELECT * FROM {base}_episodes WHERE episode_index IN ({_in_list(wanted) or '-1'}) "
-        "ORDER BY episode_index"
-    )
-    all_tasks = await client.query_table(f"SELECT task_index, task FROM {tasks_ref}")
-    task_text = dict(
-        zip(all_tasks["task_index"].to_pylist(), all_tasks["task"].to_pylist(), strict=True)
-    )
-
-    root.mkdir(parents=True, exist_ok=True)
-    renumber = {old: new for new, old in enumerate(wanted)}
-    data_path = root / DATA_FILE.format(chunk_index=0, file_index=0)
-    data_path.parent.mkdir(parents=True)
-    source_names = [features[n] for n in frames_schema.names]
-    out_schema = pa.schema([pa.field(features[f.name], f.type, f.nullable) for f in frames_schema])
-    stats = _Stats()
-    ranges: dict[int, tuple[int, int]] = {}
-    used_tasks: set[int] = set()
-    # Pass 1: which tasks the frames use (their renumbering must be known before writing).
-    for start in range(0, len(wanted), FRAME_BATCH_EPISODES):
-        group = wanted[start : start + FRAME_BATCH_EPISODES]
-        used = await client.query_table(
-            f"SELECT DISTINCT task_index FROM {frames_ref} "
-            f"WHERE episode_index IN ({_in_list(group)})"
+    selection = f"SELECT episode_index FROM ({sql.strip().rstrip(';')}) AS lake_lerobot_selection"
+    # Round trip 1: the frames' schema (info.json), the selected episodes, every task with
+    # whether the selected frames use it. Each query names the selection as a subquery, so
+    # none waits for another. At most two run at once: a
+    # tenant holds two of a replica's query memory pools (LAKE_QUERY_MEMORY_POOLS_PER_TENANT).
+    # The videos start copying as soon as the episodes and the schema are known.
+    schema_reply = asyncio.ensure_future(client.table_schema(frames_ref))
+    episodes_reply = asyncio.ensure_future(
+        client.query_table(
+            f"SELECT * FROM {base}_episodes WHERE episode_index IN ({selection}) "
+            "ORDER BY episode_index"
         )
-        used_tasks.update(used["task_index"].to_pylist())
-    for row in episodes.column("tasks").to_pylist():
-        for text in row or []:
-            used_tasks.update(i for i, t in task_text.items() if t == text)
-    task_order = sorted(used_tasks)
-    task_map = {old: new for new, old in enumerate(task_order)}
-    # Videos: each distinct source MP4 once per camera, streamed and verified, a few at a
-    # time, while the frames are written.
-    files: dict[tuple[str, str], int] = {}
-    copies: list[tuple[DataLocation, Path]] = []
-    for row in episodes.to_pylist():
-        for key in video_keys:
-            location = row_to_location(row[column_name(key)])
-            slot = (key, location.sha256)
-            if slot not in files:
-                files[slot] = sum(1 for k, _ in files if k == key)
-                target = VIDEO_FILE.format(video_key=key, chunk_index=0, file_index=files[slot])
-                copies.append((location, root / target))
+    )
+    tasks_reply = asyncio.ensure_future(
+        client.query_table(
+            f"SELECT t.task_index, t.task, u.task_index IS NOT NULL AS used FROM {tasks_ref} AS t "
+            f"LEFT JOIN (SELECT DISTINCT task_index FROM {frames_ref} "
+            f"WHERE episode_index IN ({selection})) AS u ON t.task_index = u.task_index"
+        )
+    )
     limit = asyncio.Semaphore(VIDEO_COPIES)
 
     async def copy(location: DataLocation, target: Path) -> None:
         async with limit:
-            await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
-            reader = await client.open(location)
-            try:
-                await reader.copy_to(target)
-            finally:
-                await reader.aclose()
+            await _copy_video(client, location, target)
 
-    async def _write_frames() -> int:
-        """Stream the frames into the data file, renumbered; returns how many."""
-        index = 0
-        with pq.ParquetWriter(data_path, out_schema) as writer:
-            for start in range(0, len(wanted), FRAME_BATCH_EPISODES):
-                group = wanted[start : start + FRAME_BATCH_EPISODES]
-                result = await client.query(
-                    f"SELECT * FROM {frames_ref} WHERE episode_index IN ({_in_list(group)}) "
-                    "ORDER BY episode_index, frame_index"
-                )
-                while (batch := await result.next_batch()) is not None:
-                    if batch.num_rows == 0:
-                        continue
-                    table = pa.Table.from_batches([batch]).rename_columns(source_names)
-                    old_episode = table.column("episode_index").to_pylist()
-                    new_episode = [renumber[e] for e in old_episode]
-                    new_index = list(range(index, index + table.num_rows))
-                    for position, episode in enumerate(new_episode):
-                        low, high = ranges.get(episode, (index + position, index + position))
-                        ranges[episode] = (
-                            min(low, index + position),
-                            max(high, index + position + 1),
-                        )
-                    columns = {
-                        "episode_index": pa.array(
-                            new_episode, table.schema.field("episode_index").type
-                        ),
-                        "index": pa.array(new_index, table.schema.field("index").type),
-                        "task_index": pa.array(
-                            [task_map[t] for t in table.column("task_index").to_pylist()],
-                            table.schema.field("task_index").type,
-                        ),
-                    }
-                    for name, array in columns.items():
-                        table = table.set_column(table.schema.get_field_index(name), name, array)
-                    table = table.cast(out_schema)
-                    for name in table.column_names:
-                        stats.add(name, table.column(name))
-                    writer.write_table(table)
-                    index += table.num_rows
-        return index
+    async def copy_videos() -> tuple[dict[tuple[str, str], tuple[int, int]], int]:
+        """Each distinct source MP4 once per camera, streamed and verified, a few at a time."""
+        schema, selected = await asyncio.gather(schema_reply, episodes_reply)
+        slots, copies = _video_files(_info(schema, frames_ref), selected.to_pylist(), root)
+        await asyncio.to_thread(root.mkdir, parents=True, exist_ok=True)
+        await asyncio.gather(*(copy(location, target) for location, target in copies))
+        return slots, len(copies)
 
-    copying = asyncio.ensure_future(asyncio.gather(*(copy(loc, t) for loc, t in copies)))
+    copying = asyncio.ensure_future(copy_videos())
+    replies = (schema_reply, tasks_reply, episodes_reply)
     try:
-        index = await _write_frames()
+        frames_schema, all_tasks, episodes = await asyncio.gather(*replies)
+    except BaseException as failure:
+        for pending in (*replies, copying):
+            pending.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.gather(*replies, copying, return_exceptions=True)
+        # The subqueries fail without an episode_index column: say so plainly.
+        if isinstance(failure, Exception) and await _lacks_episode_index(client, sql):
+            raise InvalidArgument("the SELECT must return episode_index") from None
+        raise
+    try:
+        wanted = episodes.column("episode_index").to_pylist()
+        if len(set(wanted)) != len(wanted):
+            raise InvalidDataset(f"{base}_episodes holds an episode_index twice")
+        info = _info(frames_schema, frames_ref)
+        features = {
+            f.name: (f.metadata or {}).get(FEATURE_KEY, f.name.encode()).decode()
+            for f in frames_schema
+        }
+        video_keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
+        chunks_size = int(info.get("chunks_size") or DEFAULT_CHUNKS_SIZE)
+        data_limit = size_limit(info, "data_files_size_in_mb", DEFAULT_DATA_FILE_MB)
+        task_text = dict(
+            zip(all_tasks["task_index"].to_pylist(), all_tasks["task"].to_pylist(), strict=True)
+        )
+        used_tasks = {
+            i
+            for i, used in zip(
+                all_tasks["task_index"].to_pylist(), all_tasks["used"].to_pylist(), strict=True
+            )
+            if used
+        }
+        episode_list = episodes.to_pylist()
+        for row in episode_list:
+            for text in row["tasks"] or []:
+                used_tasks.update(i for i, t in task_text.items() if t == text)
+        task_order = sorted(used_tasks)
+        task_lookup = np.asarray(task_order, dtype=np.int64)
+        wanted_lookup = np.asarray(wanted, dtype=np.int64)
+        await asyncio.to_thread(root.mkdir, parents=True, exist_ok=True)
+        # Round trip 2: the frames, streamed while the videos are copied.
+        frames_result = await client.query(
+            f"SELECT * FROM {frames_ref} WHERE episode_index IN ({selection}) "
+            "ORDER BY episode_index, frame_index"
+        )
     except BaseException:
         copying.cancel()
+        with contextlib.suppress(BaseException):
+            await copying
+        raise
+    source_names = [features[n] for n in frames_schema.names]
+    out_schema = pa.schema([pa.field(features[f.name], f.type, f.nullable) for f in frames_schema])
+    stats = FrameStats()
+    ranges: dict[int, tuple[int, int]] = {}
+    data_slots: dict[int, tuple[int, int]] = {}
+    data = DataFiles(root, out_schema, data_limit, chunks_size)
+
+    def renumbered(batch: pa.RecordBatch, index: int) -> pa.Table:
+        table = pa.Table.from_batches([batch]).rename_columns(source_names)
+        old_episode = np.asarray(table.column("episode_index"))
+        new_episode = np.searchsorted(wanted_lookup, old_episode)
+        old_task = np.asarray(table.column("task_index"))
+        new_task = np.searchsorted(task_lookup, old_task)
+        if (
+            (new_episode >= len(wanted)).any()
+            or (wanted_lookup[np.minimum(new_episode, len(wanted) - 1)] != old_episode).any()
+            or (new_task >= len(task_order)).any()
+            or (task_lookup[np.minimum(new_task, len(task_order) - 1)] != old_task).any()
+        ):
+            raise InvalidDataset(f"{frames_ref} changed while it was exported: export again")
+        columns = {
+            "episode_index": new_episode,
+            "index": np.arange(index, index + table.num_rows),
+            "task_index": new_task,
+        }
+        for name, values in columns.items():
+            position = table.schema.get_field_index(name)
+            kind = table.schema.field(name).type
+            table = table.set_column(position, name, pa.array(values).cast(kind))
+        return table.cast(out_schema)
+
+    async def write_frames() -> int:
+        """Stream the frames into the data files, renumbered, episode by episode."""
+        index = 0
+        current: list[pa.Table] = []
+        current_episode = -1
+
+        def finish() -> None:
+            if current:
+                data_slots[current_episode] = data.add(pa.concat_tables(current))
+                current.clear()
+
+        while (batch := await frames_result.next_batch()) is not None:
+            if batch.num_rows == 0:
+                continue
+            table = renumbered(batch, index)
+            for name in table.column_names:
+                stats.add(name, table.column(name))
+            episode_numbers = np.asarray(table.column("episode_index"))
+            for low, high in _runs(episode_numbers):
+                episode = int(episode_numbers[low])
+                if episode != current_episode:
+                    finish()
+                    current_episode = episode
+                first, last = ranges.get(episode, (index + low, index + high))
+                ranges[episode] = (min(first, index + low), max(last, index + high))
+                current.append(table.slice(low, high - low))
+            index += table.num_rows
+        finish()
+        return index
+
+    try:
+        try:
+            index = await write_frames()
+        finally:
+            await asyncio.to_thread(data.close)
+        slots, copied = await copying
+    except BaseException:
+        frames_result.cancel()
+        copying.cancel()
+        with contextlib.suppress(BaseException):
+            await copying
         raise
 
-    await copying
     episode_rows: list[dict[str, Any]] = []
-    for row in episodes.to_pylist():
-        new = renumber[row["episode_index"]]
+    position = {old: new for new, old in enumerate(wanted)}
+    for row in episode_list:
+        new = position[row["episode_index"]]
         low, high = ranges.get(new, (0, 0))
-        record: dict[str, Any] = {
-            "episode_index": new,
-            "tasks": row["tasks"],
-            "length": row["length"],
-            "data/chunk_index": 0,
-            "data/file_index": 0,
-            "dataset_from_index": low,
-            "dataset_to_index": high,
-        }
         if high - low != row["length"]:
             raise InvalidDataset(
                 f"episode {row['episode_index']} has {high - low} frames in {frames_ref}, "
                 f"its episodes row says {row['length']}"
             )
+        chunk, file = data_slots.get(new, (0, 0))
+        record: dict[str, Any] = {
+            "episode_index": new,
+            "tasks": row["tasks"],
+            "length": row["length"],
+            "data/chunk_index": chunk,
+            "data/file_index": file,
+            "dataset_from_index": low,
+            "dataset_to_index": high,
+        }
         for key in video_keys:
             column = column_name(key)
-            slot = (key, row_to_location(row[column]).sha256)
-            record[f"videos/{key}/chunk_index"] = 0
-            record[f"videos/{key}/file_index"] = files[slot]
+            chunk, file = slots[(key, row_to_location(row[column]).sha256)]
+            record[f"videos/{key}/chunk_index"] = chunk
+            record[f"videos/{key}/file_index"] = file
             record[f"videos/{key}/from_timestamp"] = row[f"{column}__from_timestamp"]
             record[f"videos/{key}/to_timestamp"] = row[f"{column}__to_timestamp"]
         record["meta/episodes/chunk_index"] = 0
         record["meta/episodes/file_index"] = 0
         episode_rows.append(record)
 
-    meta = root / "meta"
-    (meta / "episodes" / "chunk-000").mkdir(parents=True)
-    pq.write_table(pa.Table.from_pylist(episode_rows), root / EPISODES_FILE)
-    write_tasks([task_text[i] for i in task_order], meta / "tasks.parquet")
+    frame_stats = stats.result()
+    video_stats = _video_stats(episodes, video_keys)
     info = {
         **info,
         "codebase_version": SUPPORTED_VERSION,
@@ -351,6 +459,14 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
         "data_path": DATA_FILE,
         "video_path": VIDEO_FILE if video_keys else None,
     }
-    (meta / "info.json").write_text(json.dumps(info, indent=4))
-    (meta / "stats.json").write_text(json.dumps(stats.result(), indent=4))
-    return ExportedDataset(root, len(wanted), index, len(task_order), len(copies))
+
+    def write_meta() -> None:
+        meta = root / "meta"
+        (meta / "episodes" / "chunk-000").mkdir(parents=True)
+        pq.write_table(pa.Table.from_pylist(episode_rows), root / EPISODES_FILE)
+        write_tasks([task_text[i] for i in task_order], meta / "tasks.parquet")
+        (meta / "info.json").write_text(json.dumps(info, indent=4))
+        (meta / "stats.json").write_text(json.dumps({**frame_stats, **video_stats}, indent=4))
+
+    await asyncio.to_thread(write_meta)
+    return ExportedDataset(root, len(wanted), index, len(task_order), copied)

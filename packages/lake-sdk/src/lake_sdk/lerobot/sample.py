@@ -36,6 +36,9 @@ class DatasetSpec:
     version: str = "v3.0"
     #: Fill pictures with noise (big videos, for benchmarks); flat colours otherwise.
     noise: bool = False
+    #: info.json's file limits (LeRobot's defaults).
+    chunks_size: int = 1000
+    data_files_size_in_mb: float = 100
 
 
 def _picture(episode: int, frame: int, camera: int, size: int, noise: bool = False) -> Any:
@@ -150,8 +153,8 @@ def write_dataset(root: Path, spec: DatasetSpec = DatasetSpec()) -> Path:
         "total_episodes": len(spec.lengths),
         "total_frames": index,
         "total_tasks": len(TASKS),
-        "chunks_size": 1000,
-        "data_files_size_in_mb": 100,
+        "chunks_size": spec.chunks_size,
+        "data_files_size_in_mb": spec.data_files_size_in_mb,
         "video_files_size_in_mb": 500,
         "fps": fps,
         "splits": {"train": f"0:{len(spec.lengths)}"},
