@@ -136,9 +136,7 @@ def test_concurrent_first_uses_of_a_file_read_it_once(tmp_path: Path) -> None:
     verifier = DataFileVerifier(lambda table, paths: digests, reader=reader)
     with ThreadPoolExecutor(8) as pool:
         runs = [
-            pool.submit(
-                verifier.check, lance.dataset(uri, version=1), TABLE, descriptor(uri, 1)
-            )
+            pool.submit(verifier.check, lance.dataset(uri, version=1), TABLE, descriptor(uri, 1))
             for _ in range(8)
         ]
         while not reader.reads:  # the first check is reading; let the others pile up
@@ -161,9 +159,7 @@ def test_concurrent_first_uses_of_a_corrupt_file_all_fail(tmp_path: Path) -> Non
     verifier = DataFileVerifier(lambda table, paths: digests, reader=reader)
     with ThreadPoolExecutor(4) as pool:
         runs = [
-            pool.submit(
-                verifier.check, lance.dataset(uri, version=1), TABLE, descriptor(uri, 1)
-            )
+            pool.submit(verifier.check, lance.dataset(uri, version=1), TABLE, descriptor(uri, 1))
             for _ in range(4)
         ]
         while not reader.reads:
