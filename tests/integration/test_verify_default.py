@@ -104,9 +104,7 @@ def test_verification_is_on_by_default_and_reads_each_file_once(
                     sdk.query_table(sql)
         metrics = scrape(port)
         # A file that failed is read again on every open (a query may open twice).
-        assert value(metrics, "lake_query_verified_files_total", outcome="mismatch") >= len(
-            QUERIES
-        )
+        assert value(metrics, "lake_query_verified_files_total", outcome="mismatch") >= len(QUERIES)
         flip(first, position)  # repaired
 
         with lake_sdk.Client(checked.url) as sdk:
