@@ -170,13 +170,13 @@ class MetaHandler(FlightHandler):
         request = protocol.decode(integrity.DataFileDigestsRequest, body)
         _authorize(principal, request.table)
         record = await self.coordinator.describe_table(request.table)
-        files = await asyncio.to_thread(store.recorded, record.incarnation)
         if request.paths is None:
-            wanted = list(files.values())
+            files = await asyncio.to_thread(store.recorded, record.incarnation)
         else:  # a replica verifying a version asks only for the files it has not checked
-            wanted = [files[path] for path in dict.fromkeys(request.paths) if path in files]
+            paths = list(dict.fromkeys(request.paths))
+            files = await asyncio.to_thread(store.digests_of, record.incarnation, paths)
         return integrity.DataFileDigestsResult(
-            table=request.table, incarnation=record.incarnation, files=wanted
+            table=request.table, incarnation=record.incarnation, files=list(files.values())
         )
 
     async def _create_table(

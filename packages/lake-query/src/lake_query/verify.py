@@ -144,7 +144,12 @@ class DataFileVerifier:
         self._reader = reader or DataFileReader()
         #: (location, incarnation, path) -> the (size, sha256) it matched (None: unrecorded).
         self._files = _Lru(capacity)
-        #: (location, incarnation, engine version) whose every file is in ``_files``.
+        #: (location, incarnation, Lance fragment id) whose data files are all verified.
+        #: Listing a fragment's files costs far more than its id, and a version
+        #: lists every fragment of the table; Lake never adds files to an existing
+        #: fragment (no column merges: appends and compaction make new fragments).
+        self._fragments = _Lru(capacity)
+        #: (location, incarnation, engine version) whose every file is verified.
         self._versions = _Lru(capacity)
         #: Checks running now, by file key: later callers wait for the first one's verdict.
         self._flights: dict[tuple[str, str, str], Future[str]] = {}
@@ -164,7 +169,15 @@ class DataFileVerifier:
         with self._lock:
             if version_key in self._versions and not recheck:
                 return
-            paths = list(dict.fromkeys(fragment_file_paths(dataset.get_fragments())))
+        fragments = dataset.get_fragments()
+        with self._lock:
+            unverified = [
+                fragment
+                for fragment in fragments
+                if recheck or (location, incarnation, fragment.fragment_id) not in self._fragments
+            ]
+        paths = list(dict.fromkeys(fragment_file_paths(unverified)))
+        with self._lock:
             pending = [
                 path
                 for path in paths
@@ -190,6 +203,8 @@ class DataFileVerifier:
                     )
             series.VERIFY_RUNS.inc(outcome="ok")
         with self._lock:
+            for fragment in unverified:
+                self._fragments.add((location, incarnation, fragment.fragment_id))
             self._versions.add(version_key)
 
     def _check_file(
