@@ -11,7 +11,7 @@ import lance
 import pyarrow as pa
 import pytest
 
-from lake_core.errors import ConfigError, DataCorrupted
+from lake_core.errors import ConfigError, DataCorrupted, VersionReclaimed
 from lake_core.integrity import DataFileDigest, DataFileReader, digest_file, fragment_file_paths
 from lake_core.models import TableDescriptor
 from lake_core.names import TableRef
@@ -173,3 +173,12 @@ def test_concurrent_first_uses_of_a_corrupt_file_all_fail(tmp_path: Path) -> Non
     with pytest.raises(DataCorrupted):
         verifier.check(lance.dataset(uri, version=1), TABLE, descriptor(uri, 1))
     assert len(reader.reads) >= 2
+
+
+def test_a_missing_file_is_a_reclaimed_version_not_corruption(tmp_path: Path) -> None:
+    uri, digests = dataset(tmp_path, appends=1)
+    [path] = digests
+    (Path(uri) / "data" / path).unlink()  # retention or GC took it
+    verifier = DataFileVerifier(lambda table, paths: digests)
+    with pytest.raises(VersionReclaimed, match=r"^lake\.ns\.t version 1 is no longer available"):
+        verifier.check(lance.dataset(uri, version=1), TABLE, descriptor(uri, 1))

@@ -33,7 +33,7 @@ from typing import Any
 import structlog
 
 from lake_core.config import QUERY_VERIFY_ON_OPEN as VERIFY_ON_OPEN
-from lake_core.errors import ConfigError, DataCorrupted, Internal, Unavailable
+from lake_core.errors import ConfigError, DataCorrupted, Internal, Unavailable, VersionReclaimed
 from lake_core.integrity import (
     DATA_FILE_DIGESTS,
     MAX_DIGEST_PATHS,
@@ -62,8 +62,9 @@ DEFAULT_CAPACITY = 100_000
 #: Recorded digests of some of a table's data files, by path (blocking).
 DigestSource = Callable[[TableRef, Sequence[str]], Mapping[str, DataFileDigest]]
 
-#: What one file's check found: its digest matched, differed, or none was recorded.
-_OK, _MISMATCH, _UNRECORDED = "ok", "mismatch", "unrecorded"
+#: What one file's check found: its digest matched, differed, none was recorded,
+#: or the file is gone (retention or GC reclaimed the version: not corruption).
+_OK, _MISMATCH, _UNRECORDED, _MISSING = "ok", "mismatch", "unrecorded", "missing"
 
 
 def verify_on_open(env: Mapping[str, str]) -> bool:
@@ -188,6 +189,12 @@ class DataFileVerifier:
             expected = self._digests(table, pending)
             for path in pending:
                 verdict = self._check_file(table, location, incarnation, path, expected.get(path))
+                if verdict == _MISSING:
+                    raise VersionReclaimed(
+                        f"{table.qualified} version {descriptor.version} is no longer available "
+                        "(retention reclaimed it, or the table was dropped); run the query again "
+                        "to read the current version"
+                    )
                 if verdict == _MISMATCH:
                     with self._lock:
                         self._versions.discard(version_key)
@@ -232,7 +239,7 @@ class DataFileVerifier:
             flight.set_exception(exc)
             raise
         with self._lock:
-            if verdict == _MISMATCH:
+            if verdict in (_MISMATCH, _MISSING):
                 self._files.discard(key)
             else:
                 matched = None if expected is None else (expected.size_bytes, expected.sha256)
@@ -248,24 +255,20 @@ class DataFileVerifier:
             log.warning("data file has no recorded digest", table=table.qualified)
             series.QUERY_VERIFIED_FILES.inc(outcome=_UNRECORDED)
             return _UNRECORDED
-        size, sha = self._digest(table, location, path)
-        series.QUERY_VERIFIED_BYTES.inc(max(size, 0))
-        if (size, sha) != (expected.size_bytes, expected.sha256):
-            series.QUERY_VERIFIED_FILES.inc(outcome=_MISMATCH)
-            return _MISMATCH
-        series.QUERY_VERIFIED_FILES.inc(outcome=_OK)
-        return _OK
-
-    def _digest(self, table: TableRef, location: str, path: str) -> tuple[int, str]:
-        """Size and SHA-256 as stored now; ``(-1, "")`` for a file gone or unreadable."""
         try:
-            return self._reader.digest(location, path)
+            size, sha = self._reader.digest(location, path)
         except FileNotFoundError:
-            return -1, ""
+            return _MISSING
         except OSError:
             if self._reader.is_remote(location):
                 # The store did not answer: no verdict, and no rows either.
                 raise Unavailable(
                     f"{table.qualified}: table storage is unreachable right now; retry"
                 ) from None
-            return -1, ""
+            size, sha = -1, ""  # there but unreadable: not what the commit wrote
+        series.QUERY_VERIFIED_BYTES.inc(max(size, 0))
+        if (size, sha) != (expected.size_bytes, expected.sha256):
+            series.QUERY_VERIFIED_FILES.inc(outcome=_MISMATCH)
+            return _MISMATCH
+        series.QUERY_VERIFIED_FILES.inc(outcome=_OK)
+        return _OK

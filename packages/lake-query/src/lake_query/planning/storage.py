@@ -124,8 +124,8 @@ class DatasetOpener:
             if self._verifier is not None:
                 try:
                     self._verifier.check(dataset, table, descriptor, recheck=True)
-                except DataCorrupted as corrupted:
-                    return corrupted
+                except (DataCorrupted, VersionReclaimed) as failure:
+                    return failure
         return None
 
 
