@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -11,11 +12,18 @@ import lance
 import pyarrow as pa
 import pytest
 
-from lake_core.errors import ConfigError, DataCorrupted, VersionReclaimed
-from lake_core.integrity import DataFileDigest, DataFileReader, digest_file, fragment_file_paths
+from lake_core.errors import ConfigError, DataCorrupted, InvalidArgument, VersionReclaimed
+from lake_core.integrity import (
+    DataFileDigest,
+    DataFileDigestsRequest,
+    DataFileDigestsResult,
+    DataFileReader,
+    digest_file,
+    fragment_file_paths,
+)
 from lake_core.models import TableDescriptor
 from lake_core.names import TableRef
-from lake_query.verify import VERIFY_ON_OPEN, DataFileVerifier, verify_on_open
+from lake_query.verify import VERIFY_ON_OPEN, DataFileVerifier, MetaDigests, verify_on_open
 
 TABLE = TableRef("ns", "t")
 
@@ -182,3 +190,41 @@ def test_a_missing_file_is_a_reclaimed_version_not_corruption(tmp_path: Path) ->
     verifier = DataFileVerifier(lambda table, paths: digests)
     with pytest.raises(VersionReclaimed, match=r"^lake\.ns\.t version 1 is no longer available"):
         verifier.check(lance.dataset(uri, version=1), TABLE, descriptor(uri, 1))
+
+
+class OldMetasrv:
+    """A Metasrv of the previous release: whole-table digest requests only."""
+
+    def __init__(self, digests: dict[str, DataFileDigest]) -> None:
+        self.digests = digests
+        self.requests: list[object] = []
+
+    async def action(self, kind: str, request: object, model: type) -> object:
+        self.requests.append(request)
+        if isinstance(request, DataFileDigestsRequest):
+            raise InvalidArgument("malformed TableRequest: paths: Extra inputs are not permitted")
+        return DataFileDigestsResult(
+            table=TABLE, incarnation="i1", files=list(self.digests.values())
+        )
+
+
+def test_a_replica_falls_back_to_whole_table_digests_from_an_older_metasrv() -> None:
+    digests = {p: DataFileDigest(path=p, size_bytes=1, sha256="0" * 64) for p in ("a", "b", "c")}
+    meta = OldMetasrv(digests)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        source = MetaDigests(meta, loop)
+        assert source(TABLE, ["b"]) == {"b": digests["b"]}
+        assert source(TABLE, ["a", "x"]) == {"a": digests["a"]}
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+    # Asked by path once; whole-table requests after that.
+    assert [type(r).__name__ for r in meta.requests] == [
+        "DataFileDigestsRequest",
+        "TableRequest",
+        "TableRequest",
+    ]

@@ -33,7 +33,14 @@ from typing import Any
 import structlog
 
 from lake_core.config import QUERY_VERIFY_ON_OPEN as VERIFY_ON_OPEN
-from lake_core.errors import ConfigError, DataCorrupted, Internal, Unavailable, VersionReclaimed
+from lake_core.errors import (
+    ConfigError,
+    DataCorrupted,
+    Internal,
+    InvalidArgument,
+    Unavailable,
+    VersionReclaimed,
+)
 from lake_core.integrity import (
     DATA_FILE_DIGESTS,
     MAX_DIGEST_PATHS,
@@ -45,6 +52,7 @@ from lake_core.integrity import (
 )
 from lake_core.models import TableDescriptor
 from lake_core.names import TableRef
+from lake_core.protocol import TableRequest
 from lake_core.telemetry import series
 
 __all__ = [
@@ -82,6 +90,8 @@ class MetaDigests:
         self._meta = meta
         self._loop = loop
         self._timeout_s = timeout_s
+        #: Whether Metasrv takes ``paths`` (every Metasrv of this release does).
+        self._by_path = True
 
     def __call__(self, table: TableRef, paths: Sequence[str]) -> Mapping[str, DataFileDigest]:
         try:
@@ -92,13 +102,24 @@ class MetaDigests:
             raise Internal("data files are verified off the event loop")  # would deadlock
         found: dict[str, DataFileDigest] = {}
         for start in range(0, len(paths), MAX_DIGEST_PATHS):
-            request = DataFileDigestsRequest(
-                table=table, paths=list(paths[start : start + MAX_DIGEST_PATHS])
-            )
-            call = self._meta.action(DATA_FILE_DIGESTS, request, DataFileDigestsResult)
-            result = asyncio.run_coroutine_threadsafe(call, self._loop).result(self._timeout_s)
-            found.update((digest.path, digest) for digest in result.files)
+            chunk = list(paths[start : start + MAX_DIGEST_PATHS])
+            if self._by_path:
+                try:
+                    result = self._ask(DataFileDigestsRequest(table=table, paths=chunk))
+                except InvalidArgument:
+                    # A Metasrv older than this replica (a rolling upgrade) knows
+                    # only the whole-table form: use it from now on.
+                    log.info("Metasrv returns digests only for whole tables")
+                    self._by_path = False
+            if not self._by_path:
+                result = self._ask(TableRequest(table=table))
+            wanted = set(chunk)
+            found.update((d.path, d) for d in result.files if d.path in wanted)
         return found
+
+    def _ask(self, request: TableRequest | DataFileDigestsRequest) -> DataFileDigestsResult:
+        call = self._meta.action(DATA_FILE_DIGESTS, request, DataFileDigestsResult)
+        return asyncio.run_coroutine_threadsafe(call, self._loop).result(self._timeout_s)
 
 
 class _Lru:
