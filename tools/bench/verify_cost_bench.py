@@ -166,10 +166,12 @@ def run(quick: bool) -> list[Figure]:
         rows = megabytes * 1024 * 1024 // 16 // fragments
         with flightsql.connect(f"grpc://{writer.addr}", autocommit=True) as conn:
             for fragment in range(fragments):  # bulk ingests: one commit each
+                batch = _cold_rows(fragment, rows)
+                step = 128 * 1024  # 2 MB messages: gRPC refuses messages over 16 MiB
                 with conn.cursor() as cursor:
                     cursor.adbc_ingest(
                         COLD.name,
-                        pa.Table.from_batches([_cold_rows(fragment, rows)]),
+                        pa.Table.from_batches([batch.slice(i, step) for i in range(0, rows, step)]),
                         mode="append",
                         db_schema_name=COLD.namespace,
                     )
