@@ -27,6 +27,7 @@ BENCHMARKS = [
     "tools.bench.dynamo_bench",
     "tools.bench.registrar_bench",
     "tools.bench.verify_bench",
+    "tools.bench.verify_cost_bench",
     "tools.bench.partitions_bench",
     "tools.bench.gc_bench",
     "tools.bench.frames_bench",

@@ -67,7 +67,7 @@ def run(quick: bool) -> list[Figure]:
             dataset.to_table(filter="id = 12345")  # type: ignore[attr-defined]
 
         def first_verified() -> float:
-            verifier = DataFileVerifier(lambda table: digests)
+            verifier = DataFileVerifier(lambda table, paths: digests)
             dataset = lance.dataset(uri, version=version)
             return 1000 * timed(
                 lambda: (verifier.check(dataset, TABLE, descriptor), query(dataset))
@@ -77,7 +77,7 @@ def run(quick: bool) -> list[Figure]:
             dataset = lance.dataset(uri, version=version)
             return 1000 * timed(lambda: query(dataset))
 
-        warm = DataFileVerifier(lambda table: digests)
+        warm = DataFileVerifier(lambda table, paths: digests)
         warm.check(lance.dataset(uri, version=version), TABLE, descriptor)
 
         def repeat_check() -> float:

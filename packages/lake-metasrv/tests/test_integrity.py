@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import pyarrow as pa
@@ -9,9 +11,10 @@ import pytest
 
 from lake_core import protocol
 from lake_core.ids import new_operation_id
+from lake_core.integrity import DataFileDigest
 from lake_core.names import TableRef
 from lake_metasrv.commits import CommitCoordinator
-from lake_metasrv.integrity import LocalDigestStore, verify_table
+from lake_metasrv.integrity import LocalDigestStore, VersionDigests, verify_table
 from lake_metasrv.maintenance import CompactionSettings, Maintenance
 
 T = TableRef("robots", "checked")
@@ -61,3 +64,45 @@ async def test_appends_and_compaction_are_recorded_and_a_flip_is_reported(
     compacted.unlink()
     gone = await verify_table(coordinator, store, T, all_versions=False)
     assert [p.problem for p in gone.problems] == ["missing"]
+
+
+class CountingStore(LocalDigestStore):
+    """Counts the records it reads."""
+
+    reads: list[str]
+
+    def _read(self, incarnation: str, names: Sequence[str]) -> list[bytes]:
+        self.reads.extend(names)
+        return super()._read(incarnation, names)
+
+
+def record_of(store: LocalDigestStore, version: int, paths: list[str]) -> tuple[str, bytes]:
+    record = VersionDigests(
+        table=T,
+        incarnation="inc",
+        version=version,
+        files=[DataFileDigest(path=p, size_bytes=len(p), sha256=p * 2) for p in paths],
+    )
+    return store.name(version), json.dumps(record.model_dump(mode="json")).encode()
+
+
+def test_digests_by_path_read_only_records_not_read_yet(tmp_path: Path) -> None:
+    store = CountingStore(tmp_path, engine=None)  # type: ignore[arg-type]
+    store.reads = []
+    store._put("inc", [record_of(store, v, [f"f{v}"]) for v in range(1, 4)])
+    assert set(store.digests_of("inc", ["f1", "f3"])) == {"f1", "f3"}
+    assert sorted(store.reads) == ["1.json", "2.json", "3.json"]
+    # Known paths are answered from memory; a new version's file reads only its record.
+    store.reads.clear()
+    assert set(store.digests_of("inc", ["f2"])) == {"f2"}
+    assert store.reads == []
+    store._put("inc", [record_of(store, 4, ["f4"])])
+    assert store.digests_of("inc", ["f4", "f1"])["f4"].size_bytes == 2
+    assert store.reads == ["4.json"]
+    # A record rewritten under the same name (a failed commit's version reused) is read again.
+    store.reads.clear()
+    store._put("inc", [record_of(store, 4, ["f4b"])])
+    assert set(store.digests_of("inc", ["f4b", "gone"])) == {"f4b"}
+    assert store.reads == ["4.json"]
+    # The uncached form still reads everything, as verify-table needs.
+    assert set(store.recorded("inc")) == {"f1", "f2", "f3", "f4b"}

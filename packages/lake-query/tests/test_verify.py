@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import lance
 import pyarrow as pa
 import pytest
 
-from lake_core.errors import ConfigError, DataCorrupted
-from lake_core.integrity import DataFileDigest, digest_file, fragment_file_paths
+from lake_core.errors import ConfigError, DataCorrupted, InvalidArgument, VersionReclaimed
+from lake_core.integrity import (
+    DataFileDigest,
+    DataFileDigestsRequest,
+    DataFileDigestsResult,
+    DataFileReader,
+    digest_file,
+    fragment_file_paths,
+)
 from lake_core.models import TableDescriptor
 from lake_core.names import TableRef
-from lake_query.verify import VERIFY_ON_OPEN, DataFileVerifier, verify_on_open
+from lake_query.verify import VERIFY_ON_OPEN, DataFileVerifier, MetaDigests, verify_on_open
 
 TABLE = TableRef("ns", "t")
 
@@ -40,9 +51,9 @@ def test_files_are_read_once_and_a_corrupt_one_is_refused_every_time(tmp_path: P
     uri, digests = dataset(tmp_path)
     fetches: list[TableRef] = []
 
-    def source(table: TableRef) -> dict[str, DataFileDigest]:
+    def source(table: TableRef, paths: Sequence[str]) -> dict[str, DataFileDigest]:
         fetches.append(table)
-        return digests
+        return {path: digests[path] for path in paths}
 
     verifier = DataFileVerifier(source)
     first = lance.dataset(uri, version=1)
@@ -68,7 +79,7 @@ def test_files_are_read_once_and_a_corrupt_one_is_refused_every_time(tmp_path: P
 
 def test_memory_is_bounded(tmp_path: Path) -> None:
     uri, digests = dataset(tmp_path, appends=3)
-    verifier = DataFileVerifier(lambda table: digests, capacity=2)
+    verifier = DataFileVerifier(lambda table, paths: digests, capacity=2)
     for version in (1, 2, 3):
         verifier.check(lance.dataset(uri, version=version), TABLE, descriptor(uri, version))
     assert len(verifier._files._keys) == 2
@@ -76,8 +87,144 @@ def test_memory_is_bounded(tmp_path: Path) -> None:
 
 
 def test_the_setting_is_validated() -> None:
-    assert verify_on_open({}) is False
+    assert verify_on_open({}) is True  # on by default (issue 36)
+    assert verify_on_open({VERIFY_ON_OPEN: "false"}) is False
     assert verify_on_open({VERIFY_ON_OPEN: "true"}) is True
     assert verify_on_open({VERIFY_ON_OPEN: "0"}) is False
     with pytest.raises(ConfigError, match=VERIFY_ON_OPEN):
         verify_on_open({VERIFY_ON_OPEN: "yes please"})
+
+
+class CountingReader(DataFileReader):
+    """Counts the files it hashes; ``gate`` holds every read until set."""
+
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        super().__init__()
+        self.reads: list[str] = []
+        self.gate = gate
+        self._lock = threading.Lock()
+
+    def digest(self, location: str, path: str) -> tuple[int, str]:
+        with self._lock:
+            self.reads.append(path)
+        if self.gate is not None:
+            assert self.gate.wait(30)
+        return super().digest(location, path)
+
+
+def test_a_new_version_reads_and_asks_for_only_its_new_files(tmp_path: Path) -> None:
+    uri, digests = dataset(tmp_path, appends=3)
+    asked: list[list[str]] = []
+
+    def source(table: TableRef, paths: Sequence[str]) -> dict[str, DataFileDigest]:
+        asked.append(list(paths))
+        return {path: digests[path] for path in paths}
+
+    reader = CountingReader()
+    verifier = DataFileVerifier(source, reader=reader)
+    files = {
+        v: fragment_file_paths(lance.dataset(uri, version=v).get_fragments()) for v in (1, 2, 3)
+    }
+    for version in (1, 2, 3):
+        verifier.check(lance.dataset(uri, version=version), TABLE, descriptor(uri, version))
+    new_in_2 = sorted(set(files[2]) - set(files[1]))
+    new_in_3 = sorted(set(files[3]) - set(files[2]))
+    assert [sorted(a) for a in asked] == [sorted(files[1]), new_in_2, new_in_3]
+    assert sorted(reader.reads) == sorted(files[3])  # each file read exactly once
+    # Another incarnation at the same location is another table: its files are read again.
+    other = TableDescriptor(location=uri, incarnation="i2", version=3, engine_version=3)
+    verifier.check(lance.dataset(uri, version=3), TABLE, other)
+    assert len(reader.reads) == 2 * len(files[3])
+
+
+def test_concurrent_first_uses_of_a_file_read_it_once(tmp_path: Path) -> None:
+    uri, digests = dataset(tmp_path, appends=1)
+    gate = threading.Event()
+    reader = CountingReader(gate)
+    verifier = DataFileVerifier(lambda table, paths: digests, reader=reader)
+    with ThreadPoolExecutor(8) as pool:
+        runs = [
+            pool.submit(verifier.check, lance.dataset(uri, version=1), TABLE, descriptor(uri, 1))
+            for _ in range(8)
+        ]
+        while not reader.reads:  # the first check is reading; let the others pile up
+            gate.wait(0.01)
+        gate.wait(0.2)
+        gate.set()
+        for run in runs:
+            run.result(timeout=30)
+    assert len(reader.reads) == 1
+
+
+def test_concurrent_first_uses_of_a_corrupt_file_all_fail(tmp_path: Path) -> None:
+    uri, digests = dataset(tmp_path, appends=1)
+    [path] = digests
+    target = Path(uri) / "data" / path
+    raw = target.read_bytes()
+    target.write_bytes(raw[:20] + bytes([raw[20] ^ 0x01]) + raw[21:])
+    gate = threading.Event()
+    reader = CountingReader(gate)
+    verifier = DataFileVerifier(lambda table, paths: digests, reader=reader)
+    with ThreadPoolExecutor(4) as pool:
+        runs = [
+            pool.submit(verifier.check, lance.dataset(uri, version=1), TABLE, descriptor(uri, 1))
+            for _ in range(4)
+        ]
+        while not reader.reads:
+            gate.wait(0.01)
+        gate.wait(0.2)
+        gate.set()
+        for run in runs:
+            with pytest.raises(DataCorrupted):
+                run.result(timeout=30)
+    # Not remembered: the next open reads it again, and fails again.
+    with pytest.raises(DataCorrupted):
+        verifier.check(lance.dataset(uri, version=1), TABLE, descriptor(uri, 1))
+    assert len(reader.reads) >= 2
+
+
+def test_a_missing_file_is_a_reclaimed_version_not_corruption(tmp_path: Path) -> None:
+    uri, digests = dataset(tmp_path, appends=1)
+    [path] = digests
+    (Path(uri) / "data" / path).unlink()  # retention or GC took it
+    verifier = DataFileVerifier(lambda table, paths: digests)
+    with pytest.raises(VersionReclaimed, match=r"^lake\.ns\.t version 1 is no longer available"):
+        verifier.check(lance.dataset(uri, version=1), TABLE, descriptor(uri, 1))
+
+
+class OldMetasrv:
+    """A Metasrv of the previous release: whole-table digest requests only."""
+
+    def __init__(self, digests: dict[str, DataFileDigest]) -> None:
+        self.digests = digests
+        self.requests: list[object] = []
+
+    async def action(self, kind: str, request: object, model: type) -> object:
+        self.requests.append(request)
+        if isinstance(request, DataFileDigestsRequest):
+            raise InvalidArgument("malformed TableRequest: paths: Extra inputs are not permitted")
+        return DataFileDigestsResult(
+            table=TABLE, incarnation="i1", files=list(self.digests.values())
+        )
+
+
+def test_a_replica_falls_back_to_whole_table_digests_from_an_older_metasrv() -> None:
+    digests = {p: DataFileDigest(path=p, size_bytes=1, sha256="0" * 64) for p in ("a", "b", "c")}
+    meta = OldMetasrv(digests)
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        source = MetaDigests(meta, loop)
+        assert source(TABLE, ["b"]) == {"b": digests["b"]}
+        assert source(TABLE, ["a", "x"]) == {"a": digests["a"]}
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+    # Asked by path once; whole-table requests after that.
+    assert [type(r).__name__ for r in meta.requests] == [
+        "DataFileDigestsRequest",
+        "TableRequest",
+        "TableRequest",
+    ]

@@ -450,10 +450,11 @@ QUERY_STALL_TIMEOUT_MS = EnvVar(
 )
 QUERY_VERIFY_ON_OPEN = EnvVar(
     "LAKE_QUERY_VERIFY_ON_OPEN",
-    doc="Check size and SHA-256 of every data file of a local table once, the first time "
-    "this replica opens it, before serving rows from it (a mismatch is DATA_LOSS).",
+    doc="Check size and SHA-256 of every data file once per replica, the first time a "
+    "query reads it, before serving rows from it (a mismatch is DATA_LOSS); false turns "
+    "the check off.",
     owner=QUERY,
-    default="false",
+    default="true",
     range="true/false",
 )
 QUERY_MAX_EXPRESSION_TERMS = EnvVar(

@@ -11,7 +11,8 @@ record never carries a storage URI.
 Actions (JSON bodies, see :mod:`lake_core.protocol`):
 
 - ``lake.verify_table``: :class:`VerifyTableRequest` -> :class:`VerifyTableResult` (admin).
-- ``lake.data_file_digests``: ``TableRequest`` -> :class:`DataFileDigestsResult`.
+- ``lake.data_file_digests``: :class:`DataFileDigestsRequest` (or a plain
+  ``TableRequest``: every file) -> :class:`DataFileDigestsResult`.
 """
 
 from __future__ import annotations
@@ -31,8 +32,10 @@ from lake_core.store_fs import StoreFileSystems
 
 __all__ = [
     "DATA_FILE_DIGESTS",
+    "MAX_DIGEST_PATHS",
     "VERIFY_TABLE",
     "DataFileDigest",
+    "DataFileDigestsRequest",
     "DataFileDigestsResult",
     "DataFileProblem",
     "DataFileReader",
@@ -58,8 +61,19 @@ class DataFileDigest(WireModel):
     sha256: str
 
 
+#: Paths one ``lake.data_file_digests`` request may name (a replica asks in chunks).
+MAX_DIGEST_PATHS = 1000
+
+
+class DataFileDigestsRequest(WireModel):
+    """The recorded digests of ``paths`` (all the incarnation's files when None)."""
+
+    table: TableRef
+    paths: list[str] | None = Field(default=None, max_length=MAX_DIGEST_PATHS)
+
+
 class DataFileDigestsResult(WireModel):
-    """Every recorded data file of the table's current incarnation."""
+    """Recorded data files of the table's current incarnation (those asked for)."""
 
     table: TableRef
     incarnation: str

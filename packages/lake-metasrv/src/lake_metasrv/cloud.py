@@ -161,21 +161,32 @@ class S3DigestStore(DigestStore):
             except Exception as exc:
                 raise _s3_error(exc, f"s3://{self.bucket}/{key}") from None
 
-    def _bodies(self, incarnation: str) -> list[bytes]:
+    def _listing(self, incarnation: str) -> dict[str, str]:
+        prefix = self._key(incarnation)
         try:
-            return self._read_all(incarnation)
+            listing: dict[str, str] = {}
+            pages = (
+                self._client()
+                .get_paginator("list_objects_v2")
+                .paginate(Bucket=self.bucket, Prefix=prefix)
+            )
+            for page in pages:
+                for item in page.get("Contents", ()):
+                    if item["Key"].endswith(".json"):
+                        name = item["Key"].removeprefix(prefix)
+                        listing[name] = f"{item.get('ETag', '')}:{item.get('Size', 0)}"
+            return listing
+        except Exception as exc:
+            raise _s3_error(exc, f"s3://{self.bucket}/{prefix}") from None
+
+    def _read(self, incarnation: str, names: Sequence[str]) -> list[bytes]:
+        try:
+            return self._read_keys([self._key(incarnation, name) for name in names])
         except Exception as exc:
             raise _s3_error(exc, f"s3://{self.bucket}/{self._key(incarnation)}") from None
 
-    def _read_all(self, incarnation: str) -> list[bytes]:
+    def _read_keys(self, keys: list[str]) -> list[bytes]:
         client = self._client()
-        keys: list[str] = []
-        pages = client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=self._key(incarnation)
-        )
-        for page in pages:
-            keys.extend(item["Key"] for item in page.get("Contents", ()))
-        keys = sorted(k for k in keys if k.endswith(".json"))
 
         def read(key: str) -> bytes:
             return bytes(client.get_object(Bucket=self.bucket, Key=key)["Body"].read())

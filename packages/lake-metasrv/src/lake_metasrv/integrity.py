@@ -24,6 +24,9 @@ from __future__ import annotations
 import abc
 import asyncio
 import json
+import os
+import threading
+from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -79,6 +82,7 @@ class DigestStore(abc.ABC):
     def __init__(self, engine: LanceEngine, files: DataFileReader) -> None:
         self.engine = engine
         self.files = files
+        self._known = _KnownDigests()
 
     # -- what an implementation stores -------------------------------------------------
 
@@ -87,8 +91,16 @@ class DigestStore(abc.ABC):
         """Durably store ``(name, body)`` records of ``incarnation`` (names end ``.json``)."""
 
     @abc.abstractmethod
+    def _listing(self, incarnation: str) -> dict[str, str]:
+        """Every stored record name of ``incarnation`` with a stamp that changes on rewrite."""
+
+    @abc.abstractmethod
+    def _read(self, incarnation: str, names: Sequence[str]) -> list[bytes]:
+        """The bodies of ``names`` (in that order)."""
+
     def _bodies(self, incarnation: str) -> list[bytes]:
         """Every stored record of ``incarnation``, oldest name first."""
+        return self._read(incarnation, sorted(self._listing(incarnation)))
 
     # -- recording and reading ---------------------------------------------------------
 
@@ -153,12 +165,79 @@ class DigestStore(abc.ABC):
         return f"{version:020d}{rewrite}.json"
 
     def recorded(self, incarnation: str) -> dict[str, DataFileDigest]:
-        """Every recorded data file of ``incarnation``, by path."""
+        """Every recorded data file of ``incarnation``, by path (read from the store)."""
         found: dict[str, DataFileDigest] = {}
         for body in self._bodies(incarnation):
             for digest in VersionDigests.model_validate_json(body).files:
                 found[digest.path] = digest
         return found
+
+    def digests_of(self, incarnation: str, paths: Sequence[str]) -> dict[str, DataFileDigest]:
+        """The recorded digests of ``paths`` (those recorded), for a replica verifying them.
+
+        Served from memory when every path is known: a data file is immutable
+        and uniquely named, so its recorded digest never changes. Otherwise
+        only the records not read yet (or rewritten since: a failed commit's
+        version number is reused) are read, not the incarnation's whole
+        history, which grows with every append.
+        """
+        found = self._known.lookup(incarnation, paths)
+        if len(found) == len(set(paths)):
+            return found
+        listing = self._listing(incarnation)
+        fresh = self._known.unread(incarnation, listing)
+        bodies = self._read(incarnation, fresh)
+        added = [
+            (name, VersionDigests.model_validate_json(body).files)
+            for name, body in zip(fresh, bodies, strict=True)
+        ]
+        self._known.add(incarnation, listing, added)
+        return self._known.lookup(incarnation, paths)
+
+
+class _KnownDigests:
+    """Digests already read, per incarnation (LRU over incarnations, bounded in files)."""
+
+    def __init__(self, max_files: int = 1_000_000) -> None:
+        self._max_files = max_files
+        #: incarnation -> (record name -> stamp read, path -> digest)
+        self._by_incarnation: OrderedDict[str, tuple[dict[str, str], dict[str, DataFileDigest]]] = (
+            OrderedDict()
+        )
+        self._lock = threading.Lock()
+
+    def lookup(self, incarnation: str, paths: Sequence[str]) -> dict[str, DataFileDigest]:
+        with self._lock:
+            entry = self._by_incarnation.get(incarnation)
+            if entry is None:
+                return {}
+            self._by_incarnation.move_to_end(incarnation)
+            files = entry[1]
+            return {path: files[path] for path in paths if path in files}
+
+    def unread(self, incarnation: str, listing: dict[str, str]) -> list[str]:
+        """Names in ``listing`` not read yet, or rewritten since they were read."""
+        with self._lock:
+            entry = self._by_incarnation.get(incarnation)
+            seen = entry[0] if entry is not None else {}
+            return sorted(name for name, stamp in listing.items() if seen.get(name) != stamp)
+
+    def add(
+        self,
+        incarnation: str,
+        listing: dict[str, str],
+        records: Sequence[tuple[str, list[DataFileDigest]]],
+    ) -> None:
+        with self._lock:
+            names, files = self._by_incarnation.setdefault(incarnation, ({}, {}))
+            self._by_incarnation.move_to_end(incarnation)
+            for name, digests in records:
+                names[name] = listing[name]
+                files.update((digest.path, digest) for digest in digests)
+            total = sum(len(entry[1]) for entry in self._by_incarnation.values())
+            while total > self._max_files and len(self._by_incarnation) > 1:
+                _, (_, dropped) = self._by_incarnation.popitem(last=False)
+                total -= len(dropped)
 
 
 class LocalDigestStore(DigestStore):
@@ -191,11 +270,21 @@ class LocalDigestStore(DigestStore):
             replace_synced(directory / name, [body], mode=0o644, sync_dir=False)
         fsync_dir(directory)
 
-    def _bodies(self, incarnation: str) -> list[bytes]:
+    def _listing(self, incarnation: str) -> dict[str, str]:
         directory = self.root / incarnation
         if not directory.is_dir():
-            return []
-        return [entry.read_bytes() for entry in sorted(directory.glob("*.json"))]
+            return {}
+        listing = {}
+        with os.scandir(directory) as entries:
+            for entry in entries:
+                if entry.name.endswith(".json"):
+                    info = entry.stat()
+                    listing[entry.name] = f"{info.st_mtime_ns}:{info.st_size}:{info.st_ino}"
+        return listing
+
+    def _read(self, incarnation: str, names: Sequence[str]) -> list[bytes]:
+        directory = self.root / incarnation
+        return [(directory / name).read_bytes() for name in names]
 
 
 def _check_files(

@@ -64,7 +64,8 @@ ACTIONS: dict[str, str] = {
         "Recheck size and SHA-256 of every data file: {table, all_versions} -> VerifyTableResult"
     ),
     integrity.DATA_FILE_DIGESTS: (
-        "Recorded data-file digests of the current incarnation: {table} -> DataFileDigestsResult"
+        "Recorded data-file digests of the current incarnation: {table, paths?} "
+        "-> DataFileDigestsResult"
     ),
     status.STATUS: "Admin: this node's role, lease epoch and expiry, URLs, version -> MetasrvStatus",
 }
@@ -166,10 +167,14 @@ class MetaHandler(FlightHandler):
             return await verify_table(
                 self.coordinator, store, verify.table, all_versions=verify.all_versions
             )
-        request = protocol.decode(protocol.TableRequest, body)
+        request = protocol.decode(integrity.DataFileDigestsRequest, body)
         _authorize(principal, request.table)
         record = await self.coordinator.describe_table(request.table)
-        files = await asyncio.to_thread(store.recorded, record.incarnation)
+        if request.paths is None:
+            files = await asyncio.to_thread(store.recorded, record.incarnation)
+        else:  # a replica verifying a version asks only for the files it has not checked
+            paths = list(dict.fromkeys(request.paths))
+            files = await asyncio.to_thread(store.digests_of, record.incarnation, paths)
         return integrity.DataFileDigestsResult(
             table=request.table, incarnation=record.incarnation, files=list(files.values())
         )

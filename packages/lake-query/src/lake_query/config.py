@@ -27,7 +27,7 @@ from :class:`lake_query.admission.AdmissionLimits` (``LAKE_QUERY_STALL_TIMEOUT_M
 default 60 s, among them: see :mod:`lake_query.stall`); statement bounds
 (``LAKE_QUERY_MEMORY_LIMIT_BYTES``, ``LAKE_QUERY_MAX_EXPRESSION_TERMS``, ...)
 from :class:`lake_query.planning.limits.QueryLimits`;
-``LAKE_QUERY_VERIFY_ON_OPEN`` (true/false, default false: :mod:`lake_query.verify`);
+``LAKE_QUERY_VERIFY_ON_OPEN`` (true/false, default true: :mod:`lake_query.verify`);
 partitioned scans (``LAKE_QUERY_MAX_ENDPOINTS``, ``LAKE_QUERY_MIN_ENDPOINT_ROWS``) from
 :class:`lake_query.planning.partitions.PartitionLimits`;
 ``LAKE_ICEBERG_*``: the Iceberg plug-in validates them (:mod:`lake_query.planning.external`).
@@ -131,7 +131,7 @@ class QueryConfig:
     #: Per-statement bounds: expression size, plan depth, memory, function outputs.
     limits: QueryLimits = field(default_factory=QueryLimits)
     #: ``LAKE_QUERY_VERIFY_ON_OPEN``: check data files before serving rows (lake_query.verify).
-    verify_on_open: bool = False
+    verify_on_open: bool = True
     #: ``LAKE_QUERY_MAX_ENDPOINTS`` and ``LAKE_QUERY_MIN_ENDPOINT_ROWS`` (partitioned scans).
     partitions: PartitionLimits = field(default_factory=PartitionLimits)
     #: Planning's deadline and threads (lake_query.planning_threads).

@@ -1,14 +1,20 @@
-"""``LAKE_QUERY_VERIFY_ON_OPEN``: check each data file once before serving rows from it.
+"""``LAKE_QUERY_VERIFY_ON_OPEN`` (default on): check each data file once before serving rows.
 
 Lance has no per-page checksums, so a flipped byte in a data file can decode
 into different values with no error (docs/integrity.md). With verification
-on, the first time this replica opens a table version it recomputes the size
-and SHA-256 of every data file it has not verified yet and compares them
-with what Metasrv recorded at commit time (``lake.data_file_digests``). A
-mismatch fails the query with :class:`~lake_core.errors.DataCorrupted`
-(DATA_LOSS) naming table and version, never the file's URI. Data files are
-immutable, so a file that matched once is remembered (bounded LRU) and not
-read again; a file that failed is checked again on every open.
+on, the first time a query on this replica reads a data file, the replica
+recomputes its size and SHA-256 and compares them with what Metasrv recorded
+at commit time (``lake.data_file_digests``, asked only for the files not yet
+verified). A mismatch fails the query with
+:class:`~lake_core.errors.DataCorrupted` (DATA_LOSS) naming table and
+version, never the file's URI.
+
+Incremental: data files are immutable, so a file that matched is remembered
+(bounded LRU keyed by table location, incarnation and path, holding the
+digest it matched) and not read again; opening a new version of a table
+reads only the files this replica has not verified (after an append: the
+new ones). Concurrent first uses of one file read it once (single flight).
+A file that failed is not remembered and is checked again on every open.
 
 Files on S3 are read back through the same storage settings Lance uses.
 Files with no recorded digest (written before Metasrv recorded them) are
@@ -20,16 +26,26 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from typing import Any
 
 import structlog
 
 from lake_core.config import QUERY_VERIFY_ON_OPEN as VERIFY_ON_OPEN
-from lake_core.errors import ConfigError, DataCorrupted, Internal, Unavailable
+from lake_core.errors import (
+    ConfigError,
+    DataCorrupted,
+    Internal,
+    InvalidArgument,
+    Unavailable,
+    VersionReclaimed,
+)
 from lake_core.integrity import (
     DATA_FILE_DIGESTS,
+    MAX_DIGEST_PATHS,
     DataFileDigest,
+    DataFileDigestsRequest,
     DataFileDigestsResult,
     DataFileReader,
     fragment_file_paths,
@@ -51,13 +67,17 @@ log = structlog.get_logger("lake_query.verify")
 #: Verified data files (and table versions) remembered per replica.
 DEFAULT_CAPACITY = 100_000
 
-#: Recorded digests of a table's data files, by path (blocking).
-DigestSource = Callable[[TableRef], Mapping[str, DataFileDigest]]
+#: Recorded digests of some of a table's data files, by path (blocking).
+DigestSource = Callable[[TableRef, Sequence[str]], Mapping[str, DataFileDigest]]
+
+#: What one file's check found: its digest matched, differed, none was recorded,
+#: or the file is gone (retention or GC reclaimed the version: not corruption).
+_OK, _MISMATCH, _UNRECORDED, _MISSING = "ok", "mismatch", "unrecorded", "missing"
 
 
 def verify_on_open(env: Mapping[str, str]) -> bool:
-    """Parse ``LAKE_QUERY_VERIFY_ON_OPEN`` (true/false, default false)."""
-    raw = (env.get(VERIFY_ON_OPEN) or "false").strip().lower()
+    """Parse ``LAKE_QUERY_VERIFY_ON_OPEN`` (true/false, default true)."""
+    raw = (env.get(VERIFY_ON_OPEN) or "true").strip().lower()
     if raw not in ("true", "false", "1", "0"):
         raise ConfigError(f"{VERIFY_ON_OPEN} must be true or false, got {raw[:20]!r}")
     return raw in ("true", "1")
@@ -70,25 +90,44 @@ class MetaDigests:
         self._meta = meta
         self._loop = loop
         self._timeout_s = timeout_s
+        #: Whether Metasrv takes ``paths`` (every Metasrv of this release does).
+        self._by_path = True
 
-    def __call__(self, table: TableRef) -> Mapping[str, DataFileDigest]:
+    def __call__(self, table: TableRef, paths: Sequence[str]) -> Mapping[str, DataFileDigest]:
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is self._loop:
             raise Internal("data files are verified off the event loop")  # would deadlock
-        call = self._meta.action(
-            DATA_FILE_DIGESTS, TableRequest(table=table), DataFileDigestsResult
-        )
-        result = asyncio.run_coroutine_threadsafe(call, self._loop).result(self._timeout_s)
-        return {digest.path: digest for digest in result.files}
+        found: dict[str, DataFileDigest] = {}
+        for start in range(0, len(paths), MAX_DIGEST_PATHS):
+            chunk = list(paths[start : start + MAX_DIGEST_PATHS])
+            if self._by_path:
+                try:
+                    result = self._ask(DataFileDigestsRequest(table=table, paths=chunk))
+                except InvalidArgument:
+                    # A Metasrv older than this replica (a rolling upgrade) knows
+                    # only the whole-table form: use it from now on.
+                    log.info("Metasrv returns digests only for whole tables")
+                    self._by_path = False
+            if not self._by_path:
+                result = self._ask(TableRequest(table=table))
+            wanted = set(chunk)
+            found.update((d.path, d) for d in result.files if d.path in wanted)
+        return found
+
+    def _ask(self, request: TableRequest | DataFileDigestsRequest) -> DataFileDigestsResult:
+        call = self._meta.action(DATA_FILE_DIGESTS, request, DataFileDigestsResult)
+        return asyncio.run_coroutine_threadsafe(call, self._loop).result(self._timeout_s)
 
 
 class _Lru:
+    """Keys (with a value each) in least-recently-used order, at most ``capacity``."""
+
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
-        self._keys: OrderedDict[object, None] = OrderedDict()
+        self._keys: OrderedDict[object, object] = OrderedDict()
 
     def __contains__(self, key: object) -> bool:
         if key in self._keys:
@@ -96,15 +135,25 @@ class _Lru:
             return True
         return False
 
-    def add(self, key: object) -> None:
-        self._keys[key] = None
+    def __len__(self) -> int:
+        return len(self._keys)
+
+    def add(self, key: object, value: object = None) -> None:
+        self._keys[key] = value
         self._keys.move_to_end(key)
         while len(self._keys) > self.capacity:
             self._keys.popitem(last=False)
 
+    def discard(self, key: object) -> None:
+        self._keys.pop(key, None)
+
 
 class DataFileVerifier:
-    """Checks the data files of opened datasets against their recorded digests."""
+    """Checks the data files of opened datasets against their recorded digests.
+
+    Thread-safe: queries open datasets on planning threads. Blocking (reads
+    files and asks Metasrv), so never called on the event loop.
+    """
 
     def __init__(
         self,
@@ -115,9 +164,17 @@ class DataFileVerifier:
     ) -> None:
         self._digests = digests
         self._reader = reader or DataFileReader()
+        #: (location, incarnation, path) -> the (size, sha256) it matched (None: unrecorded).
         self._files = _Lru(capacity)
+        #: (location, incarnation, Lance fragment id) whose data files are all verified.
+        #: Listing a fragment's files costs far more than its id, and a version
+        #: lists every fragment of the table; Lake never adds files to an existing
+        #: fragment (no column merges: appends and compaction make new fragments).
+        self._fragments = _Lru(capacity)
+        #: (location, incarnation, engine version) whose every file is verified.
         self._versions = _Lru(capacity)
-        self._recorded: dict[TableRef, Mapping[str, DataFileDigest]] = {}
+        #: Checks running now, by file key: later callers wait for the first one's verdict.
+        self._flights: dict[tuple[str, str, str], Future[str]] = {}
         self._lock = threading.Lock()
 
     def check(
@@ -125,22 +182,43 @@ class DataFileVerifier:
     ) -> None:
         """Raise DataCorrupted unless every data file of ``dataset`` is as committed.
 
-        ``recheck`` hashes again files already found whole (a query that failed
-        while reading them asks whether they changed since).
+        Only files this replica has not verified yet are read. ``recheck``
+        hashes again files already found whole (a query that failed while
+        reading them asks whether they changed since).
         """
-        location = descriptor.location
-        version_key = (location, descriptor.incarnation, descriptor.engine_version)
+        location, incarnation = descriptor.location, descriptor.incarnation
+        version_key = (location, incarnation, descriptor.engine_version)
         with self._lock:
             if version_key in self._versions and not recheck:
                 return
-        for path in fragment_file_paths(dataset.get_fragments()):
-            file_key = (location, path)
-            with self._lock:
-                if file_key in self._files and not recheck:
-                    continue
-            expected = self._expected(table, path)
-            if expected is not None:
-                if self._digest(table, location, path) != (expected.size_bytes, expected.sha256):
+        fragments = dataset.get_fragments()
+        with self._lock:
+            unverified = [
+                fragment
+                for fragment in fragments
+                if recheck or (location, incarnation, fragment.fragment_id) not in self._fragments
+            ]
+        paths = list(dict.fromkeys(fragment_file_paths(unverified)))
+        with self._lock:
+            pending = [
+                path
+                for path in paths
+                if recheck or (location, incarnation, path) not in self._files
+            ]
+        if pending:
+            # One request for the digests of every file this version adds to the set.
+            expected = self._digests(table, pending)
+            for path in pending:
+                verdict = self._check_file(table, location, incarnation, path, expected.get(path))
+                if verdict == _MISSING:
+                    raise VersionReclaimed(
+                        f"{table.qualified} version {descriptor.version} is no longer available "
+                        "(retention reclaimed it, or the table was dropped); run the query again "
+                        "to read the current version"
+                    )
+                if verdict == _MISMATCH:
+                    with self._lock:
+                        self._versions.discard(version_key)
                     series.VERIFY_RUNS.inc(outcome="mismatch")
                     log.error(
                         "data file differs from its commit",
@@ -151,32 +229,67 @@ class DataFileVerifier:
                         f"{table.qualified} version {descriptor.version}: a data file is "
                         "not what its commit wrote; no rows were served from it"
                     )
-            else:
-                log.warning("data file has no recorded digest", table=table.qualified)
-            with self._lock:
-                self._files.add(file_key)
+            series.VERIFY_RUNS.inc(outcome="ok")
         with self._lock:
+            for fragment in unverified:
+                self._fragments.add((location, incarnation, fragment.fragment_id))
             self._versions.add(version_key)
-        series.VERIFY_RUNS.inc(outcome="ok")
 
-    def _digest(self, table: TableRef, location: str, path: str) -> tuple[int, str]:
-        """Size and SHA-256 as stored now; ``(-1, "")`` for a file gone or unreadable."""
+    def _check_file(
+        self,
+        table: TableRef,
+        location: str,
+        incarnation: str,
+        path: str,
+        expected: DataFileDigest | None,
+    ) -> str:
+        """One file's verdict, computed once however many queries ask at the same time."""
+        key = (location, incarnation, path)
+        with self._lock:
+            flight = self._flights.get(key)
+            owner = flight is None
+            if flight is None:
+                flight = self._flights[key] = Future()
+        if not owner:
+            return flight.result()  # the first caller's verdict (or its Unavailable)
         try:
-            return self._reader.digest(location, path)
+            verdict = self._verdict(table, location, path, expected)
+        except BaseException as exc:
+            with self._lock:
+                self._flights.pop(key, None)
+            flight.set_exception(exc)
+            raise
+        with self._lock:
+            if verdict in (_MISMATCH, _MISSING):
+                self._files.discard(key)
+            else:
+                matched = None if expected is None else (expected.size_bytes, expected.sha256)
+                self._files.add(key, matched)
+            self._flights.pop(key, None)
+        flight.set_result(verdict)
+        return verdict
+
+    def _verdict(
+        self, table: TableRef, location: str, path: str, expected: DataFileDigest | None
+    ) -> str:
+        if expected is None:
+            log.warning("data file has no recorded digest", table=table.qualified)
+            series.QUERY_VERIFIED_FILES.inc(outcome=_UNRECORDED)
+            return _UNRECORDED
+        try:
+            size, sha = self._reader.digest(location, path)
         except FileNotFoundError:
-            return -1, ""
+            return _MISSING
         except OSError:
             if self._reader.is_remote(location):
                 # The store did not answer: no verdict, and no rows either.
                 raise Unavailable(
                     f"{table.qualified}: table storage is unreachable right now; retry"
                 ) from None
-            return -1, ""
-
-    def _expected(self, table: TableRef, path: str) -> DataFileDigest | None:
-        recorded = self._recorded.get(table)
-        if recorded is None or path not in recorded:
-            # A file committed since the last fetch: fetch again, once.
-            recorded = self._digests(table)
-            self._recorded[table] = recorded
-        return recorded.get(path)
+            size, sha = -1, ""  # there but unreadable: not what the commit wrote
+        series.QUERY_VERIFIED_BYTES.inc(max(size, 0))
+        if (size, sha) != (expected.size_bytes, expected.sha256):
+            series.QUERY_VERIFIED_FILES.inc(outcome=_MISMATCH)
+            return _MISMATCH
+        series.QUERY_VERIFIED_FILES.inc(outcome=_OK)
+        return _OK

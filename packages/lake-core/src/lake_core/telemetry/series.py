@@ -28,6 +28,8 @@ __all__ = [
     "LEASE_EPOCH",
     "MAINTENANCE_RUNS",
     "QUERY_MEMORY_RESERVED",
+    "QUERY_VERIFIED_BYTES",
+    "QUERY_VERIFIED_FILES",
     "REGISTRAR_PASSES",
     "REGISTRAR_SEGMENTS",
     "RPC_IN_FLIGHT",
@@ -154,6 +156,16 @@ VERIFY_RUNS = counter(
     "lake_verify_runs_total",
     "Data-file verification runs (verify-on-open checks and verify-table).",
     {"outcome": ("ok", "mismatch", "failed")},
+)
+QUERY_VERIFIED_FILES = counter(
+    "lake_query_verified_files_total",
+    "Data files this Query replica read and hashed before serving rows from them "
+    "(verify-on-open), by outcome.",
+    {"outcome": ("ok", "mismatch", "unrecorded")},
+)
+QUERY_VERIFIED_BYTES = counter(
+    "lake_query_verified_bytes_total",
+    "Bytes of data files this Query replica read and hashed for verify-on-open.",
 )
 
 # -- Metasrv: commits, leadership, maintenance (lake_metasrv) -----------------------------

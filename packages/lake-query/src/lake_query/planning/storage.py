@@ -47,13 +47,13 @@ class DatasetOpener:
         cache: PinnedDatasets | None = None,
         *,
         verifier: DataFileVerifier | None = None,
-        verify_on_open: bool = False,
+        verify_on_open: bool = True,
     ) -> None:
         self.storage = storage or DatasetStorage()
         self._cache = cache
         self._probe = StorageProbe(self.storage)
         #: Checks data files against their commit's digests: before any row is
-        #: served with LAKE_QUERY_VERIFY_ON_OPEN, and after every failed scan.
+        #: served with LAKE_QUERY_VERIFY_ON_OPEN (default), and after every failed scan.
         self._verifier = verifier
         self._verify_on_open = verify_on_open
 
@@ -124,8 +124,8 @@ class DatasetOpener:
             if self._verifier is not None:
                 try:
                     self._verifier.check(dataset, table, descriptor, recheck=True)
-                except DataCorrupted as corrupted:
-                    return corrupted
+                except (DataCorrupted, VersionReclaimed) as failure:
+                    return failure
         return None
 
 
