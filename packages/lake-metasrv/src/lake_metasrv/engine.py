@@ -376,13 +376,19 @@ class LanceEngine(abc.ABC):
         latest, so it can never reclaim the version readers are told to use.
         Returns versions removed.
         """
+        if not self._cleanup_due(location, time.monotonic()):
+            # Most appends: decided here, without a hop to a worker thread and back.
+            return 0
         return await asyncio.to_thread(self._cleanup, location, registered_version)
 
-    def _cleanup(self, location: str, registered_version: int) -> int:
+    def _cleanup_due(self, location: str, now: float) -> bool:
         if self._since_cleanup.get(location, 0) < self.cleanup_every:
-            return 0
+            return False
+        return now - self._cleaned_at.get(location, float("-inf")) >= self.cleanup_interval_s
+
+    def _cleanup(self, location: str, registered_version: int) -> int:
         now = time.monotonic()
-        if now - self._cleaned_at.get(location, float("-inf")) < self.cleanup_interval_s:
+        if not self._cleanup_due(location, now):
             return 0
         self._since_cleanup[location] = 0
         self._cleaned_at[location] = now
