@@ -173,6 +173,13 @@ async def test_a_commit_group_is_one_version_holding_every_operation(
     history = await registry.versions("inc-1")
     assert [(v.version, v.operation_ids) for v in history] == [(0, ()), (1, tuple(ops))]
     assert history[1].operation_id == ops[0]
+    # A group's first read: the table and which of its ids committed, together.
+    other = TableRef("robots", "absent")
+    stranger = new_operation_id()
+    table, committed = await registry.get_table_and_operations(T, [ops[0], stranger, ops[1]])
+    assert table == head
+    assert sorted(committed) == sorted(ops[:2])
+    assert await registry.get_table_and_operations(other, [stranger]) == (None, {})
 
 
 @pytest.mark.asyncio

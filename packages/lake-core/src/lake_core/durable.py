@@ -7,13 +7,15 @@ once a call returns, the file survives a crash whole or not at all.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 __all__ = [
     "MTIME_SLACK_NS",
     "fsync_dir",
     "fsync_file",
+    "fsync_together",
     "fsync_written_since",
     "replace_synced",
     "write_synced",
@@ -36,6 +38,39 @@ def fsync_file(path: str | Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_together(files: Iterable[str | Path] = (), dirs: Iterable[str | Path] = ()) -> None:
+    """fsync every file and directory at once; return when all are durable, or raise.
+
+    On a journalling file system (ext4, xfs) concurrent fsyncs share journal
+    commits: three new files and their three directories took 1.5-5 ms
+    together against 12-16 ms one after another on this machine's disk
+    (load 20). Each one runs on its own short-lived thread (the caller takes
+    the first), so nothing here outlives the call or a fork. The first
+    failure is raised once every fsync has ended.
+    """
+    work: list[tuple[Callable[[str | Path], None], str | Path]] = [
+        *((fsync_file, path) for path in files),
+        *((fsync_dir, path) for path in dirs),
+    ]
+    errors: list[BaseException] = []
+
+    def run(sync: Callable[[str | Path], None], path: str | Path) -> None:
+        try:
+            sync(path)
+        except BaseException as exc:  # raised below, once every fsync has ended
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=item, daemon=True) for item in work[1:]]
+    for thread in threads:
+        thread.start()
+    if work:
+        run(*work[0])
+    for thread in threads:
+        thread.join()
+    if errors:
+        raise errors[0]
 
 
 def write_synced(path: Path, parts: Iterable[bytes], mode: int = 0o600) -> None:

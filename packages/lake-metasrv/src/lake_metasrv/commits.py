@@ -463,10 +463,12 @@ class CommitCoordinator:
         try:
             self.gate.check()  # again: the lease may have gone while these waited
             # The table and the group's earlier commits (retries), read together.
-            record, priors = await asyncio.gather(
-                self.describe_table(table),
-                self.registry.get_operations([q.command.operation_id for q in group]),
+            found, priors = await self.registry.get_table_and_operations(
+                table, [q.command.operation_id for q in group]
             )
+            if found is None:
+                raise TableNotFound(table)
+            record = found
         except Exception as exc:
             self._seen.pop(table, None)
             for queued in group:

@@ -42,7 +42,7 @@ import structlog
 from lance.dataset import Transaction
 
 from lake_core.cloud import DatasetStorage
-from lake_core.durable import fsync_dir, fsync_file, fsync_written_since
+from lake_core.durable import fsync_dir, fsync_file, fsync_together, fsync_written_since
 from lake_core.errors import Internal, InvalidSchema, Unavailable, VersionReclaimed
 from lake_core.models import Engine, incarnation_metadata, incarnation_of
 from lake_core.names import TableRef
@@ -376,13 +376,19 @@ class LanceEngine(abc.ABC):
         latest, so it can never reclaim the version readers are told to use.
         Returns versions removed.
         """
+        if not self._cleanup_due(location, time.monotonic()):
+            # Most appends: decided here, without a hop to a worker thread and back.
+            return 0
         return await asyncio.to_thread(self._cleanup, location, registered_version)
 
-    def _cleanup(self, location: str, registered_version: int) -> int:
+    def _cleanup_due(self, location: str, now: float) -> bool:
         if self._since_cleanup.get(location, 0) < self.cleanup_every:
-            return 0
+            return False
+        return now - self._cleaned_at.get(location, float("-inf")) >= self.cleanup_interval_s
+
+    def _cleanup(self, location: str, registered_version: int) -> int:
         now = time.monotonic()
-        if now - self._cleaned_at.get(location, float("-inf")) < self.cleanup_interval_s:
+        if not self._cleanup_due(location, now):
             return 0
         self._since_cleanup[location] = 0
         self._cleaned_at[location] = now
@@ -530,16 +536,21 @@ class WrittenFiles:
                 fsync_file(str(self.dataset / "data" / data_file.path))
 
     def sync_commits(self) -> None:
-        """New manifests and transactions, and every directory entry, once per group."""
-        for name in self._LISTED:
-            directory = self.dataset / name
-            for entry in _names(directory) - self._before.get(name, set()):
-                fsync_file(str(directory / entry))
-        for name in ("data", *self._LISTED):
-            if (self.dataset / name).is_dir():
-                fsync_dir(self.dataset / name)
+        """New manifests and transactions, and every directory entry, once per group.
+
+        All fsync'd at once (:func:`fsync_together`): only the set must be
+        durable before the registry moves, not any order within it.
+        """
+        files = [
+            self.dataset / name / entry
+            for name in self._LISTED
+            for entry in _names(self.dataset / name) - self._before.get(name, set())
+        ]
+        dirs = [self.dataset / name for name in ("data", *self._LISTED)]
+        dirs = [directory for directory in dirs if directory.is_dir()]
         if not self._had_data_dir:  # the first append created data/
-            fsync_dir(self.dataset)
+            dirs.append(self.dataset)
+        fsync_together(files, dirs)
 
 
 class NothingToSync(WrittenFiles):

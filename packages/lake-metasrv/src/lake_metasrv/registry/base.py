@@ -13,6 +13,7 @@ Implementations: :class:`~lake_metasrv.registry.sqlite.SqliteRegistry`
 from __future__ import annotations
 
 import abc
+import asyncio
 import base64
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -305,6 +306,18 @@ class RegistryStore(abc.ABC):
             if record is not None:
                 found[operation_id] = record
         return found
+
+    async def get_table_and_operations(
+        self, table: TableRef, operation_ids: Sequence[str]
+    ) -> tuple[TableRecord | None, dict[str, OperationRecord]]:
+        """A commit group's first read: the table, and which of its ids already committed.
+
+        Read concurrently here; a store may answer both in one round trip.
+        """
+        record, found = await asyncio.gather(
+            self.get_table(table), self.get_operations(operation_ids)
+        )
+        return record, found
 
     @abc.abstractmethod
     async def prune_operations(self, older_than_ms: int) -> int:

@@ -238,14 +238,25 @@ class SqliteRegistry(RegistryStore):
         return self._generation_text(await self._run(self._read_generation))
 
     async def get_table(self, table: TableRef) -> TableRecord | None:
-        def get(conn: sqlite3.Connection) -> TableRecord | None:
-            row = conn.execute(
-                f"SELECT {_TABLE_COLUMNS} FROM tables WHERE namespace = ? AND name = ?",
-                (table.namespace, table.name),
-            ).fetchone()
-            return None if row is None else _table_record(row)
+        return await self._run(lambda conn: self._read_table(conn, table))
+
+    async def get_table_and_operations(
+        self, table: TableRef, operation_ids: Sequence[str]
+    ) -> tuple[TableRecord | None, dict[str, OperationRecord]]:
+        """Both reads on one worker-thread hop (they share the connection's lock anyway)."""
+
+        def get(conn: sqlite3.Connection) -> tuple[TableRecord | None, dict[str, OperationRecord]]:
+            return self._read_table(conn, table), self._read_operations(conn, operation_ids)
 
         return await self._run(get)
+
+    @staticmethod
+    def _read_table(conn: sqlite3.Connection, table: TableRef) -> TableRecord | None:
+        row = conn.execute(
+            f"SELECT {_TABLE_COLUMNS} FROM tables WHERE namespace = ? AND name = ?",
+            (table.namespace, table.name),
+        ).fetchone()
+        return None if row is None else _table_record(row)
 
     async def snapshot(self) -> tuple[str, list[TableRecord]]:
         def snap(conn: sqlite3.Connection) -> tuple[int, list[TableRecord]]:
@@ -274,22 +285,25 @@ class SqliteRegistry(RegistryStore):
         return await self._run(get)
 
     async def get_operations(self, operation_ids: Sequence[str]) -> dict[str, OperationRecord]:
-        def get(conn: sqlite3.Connection) -> dict[str, OperationRecord]:
-            found: dict[str, OperationRecord] = {}
-            ids = list(dict.fromkeys(operation_ids))
-            for start in range(0, len(ids), 500):  # under SQLite's bound-parameter limit
-                chunk = ids[start : start + 500]
-                rows = conn.execute(
-                    f"SELECT {_OPERATION_COLUMNS} FROM append_operations "
-                    f"WHERE operation_id IN ({', '.join('?' * len(chunk))})",
-                    chunk,
-                ).fetchall()
-                for row in rows:
-                    record = _operation_record(row)
-                    found[record.operation_id] = record
-            return found
+        return await self._run(lambda conn: self._read_operations(conn, operation_ids))
 
-        return await self._run(get)
+    @staticmethod
+    def _read_operations(
+        conn: sqlite3.Connection, operation_ids: Sequence[str]
+    ) -> dict[str, OperationRecord]:
+        found: dict[str, OperationRecord] = {}
+        ids = list(dict.fromkeys(operation_ids))
+        for start in range(0, len(ids), 500):  # under SQLite's bound-parameter limit
+            chunk = ids[start : start + 500]
+            rows = conn.execute(
+                f"SELECT {_OPERATION_COLUMNS} FROM append_operations "
+                f"WHERE operation_id IN ({', '.join('?' * len(chunk))})",
+                chunk,
+            ).fetchall()
+            for row in rows:
+                record = _operation_record(row)
+                found[record.operation_id] = record
+        return found
 
     async def versions(self, incarnation: str) -> list[VersionRecord]:
         def get(conn: sqlite3.Connection) -> list[VersionRecord]:
