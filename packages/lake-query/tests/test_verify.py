@@ -12,7 +12,13 @@ import lance
 import pyarrow as pa
 import pytest
 
-from lake_core.errors import ConfigError, DataCorrupted, InvalidArgument, VersionReclaimed
+from lake_core.errors import (
+    ConfigError,
+    DataCorrupted,
+    InvalidArgument,
+    Unavailable,
+    VersionReclaimed,
+)
 from lake_core.integrity import (
     DataFileDigest,
     DataFileDigestsRequest,
@@ -228,3 +234,44 @@ def test_a_replica_falls_back_to_whole_table_digests_from_an_older_metasrv() -> 
         "TableRequest",
         "TableRequest",
     ]
+
+
+class FailingOverMetasrv:
+    """Answers UNAVAILABLE ``outages`` times (a leader dying mid-call), then digests."""
+
+    def __init__(self, digests: dict[str, DataFileDigest], outages: int) -> None:
+        self.digests = digests
+        self.outages = outages
+        self.calls = 0
+
+    async def action(self, kind: str, request: object, model: type) -> object:
+        self.calls += 1
+        if self.calls <= self.outages:
+            raise Unavailable("metadata service unavailable: Stream removed (Socket closed)")
+        return DataFileDigestsResult(table=TABLE, incarnation="i1", files=list(self.digests.values()))
+
+
+def run_on_loop(meta: object, timeout_s: float, paths: list[str]) -> object:
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        return MetaDigests(meta, loop, timeout_s=timeout_s)(TABLE, paths)
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def test_digests_ride_out_a_metasrv_takeover() -> None:
+    digests = {"a": DataFileDigest(path="a", size_bytes=1, sha256="0" * 64)}
+    meta = FailingOverMetasrv(digests, outages=3)
+    assert run_on_loop(meta, 10.0, ["a"]) == digests
+    assert meta.calls == 4
+
+
+def test_an_outage_longer_than_the_timeout_is_still_unavailable() -> None:
+    meta = FailingOverMetasrv({}, outages=1_000)
+    with pytest.raises(Unavailable):
+        run_on_loop(meta, 0.5, ["a"])
+    assert 2 <= meta.calls <= 5

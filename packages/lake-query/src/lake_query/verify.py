@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
@@ -63,6 +64,10 @@ __all__ = [
 ]
 
 log = structlog.get_logger("lake_query.verify")
+
+#: First and longest pause between digest requests while Metasrv is unavailable.
+RETRY_BACKOFF_S = 0.1
+RETRY_BACKOFF_MAX_S = 1.0
 
 #: Verified data files (and table versions) remembered per replica.
 DEFAULT_CAPACITY = 100_000
@@ -118,8 +123,25 @@ class MetaDigests:
         return found
 
     def _ask(self, request: TableRequest | DataFileDigestsRequest) -> DataFileDigestsResult:
-        call = self._meta.action(DATA_FILE_DIGESTS, request, DataFileDigestsResult)
-        return asyncio.run_coroutine_threadsafe(call, self._loop).result(self._timeout_s)
+        """Ask Metasrv, riding out a takeover: the action only reads, so retrying is safe.
+
+        A Metasrv leader that dies mid-call (or a balancer with no leader behind
+        it yet) answers UNAVAILABLE for the seconds a takeover takes; a read must
+        not fail for that, so calls are retried with backoff until ``timeout_s``.
+        """
+        deadline = time.monotonic() + self._timeout_s
+        backoff = RETRY_BACKOFF_S
+        while True:
+            call = self._meta.action(DATA_FILE_DIGESTS, request, DataFileDigestsResult)
+            remaining = max(deadline - time.monotonic(), 0.001)
+            try:
+                return asyncio.run_coroutine_threadsafe(call, self._loop).result(remaining)
+            except Unavailable:
+                if time.monotonic() + backoff >= deadline:
+                    raise
+            log.info("Metasrv unavailable for data-file digests; retrying", backoff_s=backoff)
+            time.sleep(backoff)
+            backoff = min(backoff * 2, RETRY_BACKOFF_MAX_S)
 
 
 class _Lru:
