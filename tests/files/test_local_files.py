@@ -153,7 +153,7 @@ async def test_stage_discovered_once_and_shared_by_clones(
         await client.table_schema(EPISODES)
         assert client._state.schemas.lookups == 2
     query_only = await LakeClient.connect_query_only(local_lake.query.url)
-    with pytest.raises(Exception, match="query-only"):
+    with pytest.raises(lake_sdk.StageUnavailable, match="query-only"):
         await query_only.object_store()
     await query_only.close()
 

@@ -268,7 +268,7 @@ def test_a_snapshot_expired_before_doget_fails_explicitly(fed: Federated) -> Non
 
 
 def _error(fed: Federated, sql: str, token: str) -> str:
-    with pytest.raises(Exception) as info:
+    with pytest.raises(flightsql.Error) as info:
         fed.sql(sql, token)
     return str(info.value)
 

@@ -8,6 +8,7 @@ import urllib.request
 
 import boto3
 import pytest
+from botocore.exceptions import ClientError
 
 from tools.lake_testing.dynalite import Dynalite
 from tools.lake_testing.seaweed import SeaweedS3
@@ -34,7 +35,7 @@ def test_seaweed_checks_signatures_ranges_and_expiry(s3_server: SeaweedS3, s3_bu
         aws_access_key_id="nobody",
         aws_secret_access_key="wrong",
     )
-    with pytest.raises(Exception, match=r"AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch"):
+    with pytest.raises(ClientError, match=r"AccessDenied|InvalidAccessKeyId|SignatureDoesNotMatch"):
         stranger.get_object(Bucket=s3_bucket, Key="k")
 
 

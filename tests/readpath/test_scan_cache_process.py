@@ -18,8 +18,7 @@ and metrics, and a small scan cache (``LAKE_QUERY_SCAN_CACHE_BYTES`` = 24 MiB):
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +42,7 @@ from tools.lake_testing.data import create_table
 from tools.lake_testing.dataplane import NEVER_READING
 from tools.lake_testing.plugin import write_ticket_keys
 from tools.lake_testing.servers import LakeProcess, free_port, start_meta, start_query
+from tools.lake_testing.waiting import until
 
 pytestmark = pytest.mark.slow
 
@@ -92,13 +92,6 @@ def options(who: str) -> flight.FlightCallOptions:
     return flight.FlightCallOptions(
         headers=[(b"authorization", f"Bearer {TOKENS[who]}".encode())], timeout=60
     )
-
-
-def until(fact: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not fact():
-        assert time.monotonic() < deadline, "the condition did not hold in time"
-        time.sleep(0.05)
 
 
 @dataclass

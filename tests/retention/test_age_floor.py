@@ -11,7 +11,6 @@ FAILED_PRECONDITION (VersionReclaimed); a tagged version survives both.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import lance
@@ -30,6 +29,7 @@ from lake_core.proto import flight_sql_pb2
 from tools.lake_testing.data import EPISODES, EPISODES_SCHEMA, create_table, episodes
 from tools.lake_testing.plugin import LakeCluster, write_ticket_keys
 from tools.lake_testing.servers import start_meta
+from tools.lake_testing.waiting import until
 
 ROWS = 5
 SQL = "SELECT * FROM lake.robots.episodes"
@@ -63,13 +63,6 @@ def rows_of(appends: int) -> int:
 
 def dataset_path(running: LakeCluster) -> str:
     return str(running.root / "data" / "tables" / "robots" / "episodes.lance")
-
-
-def until(check: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.02)
 
 
 def test_old_tickets_read_while_younger_than_the_age_floor(tmp_path: Path) -> None:

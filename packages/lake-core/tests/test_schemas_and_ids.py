@@ -4,7 +4,13 @@ import pyarrow as pa
 import pytest
 
 from lake_core.config import env_int, is_loopback_address
-from lake_core.errors import ConfigError, InvalidAppend, InvalidSchema, SchemaMismatch
+from lake_core.errors import (
+    ConfigError,
+    InvalidAppend,
+    InvalidArgument,
+    InvalidSchema,
+    SchemaMismatch,
+)
 from lake_core.filetype import FILE_STRUCT, is_file_field
 from lake_core.ids import new_operation_id, operation_time_ms, parse_operation_id
 from lake_core.models import DataLocation
@@ -70,5 +76,5 @@ def test_loopback_detection() -> None:
 def test_data_location_shape() -> None:
     ok = DataLocation(uri="file:///x", media_type="video/mp4", size_bytes=1, sha256="a" * 64)
     assert ok.size_bytes == 1
-    with pytest.raises(Exception, match="sha256"):
+    with pytest.raises(InvalidArgument, match="sha256"):
         DataLocation(uri="file:///x", media_type="video/mp4", size_bytes=1, sha256="A" * 64)

@@ -18,10 +18,12 @@ from lake_core.filetype import is_file_field
 from lake_core.ids import new_operation_id
 from lake_core.names import TableRef
 from lake_core.schemas import schema_from_ipc
+from lake_core.telemetry.metrics import REGISTRY
 from lake_metasrv.cli import run_server, table
 from lake_metasrv.config import MetaConfig
 from lake_metasrv.registry import SqliteRegistry
 from tools.lake_testing.servers import start_meta
+from tools.lake_testing.waiting import until_async
 
 
 def lake_table(*args: str) -> Any:
@@ -143,7 +145,11 @@ async def test_drain_past_the_grace_exits_non_zero(tmp_path: Path) -> None:
 
     holder = asyncio.create_task(asyncio.to_thread(hold_an_append_open))
     await asyncio.to_thread(streaming.wait, 30)
-    await asyncio.sleep(0.2)  # let the server receive the first message
+    await until_async(
+        lambda: (REGISTRY.get_sample_value("lake_rpc_in_flight") or 0) >= 1,
+        10,
+        "the server holding the append",
+    )
     stop.set()
     assert await asyncio.wait_for(server, 30) == 1
     release.set()

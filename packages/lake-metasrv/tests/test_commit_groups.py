@@ -21,15 +21,7 @@ from lake_core.protocol import AppendCommand, AppendResult
 from lake_metasrv.appends import Queued, check_rows
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.sidecars import LocalSidecarStore
-
-
-async def until(predicate: Callable[[], bool], timeout_s: float = 30.0) -> None:
-    """Poll ``predicate`` on the event loop until it holds (a fact, not a sleep)."""
-    deadline = asyncio.get_running_loop().time() + timeout_s
-    while not predicate():
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError("condition not reached in time")
-        await asyncio.sleep(0.005)
+from tools.lake_testing.waiting import until_async
 
 
 def command(kit: Any, op: str | None = None, **fields: Any) -> AppendCommand:
@@ -43,7 +35,7 @@ async def lock_held(coord: CommitCoordinator, kit: Any) -> AsyncIterator[Callabl
     holder = asyncio.ensure_future(coord.run_exclusive(kit.episodes, release.wait()))
 
     async def queued(n: int) -> None:
-        await until(lambda: len(coord._queues.get(kit.episodes, ())) >= n)
+        await until_async(lambda: len(coord._queues.get(kit.episodes, ())) >= n)
 
     try:
         yield queued

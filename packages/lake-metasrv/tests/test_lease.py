@@ -13,6 +13,7 @@ import pytest
 
 from lake_metasrv.lease import DEFAULT_LEASE_TTL_S, Leadership
 from lake_metasrv.registry.dynamo import DynamoRegistry, NotLeader
+from tools.lake_testing.waiting import until_async
 
 pytestmark = pytest.mark.dynamodb
 
@@ -35,14 +36,6 @@ def node(registry: DynamoRegistry, name: str) -> Leadership:
     )
 
 
-async def until(predicate: object, timeout_s: float) -> float:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.01)
-    return time.monotonic()
-
-
 def test_default_ttl_is_ten_seconds() -> None:
     assert DEFAULT_LEASE_TTL_S == 10.0
 
@@ -53,7 +46,7 @@ async def test_one_of_two_candidates_leads_and_the_other_knows_where(
 ) -> None:
     a, b = node(registry, "a"), node(registry, "b")
     a.start()
-    await until(lambda: a.is_leader, 10)
+    await until_async(lambda: a.is_leader, 10)
     b.start()
     await asyncio.sleep(TTL_S * 2)  # b watches a renewing lease: it must not take it
     try:
@@ -73,15 +66,15 @@ async def test_one_of_two_candidates_leads_and_the_other_knows_where(
 async def test_resigning_hands_over_without_waiting_out_the_ttl(registry: DynamoRegistry) -> None:
     a, b = node(registry, "a"), node(registry, "b")
     a.start()
-    await until(lambda: a.is_leader, 10)
+    await until_async(lambda: a.is_leader, 10)
     b.start()
-    await asyncio.sleep(0.3)
+    await until_async(lambda: b.leader_url is not None, 10, "b seeing the lease")
     try:
         resigned_at = time.monotonic()
         assert await a.resign()
         with pytest.raises(NotLeader):
             a.epoch()
-        won_at = await until(lambda: b.is_leader, TTL_S)
+        won_at = await until_async(lambda: b.is_leader, TTL_S)
         assert won_at - resigned_at < TTL_S / 2
         assert b.epoch() == 2
     finally:
@@ -95,16 +88,16 @@ async def test_a_silent_leader_stops_committing_before_another_can_win(
 ) -> None:
     a, b = node(registry, "a"), node(registry, "b")
     a.start()
-    await until(lambda: a.is_leader, 10)
+    await until_async(lambda: a.is_leader, 10)
     b.start()
-    await asyncio.sleep(0.3)
+    await until_async(lambda: b.leader_url is not None, 10, "b seeing the lease")
     try:
         # As if paused: a's loop stops renewing, but nothing tells a it lost.
         assert a._task is not None
         a._task.cancel()
         silenced_at = time.monotonic()
-        a_stopped = asyncio.create_task(until(lambda: not a.is_leader, TTL_S * 3))
-        b_won = asyncio.create_task(until(lambda: b.is_leader, TTL_S * 3))
+        a_stopped = asyncio.create_task(until_async(lambda: not a.is_leader, TTL_S * 3))
+        b_won = asyncio.create_task(until_async(lambda: b.is_leader, TTL_S * 3))
         stopped_at, won_at = await a_stopped, await b_won
         assert stopped_at < won_at
         assert won_at - silenced_at < TTL_S * 2

@@ -23,6 +23,7 @@ from lake_objects import (
     PresignUnsupported,
     StageSettings,
     UploadCheckpointMismatch,
+    UploadInProgress,
     open_store,
 )
 from lake_objects.checkpoint import CheckpointFile, SourceRecord, UploadCheckpoint
@@ -176,7 +177,7 @@ def test_checkpoints_are_versioned_checked_and_locked(tmp_path: Path) -> None:
         file.load()
     file.lock()
     other = CheckpointFile(tmp_path, "s3://b/p/tenants/t", "/x")
-    with pytest.raises(Exception, match="another process"):
+    with pytest.raises(UploadInProgress, match="another process"):
         other.lock()
     file.unlock()
     other.lock()

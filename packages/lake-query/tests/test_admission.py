@@ -17,6 +17,7 @@ import pytest
 from lake_core.errors import ConfigError, ResourceExhausted
 from lake_query.admission import Admission, AdmissionLimits, Permit
 from lake_query.config import QueryConfig
+from tools.lake_testing.waiting import until_async
 
 
 def limits(**overrides: int) -> AdmissionLimits:
@@ -40,9 +41,9 @@ async def test_global_slots_are_handed_out_in_arrival_order() -> None:
         return permit
 
     waiters = []
-    for name in ("b", "c", "d"):
+    for queued, name in enumerate(("b", "c", "d"), start=1):
         waiters.append(asyncio.create_task(wait(name)))
-        await asyncio.sleep(0.01)
+        await until_async(lambda n=queued: admission.waiting() == n, 5, f"{name} queued")
     first.release()
     for task in waiters:
         (await task).release()
@@ -74,9 +75,10 @@ async def test_a_noisy_tenant_waits_at_its_own_gate_not_in_the_global_queue() ->
     a1, a2 = await admission.acquire("noisy"), await admission.acquire("noisy")
     b1 = await admission.acquire("quiet")
     a3 = asyncio.create_task(admission.acquire("noisy"))  # blocked by its tenant gate
-    await asyncio.sleep(0.02)
+    await until_async(lambda: admission.waiting("noisy") == 1, 5, "noisy queued at its gate")
     b2 = asyncio.create_task(admission.acquire("quiet"))  # blocked by the global limit
-    await asyncio.sleep(0.02)
+    await until_async(lambda: admission.waiting() == 1, 5, "quiet queued globally")
+    assert admission.waiting("noisy") == 1  # still at its own gate, not in the FIFO
     b1.release()
     # The freed global slot goes to quiet although noisy asked first: noisy
     # never entered the global FIFO while waiting for its own share.
@@ -136,7 +138,7 @@ async def test_a_cancelled_waiter_gives_nothing_away() -> None:
     admission = Admission(limits(max_concurrent=1, queue_timeout_ms=5_000))
     held = await admission.acquire("a")
     waiter = asyncio.create_task(admission.acquire("b"))
-    await asyncio.sleep(0.02)
+    await until_async(lambda: admission.waiting() == 1, 5, "b queued")
     waiter.cancel()
     with pytest.raises(asyncio.CancelledError):
         await waiter
@@ -158,7 +160,7 @@ async def test_try_acquire_takes_only_a_free_slot_nobody_waits_for() -> None:
     assert admission.try_acquire("c") is None  # the global FIFO is full
     assert admission.tracked_tenants == 2  # c's new gate was pruned again
     queued = asyncio.create_task(admission.acquire("c"))
-    await asyncio.sleep(0.02)
+    await until_async(lambda: admission.waiting() == 1, 5, "c queued")
     first.release()  # c was waiting: the slot passes to it, not to a later try
     permit_c = await queued
     assert admission.try_acquire("d") is None
@@ -214,7 +216,8 @@ async def test_threads_trying_beside_the_loop_never_exceed_a_limit() -> None:
     await asyncio.gather(*(loop_side(t) for t in ("a", "b", "c", "d")))
     stop.set()
     taken = await asyncio.gather(*threads)
-    await asyncio.sleep(0.05)  # the last releases run on the loop
+    # The last releases run on the loop.
+    await until_async(lambda: admission.running == 0, 5, "every permit released")
     assert sum(taken) > 0
     assert peak["running"] <= 3
     assert peak["tenant"] <= 2
@@ -237,7 +240,7 @@ async def test_a_permit_nobody_waits_behind_is_released_off_the_loop() -> None:
     held = admission.try_acquire("a")
     assert held is not None
     queued = asyncio.create_task(admission.acquire("b"))
-    await asyncio.sleep(0.02)
+    await until_async(lambda: admission.waiting() == 1, 5, "b queued")
     # A waiter is woken on the loop only: the thread leaves the release to it.
     assert not await loop.run_in_executor(None, held.release_if_unwaited)
     assert admission.running == 1
@@ -277,7 +280,7 @@ async def test_threads_releasing_off_the_loop_never_exceed_a_limit() -> None:
     await asyncio.gather(*(loop_side(t) for t in ("a", "b", "c", "d")))
     stop.set()
     taken = await asyncio.gather(*threads)
-    await asyncio.sleep(0.05)
+    await until_async(lambda: admission.running == 0, 5, "every permit released")
     assert sum(taken) > 0
     assert peak["running"] <= 3
     assert (admission.running, admission.tracked_tenants) == (0, 0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -32,6 +32,7 @@ from lake_core.proto import flight_sql_pb2 as sql_pb
 from lake_query.health import PLANNING_SERVICE
 from tools.lake_testing.nesting import HANGS
 from tools.lake_testing.servers import LakeProcess, start_meta, start_query
+from tools.lake_testing.waiting import until
 
 TOKENS = {"acme": "lk_plan_acme_0001", "globex": "lk_plan_globex_01", "initech": "lk_plan_init_001"}
 SERVING = health_pb2.HealthCheckResponse.SERVING
@@ -46,13 +47,6 @@ def _principals(path: Path) -> Path:
     path.write_text(json.dumps({"bindings": bindings}))
     path.chmod(0o600)
     return path
-
-
-def until(fact: Callable[[], bool], timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not fact():
-        assert time.monotonic() < deadline, "the condition did not hold in time"
-        time.sleep(0.05)
 
 
 class Replica:

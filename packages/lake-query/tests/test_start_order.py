@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -27,6 +27,7 @@ from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2 as sql_pb
 from tools.lake_testing.servers import LakeProcess, free_port, start_meta, start_query
+from tools.lake_testing.waiting import until
 
 pytestmark = pytest.mark.slow
 
@@ -46,15 +47,6 @@ def health(process: LakeProcess) -> int | None:
         except grpc.RpcError:
             return None
     return int(reply.status)
-
-
-def until(fact: Callable[[], bool], timeout_s: float, what: str) -> float:
-    """Poll ``fact`` until it holds; the monotonic time it first did."""
-    deadline = time.monotonic() + timeout_s
-    while not fact():
-        assert time.monotonic() < deadline, f"not {what} after {timeout_s}s"
-        time.sleep(0.02)
-    return time.monotonic()
 
 
 def statement(sql: str) -> flight.FlightDescriptor:

@@ -227,6 +227,14 @@ class Admission:
     def tracked_tenants(self) -> int:
         return len(self._tenants)
 
+    def waiting(self, tenant: str | None = None) -> int:
+        """Callers queued now: in the global FIFO, or at ``tenant``'s own gate."""
+        with self._lock:
+            if tenant is None:
+                return self._global.waiting
+            gate = self._tenants.get(tenant)
+            return 0 if gate is None else gate.waiting
+
     def _tenant_gate(self, tenant: str) -> _FifoGate:
         gate = self._tracked_gate(tenant)
         if gate is None:
