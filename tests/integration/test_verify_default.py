@@ -27,6 +27,7 @@ from tests.telemetry.scrape import scrape, value
 from tools.lake_testing.data import create_table
 from tools.lake_testing.plugin import LakeCluster
 from tools.lake_testing.servers import LakeProcess, free_port, start_query
+from tools.lake_testing.waiting import until
 
 TABLE = TableRef("integrity", "defaults")
 SCHEMA = pa.schema(
@@ -146,3 +147,49 @@ def test_turning_verification_off_serves_without_checking(
         assert value(scrape(port), "lake_query_verified_bytes_total") == 0
     finally:
         unchecked.stop()
+
+
+def test_new_versions_of_a_table_being_read_are_verified_before_the_next_query(
+    lake_cluster: LakeCluster, tmp_path: Path
+) -> None:
+    """Another replica's appends reach this one by a catalog refresh; it verifies them then."""
+    cold = TableRef("integrity", "unread")
+    create_table(lake_cluster.meta.addr, TABLE, SCHEMA)
+    create_table(lake_cluster.meta.addr, cold, SCHEMA)
+    with lake_sdk.Client(lake_cluster.query.url) as writer:
+        writer.append_batches(TABLE, [rows(0)])
+        writer.append_batches(cold, [rows(0)])
+        checked, port = replica(lake_cluster, tmp_path)
+        try:
+            with lake_sdk.Client(checked.url) as reader:
+                assert reader.query_table(QUERIES[1]).to_pylist() == [{"count(*)": ROWS}]
+                until(
+                    lambda: (
+                        value(scrape(port), "lake_query_verified_files_total", outcome="ok") == 1
+                    ),
+                    30,
+                    "the first file verified",
+                )
+                before = data_files(lake_cluster)
+                writer.append_batches(TABLE, [rows(ROWS)])
+                writer.append_batches(cold, [rows(ROWS)])  # nobody reads it here
+                added = data_files(lake_cluster) - before
+                assert len(added) == 1
+                until(
+                    lambda: (
+                        value(scrape(port), "lake_query_verified_ahead_total", outcome="ok") >= 1
+                    ),
+                    30,
+                    "the new version verified ahead",
+                )
+                metrics = scrape(port)
+                assert value(metrics, "lake_query_verified_files_total", outcome="ok") == 2
+                verified_bytes = value(metrics, "lake_query_verified_bytes_total")
+                assert verified_bytes == sum(p.stat().st_size for p in before | added)
+                # The query that reads the new version reads no file again.
+                assert reader.query_table(QUERIES[1]).to_pylist() == [{"count(*)": 2 * ROWS}]
+                metrics = scrape(port)
+                assert value(metrics, "lake_query_verified_files_total", outcome="ok") == 2
+                assert value(metrics, "lake_query_verified_bytes_total") == verified_bytes
+        finally:
+            checked.stop()

@@ -215,3 +215,26 @@ async def test_staleness_follows_the_refresh_interval(catalog: LocalCatalog) -> 
         await cache.refresh()
     # A failing source is not asked again by every request within the interval.
     assert not cache.stale(0.05)
+
+
+@pytest.mark.asyncio
+async def test_listeners_hear_of_each_known_table_that_moves(catalog: LocalCatalog) -> None:
+    cache = CatalogCache(catalog, refresh_interval_s=3600)
+    heard: list[tuple[str, int]] = []
+    cache.on_version(lambda table, d: heard.append((str(table), d.version)))
+    cache.on_version(lambda table, d: 1 / 0)  # a failing listener is logged, not fatal
+    await cache.refresh()
+    assert heard == []  # the first load moves nothing
+    table = TableRef("robots", "rewards")
+    committed = catalog.append("robots.rewards", rewards(10**6, 1)).descriptor
+    assert cache.apply_commit(table, committed)
+    assert heard == [("robots.rewards", committed.version)]
+    assert not cache.apply_commit(table, committed)  # not a move: not heard again
+    catalog.create("robots.new_one", rewards(0, 1))
+    again = catalog.append("robots.rewards", rewards(2 * 10**6, 1)).descriptor
+    assert await cache.refresh()
+    # A new table is no move, and the unchanged tables are not heard of again.
+    assert heard == [
+        ("robots.rewards", committed.version),
+        ("robots.rewards", again.version),
+    ]

@@ -121,6 +121,7 @@ class CatalogCache:
         #: When a fetch last failed (monotonic), so a failing Metasrv is not asked per request.
         self._failed_at: float | None = None
         self._on_loaded: list[Callable[[], None]] = []
+        self._on_version: list[Callable[[TableRef, TableDescriptor], None]] = []
 
     def __repr__(self) -> str:
         return f"CatalogCache(generation={self.generation!r}, tables={len(self._snapshot.tables)})"
@@ -187,6 +188,7 @@ class CatalogCache:
         self._snapshot = _Snapshot(current.generation, tables, _ordered(tables))
         self.revision += 1
         log.debug("catalog entry moved by a commit", table=str(table), version=descriptor.version)
+        self._moved([(table, descriptor)])
         return True
 
     def tables(self) -> tuple[CachedTable, ...]:
@@ -245,6 +247,14 @@ class CatalogCache:
         }
         self._snapshot = _Snapshot(result.generation, tables, _ordered(tables))
         self.revision += 1
+        before = current.tables
+        self._moved(
+            [
+                (ref, cached.entry.descriptor)
+                for ref, cached in tables.items()
+                if ref in before and before[ref].entry.descriptor != cached.entry.descriptor
+            ]
+        )
         if current.generation is None:
             log.info("catalog loaded", generation=result.generation, tables=len(decoded))
             self._loaded()
@@ -277,6 +287,22 @@ class CatalogCache:
             callback()
         else:
             self._on_loaded.append(callback)
+
+    def on_version(self, callback: Callable[[TableRef, TableDescriptor], None]) -> None:
+        """Call ``callback(table, descriptor)`` whenever a known table moves to a new version.
+
+        Called on the event loop, from refreshes and applied commits; it must
+        be quick and not raise (an exception is logged and dropped).
+        """
+        self._on_version.append(callback)
+
+    def _moved(self, moved: list[tuple[TableRef, TableDescriptor]]) -> None:
+        for table, descriptor in moved:
+            for callback in self._on_version:
+                try:
+                    callback(table, descriptor)
+                except Exception:
+                    log.exception("catalog version listener failed", table=str(table))
 
     def _loaded(self) -> None:
         callbacks, self._on_loaded = self._on_loaded, []

@@ -40,6 +40,7 @@ from lake_query.jobs.model import RETENTION_SECS
 from lake_query.memory import collect_cycles, tune_allocator
 from lake_query.planning import DatasetOpener, PinnedDatasets
 from lake_query.planning.scan_cache import ScanCache
+from lake_query.planning.verify_ahead import VerifyAhead
 from lake_query.planning_threads import PlanningThreads
 from lake_query.readiness import CATALOG, Readiness, follow_health
 from lake_query.stage import QueryStage
@@ -75,6 +76,7 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
     stores = None
     plane: DataPlane | None = None
     drained: asyncio.Task[int] | None = None
+    ahead: VerifyAhead | None = None
     stop = stop if stop is not None else asyncio.Event()
     try:
         # Bounded external checks (Iceberg namespaces) before the listener binds.
@@ -118,6 +120,17 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             )
 
         admission = Admission(config.admission)
+        datasets = DatasetOpener(
+            config.storage,
+            PinnedDatasets(),
+            verifier=verifier,
+            verify_on_open=config.verify_on_open,
+        )
+        if config.verify_on_open:
+            # New versions of tables this replica reads are verified before a query asks.
+            ahead = VerifyAhead(datasets)
+            cache.on_version(ahead.offer)
+            ahead.start()
         handler = QueryHandler(
             cache=cache,
             sealer=tickets,
@@ -129,12 +142,7 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             planning=PlanningThreads(config.planning),
             max_sql_bytes=config.admission.max_sql_bytes,
             stage=stage,
-            datasets=DatasetOpener(
-                config.storage,
-                PinnedDatasets(),
-                verifier=verifier,
-                verify_on_open=config.verify_on_open,
-            ),
+            datasets=datasets,
             limits=config.limits,
             partitions=config.partitions,
             external=config.external,
@@ -190,6 +198,8 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             await drained
         collector.cancel()
         await cache.close()
+        if ahead is not None:
+            await asyncio.to_thread(ahead.close)
         await meta.close()
         await stage.close()
         if handler is not None:

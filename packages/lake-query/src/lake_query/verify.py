@@ -160,6 +160,9 @@ class _Lru:
     def __len__(self) -> int:
         return len(self._keys)
 
+    def get(self, key: object) -> object:
+        return self._keys.get(key)
+
     def add(self, key: object, value: object = None) -> None:
         self._keys[key] = value
         self._keys.move_to_end(key)
@@ -231,7 +234,9 @@ class DataFileVerifier:
             # One request for the digests of every file this version adds to the set.
             expected = self._digests(table, pending)
             for path in pending:
-                verdict = self._check_file(table, location, incarnation, path, expected.get(path))
+                verdict = self._check_file(
+                    table, location, incarnation, path, expected.get(path), recheck=recheck
+                )
                 if verdict == _MISSING:
                     raise VersionReclaimed(
                         f"{table.qualified} version {descriptor.version} is no longer available "
@@ -264,10 +269,15 @@ class DataFileVerifier:
         incarnation: str,
         path: str,
         expected: DataFileDigest | None,
+        *,
+        recheck: bool = False,
     ) -> str:
         """One file's verdict, computed once however many queries ask at the same time."""
         key = (location, incarnation, path)
         with self._lock:
+            if not recheck and key in self._files:
+                # Verified since the caller listed it (by another query, or ahead).
+                return _OK if self._files.get(key) is not None else _UNRECORDED
             flight = self._flights.get(key)
             owner = flight is None
             if flight is None:

@@ -28,6 +28,7 @@ __all__ = [
     "LEASE_EPOCH",
     "MAINTENANCE_RUNS",
     "QUERY_MEMORY_RESERVED",
+    "QUERY_VERIFIED_AHEAD",
     "QUERY_VERIFIED_BYTES",
     "QUERY_VERIFIED_FILES",
     "REGISTRAR_PASSES",
@@ -166,6 +167,12 @@ QUERY_VERIFIED_FILES = counter(
 QUERY_VERIFIED_BYTES = counter(
     "lake_query_verified_bytes_total",
     "Bytes of data files this Query replica read and hashed for verify-on-open.",
+)
+QUERY_VERIFIED_AHEAD = counter(
+    "lake_query_verified_ahead_total",
+    "New versions of recently read tables this Query replica opened and verified "
+    "before a query asked for them, by outcome (failed: left for the query to report).",
+    {"outcome": ("ok", "failed")},
 )
 
 # -- Metasrv: commits, leadership, maintenance (lake_metasrv) -----------------------------

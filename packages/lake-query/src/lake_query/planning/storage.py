@@ -16,6 +16,7 @@ The probe runs only on the failure path; a healthy query never pays for it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -37,6 +38,9 @@ from lake_query.verify import DataFileVerifier
 
 __all__ = ["MAX_PROBED_FILES", "DatasetOpener", "StorageProbe", "open_pinned"]
 
+#: Tables whose last read a replica remembers (for verifying ahead).
+MAX_TRACKED_TABLES = 10_000
+
 
 class DatasetOpener:
     """Opens pinned versions for one replica (it owns the cache of opened datasets)."""
@@ -56,9 +60,25 @@ class DatasetOpener:
         #: served with LAKE_QUERY_VERIFY_ON_OPEN (default), and after every failed scan.
         self._verifier = verifier
         self._verify_on_open = verify_on_open
+        #: When a query last opened each table (location, incarnation): monotonic seconds.
+        self._read_at: dict[tuple[str, str], float] = {}
 
-    def open(self, table: TableRef, descriptor: TableDescriptor) -> Any:
-        """The Lance dataset at exactly ``descriptor``'s version, or a typed Lake error."""
+    def read_within(self, descriptor: TableDescriptor, seconds: float) -> bool:
+        """Whether a query opened ``descriptor``'s table in the last ``seconds``."""
+        at = self._read_at.get((descriptor.location, descriptor.incarnation))
+        return at is not None and time.monotonic() - at <= seconds
+
+    def open(self, table: TableRef, descriptor: TableDescriptor, *, ahead: bool = False) -> Any:
+        """The Lance dataset at exactly ``descriptor``'s version, or a typed Lake error.
+
+        ``ahead``: opened before any query asked (:mod:`lake_query.planning.verify_ahead`),
+        which does not count as a read of the table.
+        """
+        if not ahead:
+            key = (descriptor.location, descriptor.incarnation)
+            if len(self._read_at) >= MAX_TRACKED_TABLES and key not in self._read_at:
+                self._read_at.clear()  # a replica past this many tables forgets which are warm
+            self._read_at[key] = time.monotonic()
         if descriptor.engine != "lance":
             raise Unimplemented(
                 f"{table.qualified}: table engine {descriptor.engine!r} is not supported"
