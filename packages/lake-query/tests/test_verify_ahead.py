@@ -97,7 +97,8 @@ def test_close_stops_the_thread_and_later_offers_are_dropped() -> None:
     ahead = VerifyAhead(opener)
     ahead.start()
     ahead.close()
-    assert ahead._thread is not None and not ahead._thread.is_alive()
+    assert ahead._thread is not None
+    assert not ahead._thread.is_alive()
     ahead.offer(WARM, descriptor(WARM, 2))
     assert ahead.idle()
     assert opener.opened == []
