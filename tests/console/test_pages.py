@@ -5,9 +5,11 @@ from __future__ import annotations
 import re
 import urllib.parse
 from datetime import UTC, datetime
+from pathlib import Path
 
 from tests.console.conftest import TOKENS, Console
-from tools.lake_testing.console import Session
+from tools.lake_testing.console import Session, start_console
+from tools.lake_testing.servers import LakeProcess, free_port
 
 COUNT = "SELECT count(*) AS n FROM lake.robots.episodes"
 
@@ -45,14 +47,43 @@ def test_bad_input_is_refused_typed(console: Console) -> None:
     assert refused.text.startswith("ReadOnlySql:")
 
 
-def test_cluster_page_shows_the_replica_admission(console: Console) -> None:
-    session = Session(console.url)
-    session.sign_in(TOKENS["acme"])
-    page = session.request("/cluster")
-    assert page.status == 200, page.text[-800:]
-    assert 'data-testid="cluster"' in page.text
-    assert re.search(r"<th>running</th><td>\d+ of \d+</td>", page.text)
-    assert "<th>refused (total)</th>" in page.text
+def _replica_rows(page: str) -> list[str]:
+    return re.findall(r'<tr data-testid="replica">(.*?)</tr>', page)
+
+
+def test_cluster_page_shows_each_replicas_health_catalog_admission_and_memory(
+    console: Console, lake: LakeProcess, tmp_path: Path
+) -> None:
+    # The console's own Query, the same replica by another name, and one that is down.
+    port = lake.url.rsplit(":", 1)[1]
+    down = f"grpc://127.0.0.1:{free_port()}"
+    cluster = start_console(lake.url, tmp_path, replicas=[f"grpc://localhost:{port}", down])
+    try:
+        admin = Session(cluster.url)
+        admin.sign_in(TOKENS["acme"])
+        page = admin.request("/cluster")
+        assert page.status == 200, page.text[-800:]
+        assert 'data-testid="cluster"' in page.text
+        first, second, third = _replica_rows(page.text)
+        for row in (first, second):
+            assert "<td>SERVING</td>" in row
+            assert re.search(r"<td>\d+ tables, generation [^<]+, \d+\.\d s old</td>", row)
+            assert re.search(r"<td>\d+ of \d+</td>", row)  # running of the admission limit
+            assert re.search(r"<td>[\d,]+ MiB of [\d,]+ MiB</td>", row)  # the memory pool
+        assert lake.url in first
+        assert down in third
+        assert '<strong class="error-class">Unavailable</strong>' in third
+        # Status is for administrators: anyone else sees the typed refusal per replica.
+        user = Session(cluster.url)
+        user.sign_in(TOKENS["globex"])
+        rows = _replica_rows(user.request("/cluster").text)
+        assert len(rows) == 3
+        assert all('<strong class="error-class">' in row for row in rows)
+        assert '<strong class="error-class">PermissionDenied</strong>' in rows[0]
+        assert TOKENS["acme"] not in cluster.log()
+        assert TOKENS["globex"] not in cluster.log()
+    finally:
+        cluster.stop()
 
 
 def test_an_mcap_recording_lists_its_topics_and_time_range(console: Console) -> None:

@@ -145,7 +145,13 @@ def test_one_append_is_one_trace_and_status_follows_the_leader(
         }
         assert before["leader"].endswith(leader.addr.rsplit(":", 1)[1])
         assert all(m["epoch"] >= 1 and m["version"] for m in before["metasrv"])
-        assert before["query"][0]["admission"]["running"] == 0
+        replica = before["query"][0]
+        assert replica["admission"]["running"] == 0
+        assert replica["serving"] is True
+        assert replica["not_serving"] == []
+        assert replica["catalog_tables"] >= 1  # the episodes table appended to above
+        assert 0 <= replica["memory"]["reserved_bytes"] <= replica["memory"]["limit_bytes"]
+        assert replica["memory"]["limit_bytes"] > 0
 
         leader.kill()
         successor, _ = lake.wait_for_leader(other_than=leader, timeout_s=30)

@@ -15,6 +15,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from email.message import Message
 from pathlib import Path
@@ -90,12 +91,16 @@ class ConsoleProcess:
             self.proc.wait(timeout=30)
 
 
-def start_console(query_url: str, log_dir: Path, timeout_s: float = 90.0) -> ConsoleProcess:
+def start_console(
+    query_url: str, log_dir: Path, timeout_s: float = 90.0, *, replicas: Sequence[str] = ()
+) -> ConsoleProcess:
     """Start ``lake console`` on a free loopback port and wait until it answers."""
     port = free_port()
     log_path = log_dir / f"console-{port}.log"
     main = "from lake_core.cli import main; main()"
     args = ["console", "--addr", f"127.0.0.1:{port}", "--query", query_url]
+    for replica in replicas:
+        args += ["--replica", replica]
     with log_path.open("ab") as log:
         proc = subprocess.Popen(
             [sys.executable, "-c", main, *args],

@@ -296,9 +296,19 @@ def status(
                 click.echo(f"query {q['addr']}: {q['error']}: {q['message']}")
                 continue
             a = q["admission"]
+            health = (
+                "serving" if q["serving"] else "NOT serving (" + ", ".join(q["not_serving"]) + ")"
+            )
+            memory = q.get("memory")
+            used = (
+                ""
+                if memory is None
+                else f", memory {memory['reserved_bytes'] >> 20}/{memory['limit_bytes'] >> 20} MiB"
+            )
             click.echo(
-                f"query {q['addr']}: running {a['running']}/{a['max_concurrent']}, queued "
-                f"{a['queued']}, refused {a['refused_total']}, version {q['version']}"
+                f"query {q['addr']}: {health}, running {a['running']}/{a['max_concurrent']}, "
+                f"queued {a['queued']}, refused {a['refused_total']}{used}, "
+                f"{q['catalog_tables']} tables, version {q['version']}"
             )
     if any("error" in m for m in [*metas, *replicas]):
         sys.exit(1)

@@ -16,6 +16,7 @@ from lake_core.protocol import WireModel
 __all__ = [
     "STATUS",
     "AdmissionStatus",
+    "MemoryStatus",
     "MetasrvStatus",
     "QueryStatus",
     "StatusRequest",
@@ -57,8 +58,22 @@ class AdmissionStatus(WireModel):
     refused_total: int
 
 
+class MemoryStatus(WireModel):
+    """The replica's query memory pool (``LAKE_QUERY_MEMORY_LIMIT_BYTES``)."""
+
+    reserved_bytes: int
+    limit_bytes: int
+
+
 class QueryStatus(WireModel):
     service: Literal["query"] = "query"
     admission: AdmissionStatus
     catalog_generation: str | None
     version: str
+    #: Whether the replica serves statements (gRPC health SERVING), and if not, why.
+    serving: bool = True
+    not_serving: tuple[str, ...] = ()
+    #: Tables in the replica's catalog view, and how old that view is.
+    catalog_tables: int | None = None
+    catalog_age_ms: int | None = None
+    memory: MemoryStatus | None = None

@@ -98,7 +98,8 @@ _ACTIONS = {
     protocol.DROP_TABLE: "Lake admin: drop a table (relayed to Metasrv as the caller)",
     stage_wire.MANAGED_STAGE: "Lake: the caller's credential-free managed stage descriptor",
     stage_wire.READ_CAPABILITY: "Lake: a bounded read capability for one DataLocation (S3 only)",
-    status.STATUS: "Lake admin: this replica's admission figures and version -> QueryStatus",
+    status.STATUS: "Lake admin: this replica's health, admission, catalog view, memory and "
+    "version -> QueryStatus",
 }
 
 T = TypeVar("T")
@@ -543,11 +544,26 @@ class QueryHandler(FlightHandler):
         elif kind in (stage_wire.MANAGED_STAGE, stage_wire.READ_CAPABILITY):
             yield pb.Result(body=await self._stage_action(kind, bytes(action.body), principal))
         elif kind == status.STATUS:
-            yield pb.Result(
-                body=protocol.encode(replica_status(self._admission, self._cache, principal))
-            )
+            yield pb.Result(body=protocol.encode(self._status(principal)))
         else:
             raise Unimplemented(f"action {kind[:100]!r} is not supported by Lake Query")
+
+    def _status(self, principal: Principal) -> status.QueryStatus:
+        """``lake.status``: admission (admins only), health, catalog view and memory."""
+        figures = replica_status(self._admission, self._cache, principal)
+        age = self._cache.age_s()
+        memory = self.planner.memory
+        return figures.model_copy(
+            update={
+                "serving": self.readiness.serving,
+                "not_serving": tuple(sorted(self.readiness.reasons())),
+                "catalog_tables": len(self._cache.tables()),
+                "catalog_age_ms": None if age is None else int(age * 1000),
+                "memory": status.MemoryStatus(
+                    reserved_bytes=memory.reserved, limit_bytes=memory.total_bytes
+                ),
+            }
+        )
 
     async def list_actions(self, context: Context) -> AsyncIterator[pb.ActionType]:
         for name, description in _ACTIONS.items():

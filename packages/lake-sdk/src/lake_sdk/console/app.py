@@ -18,10 +18,9 @@ from starlette.staticfiles import StaticFiles
 from lake_core import errors as core_errors
 from lake_core.errors import InvalidArgument, LakeError
 from lake_core.proto import flight_sql_pb2
-from lake_core.status import STATUS, QueryStatus, StatusRequest
 from lake_objects import errors as object_errors
 from lake_sdk.client import AsyncClient
-from lake_sdk.console import data_pages, file_pages, plot
+from lake_sdk.console import cluster_page, data_pages, file_pages, plot
 from lake_sdk.console.render import e, error_box, page
 from lake_sdk.console.session import (
     PRESESSION_COOKIE,
@@ -34,6 +33,7 @@ from lake_sdk.console.session import (
     session_for,
     session_value,
     set_cookie,
+    token_of,
 )
 from lake_sdk.console.settings import ConsoleSettings
 
@@ -270,25 +270,29 @@ def create_app(settings: ConsoleSettings) -> Starlette:
                 body += error_box(exc)
         return html("Plot", body, session)
 
-    async def cluster(request: Request, session: str, client: AsyncClient) -> Response:
-        from lake_core import protocol
+    @contextlib.asynccontextmanager
+    async def replica_client(url: str, session: str) -> AsyncIterator[AsyncClient]:
+        """A short-lived client of another replica, as the signed-in principal."""
+        other = AsyncClient(
+            url,
+            token=token_of(session),
+            ca_pem=settings.ca_pem,
+            server_name=settings.server_name,
+            connect_timeout=cluster_page.STATUS_TIMEOUT_S,
+            progress=False,
+        )
+        await other.__aenter__()
+        try:
+            yield other
+        finally:
+            await other.close()
 
-        raw = await client._state.connection.action(STATUS, protocol.encode(StatusRequest()))
-        status = protocol.decode(QueryStatus, raw)
-        a = status.admission
-        rows = [
-            ("Query", settings.query_url),
-            ("version", status.version),
-            ("catalog generation", status.catalog_generation or "none yet"),
-            ("running", f"{a.running} of {a.max_concurrent}"),
-            ("queued", a.queued),
-            ("per-tenant limit", a.per_tenant),
-            ("refused (total)", a.refused_total),
-        ]
-        body = (
-            '<table class="grid" data-testid="cluster">'
-            + "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in rows)
-            + "</table>"
+    async def cluster(request: Request, session: str, client: AsyncClient) -> Response:
+        body = await cluster_page.cluster_body(
+            client,
+            settings.query_url,
+            settings.replicas,
+            lambda url: replica_client(url, session),
         )
         return html("Cluster", body, session)
 

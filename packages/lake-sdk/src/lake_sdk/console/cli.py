@@ -12,6 +12,10 @@ from lake_sdk.console.settings import DEFAULT_ADDR, DEFAULT_QUERY_URL
 __all__ = ["console"]
 
 
+def _url(addr: str) -> str:
+    return addr if "://" in addr else f"grpc://{addr}"
+
+
 def _split(addr: str) -> tuple[str, int]:
     host, _, port = addr.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -32,6 +36,12 @@ def _split(addr: str) -> tuple[str, int]:
 )
 @click.option("--server-name", default=None, help="The name Query's certificate carries.")
 @click.option(
+    "--replica",
+    "replicas",
+    multiple=True,
+    help="Another Query replica the Cluster page reports on (repeatable; same TLS options).",
+)
+@click.option(
     "--tls-cert",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
@@ -48,6 +58,7 @@ def console(
     query_url: str,
     ca_pem: Path | None,
     server_name: str | None,
+    replicas: tuple[str, ...],
     tls_cert: Path | None,
     tls_key: Path | None,
 ) -> None:
@@ -78,7 +89,8 @@ def console(
             "(--tls-cert and --tls-key) to listen there"
         )
     settings = ConsoleSettings(
-        query_url=query_url if "://" in query_url else f"grpc://{query_url}",
+        query_url=_url(query_url),
+        replicas=tuple(_url(r) for r in replicas),
         ca_pem=ca_pem.read_bytes() if ca_pem is not None else None,
         server_name=server_name,
         https=https,

@@ -30,6 +30,8 @@ class ConsoleSettings:
     """One console process's settings; ``secret`` signs CSRF tokens (random per process)."""
 
     query_url: str = DEFAULT_QUERY_URL
+    #: Other Query replicas the Cluster page reports on (``--replica``).
+    replicas: tuple[str, ...] = ()
     ca_pem: bytes | None = None
     server_name: str | None = None
     #: The console itself is served over TLS: cookies get the Secure flag.
