@@ -23,7 +23,7 @@ from lake_core.models import CatalogEntry
 from lake_core.names import TableRef
 from lake_core.principal import DEV_PRINCIPAL
 from lake_query.planning import Planner, QuerySpec
-from lake_query.results import MAX_BATCH_BYTES
+from lake_query.planning.batches import MAX_BATCH_BYTES
 
 from .conftest import EPISODES_ROWS, ROBOTS_ONLY, LocalCatalog, episodes, rewards
 from .test_statements import WRITES

@@ -6,7 +6,7 @@ import grpc
 import pytest
 
 from lake_core.errors import READ_ONLY_MESSAGE, ReadOnlySql, SqlError, TableNotFound
-from lake_query.statements import leading_keyword, reject_writes, sql_error
+from lake_query.planning.sql_errors import leading_keyword, reject_writes, sql_error
 
 WRITES = [
     "INSERT INTO robots.episodes VALUES (1)",

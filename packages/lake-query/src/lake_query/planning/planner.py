@@ -21,6 +21,7 @@ from datafusion import SessionContext, SQLOptions
 from lake_core.errors import LakeError, ResourceExhausted
 from lake_core.principal import Principal
 from lake_query.planning.abortable import AbortableBatches
+from lake_query.planning.batches import coalesce_batches
 from lake_query.planning.catalog import (
     Binder,
     Lister,
@@ -54,9 +55,8 @@ from lake_query.planning.pinned import PinnedDatasets
 from lake_query.planning.reservations import MemoryBudget, Reservation
 from lake_query.planning.scan_cache import ScanCache, ScanKey, estimated_bytes
 from lake_query.planning.spec import PinnedTable, PlannedQuery, QuerySpec
+from lake_query.planning.sql_errors import out_of_memory, reject_writes, sql_error
 from lake_query.planning.storage import DatasetOpener
-from lake_query.results import coalesce_batches
-from lake_query.statements import out_of_memory, reject_writes, sql_error
 
 __all__ = ["Planner", "ResultStream", "read_only_options"]
 
