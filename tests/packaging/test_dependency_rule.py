@@ -322,6 +322,92 @@ def test_the_cycle_check_can_fail() -> None:
     assert _cycles({"p.a": {"p.b"}, "p.b": set()}) == []
 
 
+#: lake_query's folders, each with the other folders it may import (its own always).
+#: serving (admission, stalls, planning threads, readiness, health, memory) and planning
+#: (DataFusion over pinned versions, the catalog cache, verify, SQL errors, result batches)
+#: stand alone; durable jobs run planned statements; the Flight SQL service uses all
+#: three; the native data plane serves Flight SQL's tickets.
+QUERY_LAYERS: dict[str, set[str]] = {
+    "serving": set(),
+    "planning": set(),
+    "jobs": {"planning"},
+    "flightsql": {"planning", "serving", "jobs"},
+    "dataplane": {"planning", "serving", "flightsql"},
+}
+#: The only modules at lake_query's top level: start-up and the package's exports.
+QUERY_TOP_LEVEL = {"__init__", "__main__", "cli", "config"}
+QUERY_SOURCE = PACKAGES / "lake-query" / "src" / "lake_query"
+
+
+def _query_imports(source: Path) -> dict[str, set[str]]:
+    """``folder/module.py`` -> the lake_query parts it imports (a folder or a top-level
+    module), every import counted, ``if TYPE_CHECKING:`` ones included."""
+    found: dict[str, set[str]] = {}
+    for path in sorted(source.rglob("*.py")):
+        relative = path.relative_to(source)
+        if len(relative.parts) < 2:
+            continue  # top level: may import every folder
+        names: list[str] = []
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                names += [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                assert node.level == 0, f"{relative}: relative import"
+                module = node.module or ""
+                # ``from lake_query import planning`` names the folder it imports.
+                names += (
+                    [f"{module}.{a.name}" for a in node.names]
+                    if module == "lake_query"
+                    else [module]
+                )
+        parts = {n.split(".")[1] for n in names if n.startswith("lake_query.")}
+        found[str(relative)] = parts
+    return found
+
+
+def _layer_violations(imports: dict[str, set[str]]) -> list[str]:
+    """``folder/module.py imports part`` for every import the layers do not allow."""
+    wrong: list[str] = []
+    for module, parts in sorted(imports.items()):
+        folder = module.split("/")[0]
+        allowed = QUERY_LAYERS.get(folder, set()) | {folder}
+        wrong += [f"{module} imports lake_query.{part}" for part in sorted(parts - allowed)]
+    return wrong
+
+
+def test_query_is_laid_out_in_folders_by_concern() -> None:
+    folders = {p.parent.name for p in QUERY_SOURCE.glob("*/__init__.py")}
+    assert folders == set(QUERY_LAYERS)
+    top_level = {p.stem for p in QUERY_SOURCE.glob("*.py")}
+    assert top_level == QUERY_TOP_LEVEL, (
+        f"modules to put in a folder: {top_level - QUERY_TOP_LEVEL}"
+    )
+    # One module name per meaning: no folder repeats the name of another folder's module
+    # for something else (``statements``, ``results`` once meant two things each).
+    for clash in ("statements", "results"):
+        homes = sorted(str(p.relative_to(QUERY_SOURCE)) for p in QUERY_SOURCE.rglob(f"{clash}.py"))
+        assert len(homes) <= 1, f"{clash}.py means two things: {homes}"
+
+
+def test_query_folders_import_only_their_layers() -> None:
+    imports = _query_imports(QUERY_SOURCE)
+    assert {m.split("/")[0] for m in imports} == set(QUERY_LAYERS)
+    violations = _layer_violations(imports)
+    assert not violations, f"lake_query's layering broken: {violations}"
+
+
+def test_the_layer_check_can_fail() -> None:
+    assert _layer_violations({"planning/planner.py": {"planning"}}) == []
+    assert _layer_violations({"planning/planner.py": {"flightsql"}}) == [
+        "planning/planner.py imports lake_query.flightsql"
+    ]
+    assert _layer_violations({"serving/admission.py": {"planning", "cli"}}) == [
+        "serving/admission.py imports lake_query.cli",
+        "serving/admission.py imports lake_query.planning",
+    ]
+    assert _query_imports(QUERY_SOURCE)["dataplane/server.py"] >= {"flightsql", "serving"}
+
+
 def test_query_finds_the_iceberg_plugin_only_by_entry_point() -> None:
     """lake-query never names lake_iceberg (not even in a string); lake-iceberg registers itself."""
     source = PACKAGES / "lake-query" / "src" / "lake_query"

@@ -1,7 +1,7 @@
 """What ``LAKE_QUERY_VERIFY_ON_OPEN`` costs a replica's first query of a table version.
 
 In process, over a local Lance dataset of several fragments: Lake's side is a
-fresh :class:`~lake_query.verify.DataFileVerifier` checking the version (one
+fresh :class:`~lake_query.planning.verify.DataFileVerifier` checking the version (one
 read and SHA-256 of every data file) followed by a point query; the
 reference is the same point query on a freshly opened dataset, unverified.
 The second figure is the check once the version is verified (a set lookup).
@@ -24,7 +24,7 @@ import pyarrow as pa
 from lake_core.integrity import DataFileDigest, digest_file, fragment_file_paths
 from lake_core.models import TableDescriptor
 from lake_core.names import TableRef
-from lake_query.verify import DataFileVerifier
+from lake_query.planning.verify import DataFileVerifier
 from tools.bench.harness import (
     Figure,
     at_most,

@@ -9,7 +9,16 @@ import requests
 from botocore.exceptions import ClientError
 from pyiceberg import exceptions as ice
 
-from lake_iceberg.errors import AuthFailed, CatalogUnavailable, ConfigInvalid, SegmentCatalogError
+from lake_core.errors import ERROR_CODE_KEY, wire_trailers
+from lake_iceberg.errors import (
+    AuthFailed,
+    CatalogUnavailable,
+    ConfigInvalid,
+    IcebergSchemaMismatch,
+    IcebergUnsupportedType,
+    RegistrarError,
+    SegmentCatalogError,
+)
 from lake_iceberg.registrar.failures import CommitOutcome, IcebergRejected, classify, commit_outcome
 
 
@@ -64,3 +73,23 @@ def test_object_store_answers() -> None:
     assert isinstance(classify(client_error(403)), AuthFailed)
     assert isinstance(classify(client_error(404)), SegmentCatalogError)
     assert isinstance(classify(client_error(503)), CatalogUnavailable)
+
+
+@pytest.mark.parametrize(
+    ("error", "reason"),
+    [
+        (ConfigInvalid("bad key"), "config.invalid"),
+        (AuthFailed("401"), "auth.failed"),
+        (IcebergSchemaMismatch("t", "s", ["x narrows"]), "sink.iceberg_schema_mismatch"),
+        (IcebergUnsupportedType("uint64"), "sink.iceberg_unsupported_type"),
+        (SegmentCatalogError("gone"), "segments.catalog"),
+        (CatalogUnavailable("503"), "catalog.unavailable"),
+        (IcebergRejected("400"), "sink.iceberg_rejected"),
+    ],
+)
+def test_a_reason_beside_the_lake_error_code(error: RegistrarError, reason: str) -> None:
+    """The registrar's dotted reason does not shadow LakeError.code (the wire's class name)."""
+    assert error.reason == reason
+    assert str(error).startswith(f"{reason}: ")
+    assert error.code == type(error).__name__
+    assert dict(wire_trailers(error))[ERROR_CODE_KEY] == type(error).__name__

@@ -27,8 +27,8 @@ from lake_core.names import TableRef
 from lake_core.principal import DEV_PRINCIPAL, Principal
 from lake_core.schemas import schema_to_base64
 from lake_core.tickets import TicketKeyRing, TicketSealer
-from lake_query.catalog_cache import CatalogCache
 from lake_query.flightsql import QueryHandler
+from lake_query.planning.catalog_cache import CatalogCache
 
 EPISODES_ROWS = 20_000
 

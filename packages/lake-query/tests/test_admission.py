@@ -15,8 +15,8 @@ import grpc
 import pytest
 
 from lake_core.errors import ConfigError, ResourceExhausted
-from lake_query.admission import Admission, AdmissionLimits, Permit
 from lake_query.config import QueryConfig
+from lake_query.serving.admission import Admission, AdmissionLimits, Permit
 from tools.lake_testing.waiting import until_async
 
 

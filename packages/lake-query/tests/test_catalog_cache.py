@@ -11,7 +11,7 @@ from lake_core import protocol
 from lake_core.errors import FailedPrecondition, Unavailable
 from lake_core.names import TableRef
 from lake_core.schemas import schema_from_ipc
-from lake_query.catalog_cache import FIRST_LOAD_BACKOFF_S, CatalogCache
+from lake_query.planning.catalog_cache import FIRST_LOAD_BACKOFF_S, CatalogCache
 
 from .conftest import LocalCatalog, rewards
 

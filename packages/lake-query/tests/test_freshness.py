@@ -9,8 +9,8 @@ import pytest
 from lake_core.errors import Unavailable
 from lake_core.names import TableRef
 from lake_core.principal import Principal
-from lake_query.catalog_cache import CatalogCache
-from lake_query.freshness import behind, catch_up
+from lake_query.planning.catalog_cache import CatalogCache
+from lake_query.planning.freshness import behind, catch_up
 
 from .conftest import ROBOTS_ONLY, LocalCatalog, rewards
 

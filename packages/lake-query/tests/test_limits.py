@@ -21,7 +21,7 @@ from lake_core.proto import flight_sql_pb2 as sql_pb
 from lake_query.config import QueryConfig
 from lake_query.planning import Planner, QueryLimits, QuerySpec
 from lake_query.planning.limits import sql_shape
-from lake_query.statements import sql_error
+from lake_query.planning.sql_errors import sql_error
 
 from .conftest import LocalCatalog, RunningQuery
 

@@ -6,7 +6,7 @@ import platform
 
 import pytest
 
-from lake_query.memory import tune_allocator
+from lake_query.serving.memory import tune_allocator
 
 
 def test_operator_malloc_settings_win() -> None:

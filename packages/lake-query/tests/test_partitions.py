@@ -19,7 +19,7 @@ from lake_query.planning.partitions import (
     partition_ids,
     scan_partition,
 )
-from lake_query.statements import sql_error
+from lake_query.planning.sql_errors import sql_error
 
 SIZES = [100, 300, 50, 50, 500, 200, 100, 100, 400, 200]
 SCHEMA = pa.schema([("id", pa.int64())])

@@ -22,8 +22,11 @@ from lake_core.errors import (
 from lake_core.models import CatalogEntry
 from lake_core.names import TableRef
 from lake_core.principal import DEV_PRINCIPAL
-from lake_query.planning import Planner, QuerySpec
-from lake_query.results import MAX_BATCH_BYTES
+from lake_query.planning import DatasetOpener, Planner, QueryLimits, QuerySpec
+from lake_query.planning.batches import MAX_BATCH_BYTES
+from lake_query.planning.catalog import PlanningBinder, session
+from lake_query.planning.functions import FunctionBudget
+from lake_query.planning.planner import _plan
 
 from .conftest import EPISODES_ROWS, ROBOTS_ONLY, LocalCatalog, episodes, rewards
 from .test_statements import WRITES
@@ -204,6 +207,69 @@ def test_unknown_table_is_not_found_and_named(planner: Planner) -> None:
         planner.plan("SELECT * FROM episodes", DEV_PRINCIPAL)
     with pytest.raises(TableNotFound, match=r"other\.robots\.episodes"):
         planner.plan("SELECT * FROM other.robots.episodes", DEV_PRINCIPAL)
+
+
+@pytest.mark.parametrize(
+    ("sql", "missing"),
+    [
+        ("SELECT * FROM other.robots.episodes", "other.robots.episodes"),
+        ("SELECT * FROM OTHER.Robots.Episodes", "other.robots.episodes"),
+        ('SELECT * FROM "Other".robots.episodes', "Other.robots.episodes"),
+        ("DESCRIBE nowhere.robots.episodes", "nowhere.robots.episodes"),
+        ("SELECT * FROM robots.episodes e JOIN x.y.z ON true", "x.y.z"),
+        ("WITH q AS (SELECT * FROM other.a.b) SELECT * FROM q", "other.a.b"),
+        (
+            "SELECT count(*) FROM robots.episodes WHERE episode_id IN "
+            "(SELECT episode_id FROM iceberg.robots.rewards)",
+            "iceberg.robots.rewards",
+        ),
+        ("SELECT (SELECT max(reward) FROM robots.absent) AS m", "lake.robots.absent"),
+        ("EXPLAIN SELECT * FROM datafusion.public.t", "datafusion.public.t"),
+    ],
+)
+def test_a_missing_table_is_named_from_the_lookup_not_the_message(
+    planner: Planner, sql: str, missing: str
+) -> None:
+    with pytest.raises(TableNotFound) as caught:
+        planner.plan(sql, DEV_PRINCIPAL)
+    assert caught.value.table == missing
+    assert str(caught.value) == f"table not found: {missing}"
+    assert caught.value.grpc_status == grpc.StatusCode.NOT_FOUND
+
+
+def test_the_catalog_records_the_tables_it_could_not_resolve(catalog: LocalCatalog) -> None:
+    binder = PlanningBinder(DEV_PRINCIPAL, DatasetOpener(), catalog.resolve, catalog.refs)
+    ctx = session(binder, FunctionBudget(1 << 20))
+    assert binder.missing_table() is None
+    with pytest.raises(TableNotFound):
+        ctx.sql("SELECT * FROM robots.episodes JOIN other.robots.rewards USING (episode_id)")
+    with pytest.raises(TableNotFound):
+        ctx.sql("SELECT * FROM robots.absent")
+    assert binder.missing == ["other.robots.rewards", "lake.robots.absent"]
+    # Listings name only the catalogs that exist; an absent one lists nothing.
+    assert ctx.catalog_names() == {"lake"}
+    # The record alone is enough: DataFusion may hand a failed lookup back as text.
+    recorded = binder.missing_table()
+    assert isinstance(recorded, TableNotFound)
+    assert recorded.table == "other.robots.rewards"
+
+
+class TextOnly:
+    """A session whose planning failed with DataFusion's text alone (no Lake error)."""
+
+    def sql_with_options(self, sql: str, options: object) -> None:
+        raise ValueError("Error during planning: table 'other.robots.rewards' not found")
+
+
+def test_planning_names_a_missing_table_from_the_record(catalog: LocalCatalog) -> None:
+    binder = PlanningBinder(DEV_PRINCIPAL, DatasetOpener(), catalog.resolve, catalog.refs)
+    spec = QuerySpec(sql="SELECT * FROM other.robots.rewards")
+    with pytest.raises(SqlError):  # nothing recorded: DataFusion's text, not read
+        _plan(TextOnly(), spec, QueryLimits(), binder)  # type: ignore[arg-type]
+    binder.not_found("other.robots.rewards")
+    with pytest.raises(TableNotFound) as caught:
+        _plan(TextOnly(), spec, QueryLimits(), binder)  # type: ignore[arg-type]
+    assert caught.value.table == "other.robots.rewards"
 
 
 def test_hidden_and_absent_tables_get_the_same_denial(

@@ -29,7 +29,7 @@ from lake_core.names import TableRef
 from lake_core.proto import flight_grpc
 from lake_core.proto import flight_pb2 as pb
 from lake_core.proto import flight_sql_pb2 as sql_pb
-from lake_query.health import PLANNING_SERVICE
+from lake_query.serving.health import PLANNING_SERVICE
 from tools.lake_testing.nesting import HANGS
 from tools.lake_testing.servers import LakeProcess, start_meta, start_query
 from tools.lake_testing.waiting import until

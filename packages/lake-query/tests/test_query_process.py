@@ -324,7 +324,7 @@ class CountingMeta:
 
 
 def test_warm_catalog_makes_zero_rpcs_to_a_real_metasrv(tmp_path: Path) -> None:
-    from lake_query.catalog_cache import CatalogCache
+    from lake_query.planning.catalog_cache import CatalogCache
 
     meta = start_meta(tmp_path / "data", tmp_path)
     try:

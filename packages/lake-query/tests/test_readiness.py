@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from lake_core.errors import Unavailable
-from lake_query.readiness import CATALOG, Readiness, follow_health
+from lake_query.serving.readiness import CATALOG, Readiness, follow_health
 
 
 def test_serves_only_when_no_reason_is_set() -> None:

@@ -12,9 +12,9 @@ import pyarrow as pa
 import pytest
 
 from lake_core.proto import flight_sql_pb2 as sql_pb
-from lake_query.metadata import like_matcher
-from lake_query.results import MAX_BATCH_BYTES, coalesce_batches, prefetch
-from lake_query.sqlinfo import SQL_INFO, SQL_INFO_SCHEMA, sql_info_batch
+from lake_query.flightsql.catalogs import like_matcher
+from lake_query.flightsql.sqlinfo import SQL_INFO, SQL_INFO_SCHEMA, sql_info_batch
+from lake_query.planning.batches import MAX_BATCH_BYTES, coalesce_batches, prefetch
 
 SCHEMA = pa.schema([("x", pa.int64())])
 

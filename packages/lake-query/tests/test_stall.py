@@ -14,9 +14,9 @@ import grpc
 import pytest
 
 from lake_core.errors import ConfigError
-from lake_query.admission import Admission, AdmissionLimits
 from lake_query.config import QueryConfig
-from lake_query.stall import STALL_TIMEOUT_MS
+from lake_query.serving.admission import Admission, AdmissionLimits
+from lake_query.serving.stall import STALL_TIMEOUT_MS
 
 
 class FakeContext:

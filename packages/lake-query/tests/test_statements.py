@@ -5,8 +5,8 @@ from __future__ import annotations
 import grpc
 import pytest
 
-from lake_core.errors import READ_ONLY_MESSAGE, ReadOnlySql, SqlError, TableNotFound
-from lake_query.statements import leading_keyword, reject_writes, sql_error
+from lake_core.errors import READ_ONLY_MESSAGE, ReadOnlySql, SqlError
+from lake_query.planning.sql_errors import leading_keyword, reject_writes, sql_error
 
 WRITES = [
     "INSERT INTO robots.episodes VALUES (1)",
@@ -76,11 +76,15 @@ def test_datafusion_refusals_become_read_only() -> None:
         assert isinstance(sql_error(ValueError(message)), ReadOnlySql)
 
 
-def test_other_catalog_table_is_not_found_by_name() -> None:
-    error = sql_error(ValueError("Error during planning: table 'foo.bar.baz' not found"))
-    assert isinstance(error, TableNotFound)
-    assert "foo.bar.baz" in str(error)
-    assert error.grpc_status == grpc.StatusCode.NOT_FOUND
+def test_a_table_name_is_never_read_from_datafusion_text() -> None:
+    # A missing table is TableNotFound from what the lazy catalog looked up
+    # (test_planning: test_a_missing_table_is_named_from_the_lookup_not_the_message);
+    # a message that merely says so is DataFusion's text, passed on as such.
+    message = "Error during planning: table 'foo.bar.baz' not found"
+    error = sql_error(ValueError(message))
+    assert type(error) is SqlError
+    assert str(error) == message
+    assert error.grpc_status == grpc.StatusCode.INVALID_ARGUMENT
 
 
 def test_parse_errors_keep_datafusion_message() -> None:

@@ -29,7 +29,7 @@ from lake_core.integrity import (
 )
 from lake_core.models import TableDescriptor
 from lake_core.names import TableRef
-from lake_query.verify import VERIFY_ON_OPEN, DataFileVerifier, MetaDigests, verify_on_open
+from lake_query.planning.verify import VERIFY_ON_OPEN, DataFileVerifier, MetaDigests, verify_on_open
 
 TABLE = TableRef("ns", "t")
 

@@ -105,7 +105,7 @@ def registrar(
         else:
             service.run(parse_duration(poll, "--poll"))
     except RegistrarError as error:
-        log.error("registrar.fatal", code=error.code, error=str(error))
+        log.error("registrar.fatal", code=error.reason, error=str(error))
         raise
     finally:
         telemetry.close()

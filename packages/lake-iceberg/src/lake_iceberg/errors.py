@@ -1,4 +1,4 @@
-"""Errors of the Iceberg plug-in, each with the stable code the spec names.
+"""Errors of the Iceberg plug-in, each with the stable reason the spec names.
 
     LakeError
     ├── ConfigError
@@ -41,30 +41,31 @@ __all__ = [
 
 
 class RegistrarError(LakeError):
-    """An error with a dotted code (``auth.failed``...) in the spec's vocabulary."""
+    """An error with a dotted reason (``auth.failed``...) in the spec's vocabulary.
 
-    error_code: ClassVar[str] = "registrar.error"
+    The reason is the registrar's own word for what went wrong (its log lines
+    and docs/registrar.md call it ``code``); :attr:`LakeError.code`, the class
+    name every Lake error carries on the wire, is left as it is.
+    """
+
+    reason: ClassVar[str] = "registrar.error"
     #: Whether the registrar stops on it (the opposite of ``retryable``).
     fatal: ClassVar[bool] = True
 
-    @property
-    def code(self) -> str:
-        return self.error_code
-
     def __str__(self) -> str:
-        return f"{self.error_code}: {super().__str__()}"
+        return f"{self.reason}: {super().__str__()}"
 
 
 class ConfigInvalid(RegistrarError, ConfigError):
-    error_code = "config.invalid"
+    reason = "config.invalid"
 
 
 class AuthFailed(RegistrarError, Unauthenticated):
-    error_code = "auth.failed"
+    reason = "auth.failed"
 
 
 class IcebergSchemaMismatch(RegistrarError, FailedPrecondition):
-    error_code = "sink.iceberg_schema_mismatch"
+    reason = "sink.iceberg_schema_mismatch"
 
     def __init__(self, table: str, segment: str, violations: list[str]) -> None:
         super().__init__(
@@ -75,14 +76,14 @@ class IcebergSchemaMismatch(RegistrarError, FailedPrecondition):
 
 
 class IcebergUnsupportedType(RegistrarError, FailedPrecondition):
-    error_code = "sink.iceberg_unsupported_type"
+    reason = "sink.iceberg_unsupported_type"
 
 
 class SegmentCatalogError(RegistrarError, FailedPrecondition):
-    error_code = "segments.catalog"
+    reason = "segments.catalog"
 
 
 class CatalogUnavailable(RegistrarError, Unavailable):
-    error_code = "catalog.unavailable"
+    reason = "catalog.unavailable"
     fatal = False
     retryable = True

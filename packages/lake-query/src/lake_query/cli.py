@@ -4,7 +4,7 @@ Startup order: parse and validate the whole configuration, ask Metasrv
 for the first catalog snapshot, then bind. Metasrv not reachable yet (the
 two started at once, a restart, a failover) does not stop the replica: it
 binds anyway, reports NOT_SERVING on gRPC Health and refuses statements
-with UNAVAILABLE (:mod:`lake_query.readiness`) until the snapshot arrives,
+with UNAVAILABLE (:mod:`lake_query.serving.readiness`) until the snapshot arrives,
 retried every quarter second at most.
 Logs are structlog JSON lines on stderr; once serving, the process prints
 ``lake query listening on ADDR`` to stderr. The native data plane
@@ -29,22 +29,22 @@ from lake_core.logs import banner, configure_logging, log_format_option
 from lake_core.metaclient import MetaClient
 from lake_core.telemetry.process import ProcessTelemetry
 from lake_core.tickets import TicketSealer
-from lake_query.admission import Admission
-from lake_query.catalog_cache import FIRST_LOAD_BACKOFF_S, CatalogCache
 from lake_query.config import DEFAULT_ADDR, DEFAULT_METADATA_ADDR, QueryConfig
 from lake_query.dataplane.server import DataPlane
 from lake_query.flightsql import QueryHandler
-from lake_query.health import watch_health
+from lake_query.flightsql.stage import QueryStage
 from lake_query.jobs import AsyncQueries, JobSeal, open_stores
 from lake_query.jobs.model import RETENTION_SECS
-from lake_query.memory import collect_cycles, tune_allocator
 from lake_query.planning import DatasetOpener, PinnedDatasets
+from lake_query.planning.catalog_cache import FIRST_LOAD_BACKOFF_S, CatalogCache
 from lake_query.planning.scan_cache import ScanCache
+from lake_query.planning.verify import DataFileVerifier, MetaDigests
 from lake_query.planning.verify_ahead import VerifyAhead
-from lake_query.planning_threads import PlanningThreads
-from lake_query.readiness import CATALOG, Readiness, follow_health
-from lake_query.stage import QueryStage
-from lake_query.verify import DataFileVerifier, MetaDigests
+from lake_query.serving.admission import Admission
+from lake_query.serving.health import watch_health
+from lake_query.serving.memory import collect_cycles, tune_allocator
+from lake_query.serving.planning_threads import PlanningThreads
+from lake_query.serving.readiness import CATALOG, Readiness, follow_health
 
 __all__ = ["configure_logging", "main", "query", "run"]
 

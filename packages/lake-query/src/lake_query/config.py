@@ -23,11 +23,11 @@ Security (``docs/security.md``): the listener policy of
 ``LAKE_AUTH_TOKEN_FILE``, ``LAKE_TLS_CERT_FILE``/``LAKE_TLS_KEY_FILE``,
 ``LAKE_ALLOW_INSECURE``); the Metasrv client's ``LAKE_METADATA_AUTH_TOKEN_FILE``,
 ``LAKE_METADATA_CA_FILE`` and ``LAKE_METADATA_SERVER_NAME``; admission limits
-from :class:`lake_query.admission.AdmissionLimits` (``LAKE_QUERY_STALL_TIMEOUT_MS``,
-default 60 s, among them: see :mod:`lake_query.stall`); statement bounds
+from :class:`lake_query.serving.admission.AdmissionLimits` (``LAKE_QUERY_STALL_TIMEOUT_MS``,
+default 60 s, among them: see :mod:`lake_query.serving.stall`); statement bounds
 (``LAKE_QUERY_MEMORY_LIMIT_BYTES``, ``LAKE_QUERY_MAX_EXPRESSION_TERMS``, ...)
 from :class:`lake_query.planning.limits.QueryLimits`;
-``LAKE_QUERY_VERIFY_ON_OPEN`` (true/false, default true: :mod:`lake_query.verify`);
+``LAKE_QUERY_VERIFY_ON_OPEN`` (true/false, default true: :mod:`lake_query.planning.verify`);
 partitioned scans (``LAKE_QUERY_MAX_ENDPOINTS``, ``LAKE_QUERY_MIN_ENDPOINT_ROWS``) from
 :class:`lake_query.planning.partitions.PartitionLimits`;
 ``LAKE_ICEBERG_*``: the Iceberg plug-in validates them (:mod:`lake_query.planning.external`).
@@ -62,15 +62,15 @@ from lake_core.security import ServerSecurity, check_internal_client, optional_t
 from lake_core.tickets import TicketKeyRing
 from lake_core.tls import METADATA_CA_FILE, METADATA_SERVER_NAME, ClientTLS, load_client_tls
 from lake_objects.settings import StageSettings
-from lake_query.admission import AdmissionLimits
 from lake_query.dataplane.settings import DataPlaneSettings
 from lake_query.jobs.settings import AsyncSettings
 from lake_query.planning.external import ExternalCatalog, load_external_catalogs
 from lake_query.planning.limits import QueryLimits
 from lake_query.planning.partitions import PartitionLimits
 from lake_query.planning.scan_cache import DEFAULT_SCAN_CACHE_BYTES, scan_cache_bytes
-from lake_query.planning_threads import PlanningLimits
-from lake_query.verify import verify_on_open
+from lake_query.planning.verify import verify_on_open
+from lake_query.serving.admission import AdmissionLimits
+from lake_query.serving.planning_threads import PlanningLimits
 
 __all__ = [
     "DEFAULT_ADDR",
@@ -130,11 +130,11 @@ class QueryConfig:
     storage: DatasetStorage = field(default_factory=DatasetStorage)
     #: Per-statement bounds: expression size, plan depth, memory, function outputs.
     limits: QueryLimits = field(default_factory=QueryLimits)
-    #: ``LAKE_QUERY_VERIFY_ON_OPEN``: check data files before serving rows (lake_query.verify).
+    #: ``LAKE_QUERY_VERIFY_ON_OPEN``: check data files before serving rows (lake_query.planning.verify).
     verify_on_open: bool = True
     #: ``LAKE_QUERY_MAX_ENDPOINTS`` and ``LAKE_QUERY_MIN_ENDPOINT_ROWS`` (partitioned scans).
     partitions: PartitionLimits = field(default_factory=PartitionLimits)
-    #: Planning's deadline and threads (lake_query.planning_threads).
+    #: Planning's deadline and threads (lake_query.serving.planning_threads).
     planning: PlanningLimits = field(default_factory=PlanningLimits)
     #: Plug-in catalogs (``iceberg``: lake_query.planning.external), validated, not started.
     external: tuple[ExternalCatalog, ...] = ()

@@ -284,7 +284,7 @@ def even_rows(rows: int, batch_rows: int) -> int:
     The last is at most one row per batch shorter than the others. A short
     last batch would be merged (copied) into the next Flight message; equal
     ones of a megabyte or more are sent as they are
-    (lake_query.results.coalesce_batches).
+    (lake_query.planning.batches.coalesce_batches).
     """
     if rows <= batch_rows:
         return max(1, rows)

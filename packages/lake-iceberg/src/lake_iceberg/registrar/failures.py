@@ -27,7 +27,7 @@ __all__ = ["CommitOutcome", "IcebergRejected", "classify", "commit_outcome"]
 class IcebergRejected(RegistrarError):
     """The catalog refused a request for a reason retrying cannot fix (a 400)."""
 
-    error_code = "sink.iceberg_rejected"
+    reason = "sink.iceberg_rejected"
 
 
 class CommitOutcome(Enum):

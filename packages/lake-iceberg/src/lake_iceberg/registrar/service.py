@@ -108,7 +108,11 @@ class Registrar:
     def _backoff(self, what: str, error: RegistrarError, attempt: int) -> None:
         delay = self.config.retry.delay(attempt, random.random())
         log.warning(
-            "registrar.retry", step=what, code=error.code, error=str(error), delay_s=round(delay, 3)
+            "registrar.retry",
+            step=what,
+            code=error.reason,
+            error=str(error),
+            delay_s=round(delay, 3),
         )
         self._sleep(delay)
 
@@ -173,7 +177,7 @@ class Registrar:
             try:
                 self.run_once()
             except RegistrarError as error:
-                log.error("registrar.fatal", code=error.code, error=str(error))
+                log.error("registrar.fatal", code=error.reason, error=str(error))
                 raise
             stop.wait(poll_interval)
 

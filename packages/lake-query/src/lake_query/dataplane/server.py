@@ -32,12 +32,12 @@ from lake_core.flight.binding import ensure_address_free
 from lake_core.flight.encoding import has_dictionary
 from lake_core.principal import Principal
 from lake_core.security import ServerSecurity
-from lake_query.admission import Admission, Permit
 from lake_query.dataplane.middleware import MIDDLEWARE, Call, CallGuard
 from lake_query.dataplane.settings import DataPlaneSettings
 from lake_query.dataplane.streams import ServedStream, Watchdog, failure, one_batch
 from lake_query.flightsql import wire
 from lake_query.flightsql.endpoints import PARTITION
+from lake_query.serving.admission import Admission, Permit
 
 if TYPE_CHECKING:
     from lake_query.flightsql.handler import QueryHandler

@@ -3,7 +3,7 @@
 The generator handed to pyarrow knows when a batch went to C++ (``yield``)
 and when C++ asks for the next one (the write finished): between the two the
 stream waits for the client, which is what the stall deadline measures, as
-:class:`lake_query.stall.StallClock` does on the grpcio path. A write blocked
+:class:`lake_query.serving.stall.StallClock` does on the grpcio path. A write blocked
 in C++ cannot be interrupted from Python, so :class:`Watchdog` ends such a
 stream by shutting its TCP connection down
 (:func:`lake_query.dataplane.sockets.drop_connection`); pyarrow then drops
@@ -27,9 +27,9 @@ from lake_core.errors import DeadlineExceeded, Internal, LakeError, Unavailable,
 from lake_core.telemetry import series
 from lake_query.dataplane.sockets import drop_connection
 from lake_query.dataplane.statuses import flight_error
+from lake_query.planning.batches import counted_rows
 from lake_query.planning.planner import ResultStream
-from lake_query.results import counted_rows
-from lake_query.stall import STALL_TIMEOUT_MS
+from lake_query.serving.stall import STALL_TIMEOUT_MS
 
 __all__ = ["ServedStream", "Watchdog", "failure", "one_batch"]
 
@@ -146,7 +146,7 @@ class Watchdog:
         self._lock = threading.Lock()
         self._stop = False
         self._wake = threading.Event()
-        # Stalls are noticed within a quarter timeout (as lake_query.stall); execution
+        # Stalls are noticed within a quarter timeout (as lake_query.serving.stall); execution
         # deadlines, known up front, exactly.
         self._interval = min(_MAX_CHECK_S, self._stall_s / 4)
         #: When the watchdog wakes next (monotonic), set with the streams it saw.

@@ -24,9 +24,9 @@ from lake_core.flight.encoding import FlightDataDecoder, InvalidFlightData
 from lake_core.names import TableRef
 from lake_core.principal import Principal
 from lake_core.proto import flight_pb2 as pb
-from lake_query.catalog_cache import CatalogCache
 from lake_query.flightsql.discovery import refresh_quietly
-from lake_query.stage import QueryStage
+from lake_query.flightsql.stage import QueryStage
+from lake_query.planning.catalog_cache import CatalogCache
 
 __all__ = ["AppendSink", "Appends"]
 

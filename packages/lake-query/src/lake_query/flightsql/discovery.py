@@ -17,9 +17,9 @@ from lake_core import protocol
 from lake_core.errors import InvalidArgument, PermissionDenied, TableNotFound
 from lake_core.principal import Principal
 from lake_core.proto import flight_sql_pb2 as sql_pb
-from lake_query import metadata
-from lake_query.catalog_cache import CatalogCache
-from lake_query.sqlinfo import SQL_INFO_SCHEMA, sql_info_batch
+from lake_query.flightsql import catalogs
+from lake_query.flightsql.sqlinfo import SQL_INFO_SCHEMA, sql_info_batch
+from lake_query.planning.catalog_cache import CatalogCache
 
 __all__ = [
     "REFRESH_TIMEOUT_S",
@@ -53,14 +53,14 @@ def metadata_schema(command: Message) -> pa.Schema:
     if isinstance(command, sql_pb.CommandGetSqlInfo):
         return SQL_INFO_SCHEMA
     if isinstance(command, sql_pb.CommandGetCatalogs):
-        return metadata.CATALOGS_SCHEMA
+        return catalogs.CATALOGS_SCHEMA
     if isinstance(command, sql_pb.CommandGetDbSchemas):
-        return metadata.DB_SCHEMAS_SCHEMA
+        return catalogs.DB_SCHEMAS_SCHEMA
     if isinstance(command, sql_pb.CommandGetTables):
         return (
-            metadata.TABLES_WITH_SCHEMA_SCHEMA if command.include_schema else metadata.TABLES_SCHEMA
+            catalogs.TABLES_WITH_SCHEMA_SCHEMA if command.include_schema else catalogs.TABLES_SCHEMA
         )
-    return metadata.TABLE_TYPES_SCHEMA
+    return catalogs.TABLE_TYPES_SCHEMA
 
 
 def metadata_batch(cache: CatalogCache, command: Message, principal: Principal) -> pa.RecordBatch:
@@ -68,16 +68,16 @@ def metadata_batch(cache: CatalogCache, command: Message, principal: Principal) 
     if isinstance(command, sql_pb.CommandGetSqlInfo):
         return sql_info_batch(list(command.info))
     if isinstance(command, sql_pb.CommandGetCatalogs):
-        return metadata.catalogs_batch()
+        return catalogs.catalogs_batch()
     if isinstance(command, sql_pb.CommandGetDbSchemas):
-        return metadata.db_schemas_batch(
+        return catalogs.db_schemas_batch(
             cache,
             principal,
             _optional(command, "catalog"),
             _optional(command, "db_schema_filter_pattern"),
         )
     if isinstance(command, sql_pb.CommandGetTables):
-        return metadata.tables_batch(
+        return catalogs.tables_batch(
             cache,
             principal,
             _optional(command, "catalog"),
@@ -87,7 +87,7 @@ def metadata_batch(cache: CatalogCache, command: Message, principal: Principal) 
             command.include_schema,
         )
     if isinstance(command, sql_pb.CommandGetTableTypes):
-        return metadata.table_types_batch()
+        return catalogs.table_types_batch()
     raise InvalidArgument("invalid ticket")
 
 

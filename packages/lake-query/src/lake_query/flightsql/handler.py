@@ -53,27 +53,27 @@ from lake_core.schemas import schema_to_ipc
 from lake_core.telemetry import series
 from lake_core.tickets import TicketSealer
 from lake_objects import descriptor as stage_wire
-from lake_query.admission import Admission, replica_status
-from lake_query.catalog_cache import CatalogCache
 from lake_query.flightsql import discovery, wire
 from lake_query.flightsql.appends import Appends, AppendSink
 from lake_query.flightsql.discovery import REFRESH_TIMEOUT_S
 from lake_query.flightsql.endpoints import PARTITION, fragments_of, query_bodies
 from lake_query.flightsql.ingest import Ingests, IngestSink
+from lake_query.flightsql.stage import QueryStage
 from lake_query.flightsql.statements import PreparedStatements
 from lake_query.flightsql.tables import TableChores
 from lake_query.flightsql.wire import MAX_SQL_BYTES, caller
-from lake_query.freshness import MAX_REPLANS, catch_up, min_versions
 from lake_query.jobs.service import PART, AsyncQueries, is_handle
 from lake_query.planning import DatasetOpener, PlannedQuery, Planner, QueryLimits, QuerySpec
+from lake_query.planning.batches import counted_rows, prefetch
+from lake_query.planning.catalog_cache import CatalogCache
 from lake_query.planning.external import ExternalCatalog
+from lake_query.planning.freshness import MAX_REPLANS, catch_up, min_versions
 from lake_query.planning.partitions import PartitionLimits
 from lake_query.planning.planner import ResultStream
 from lake_query.planning.scan_cache import ScanCache
-from lake_query.planning_threads import PlanningThreads
-from lake_query.readiness import Readiness
-from lake_query.results import counted_rows, prefetch
-from lake_query.stage import QueryStage
+from lake_query.serving.admission import Admission, replica_status
+from lake_query.serving.planning_threads import PlanningThreads
+from lake_query.serving.readiness import Readiness
 
 __all__ = ["MAX_STREAMS", "QueryHandler"]
 
@@ -142,7 +142,7 @@ class QueryHandler(FlightHandler):
         self._sealer = sealer
         self._statements = PreparedStatements(handle_sealer, max_sql_bytes)
         self._appends = Appends(cache, appends, self._stage)
-        #: Planning's threads, deadline and per-tenant budget (lake_query.planning_threads).
+        #: Planning's threads, deadline and per-tenant budget (lake_query.serving.planning_threads).
         self.planning = planning or PlanningThreads()
         # The same sink takes bulk ingests (lake_core.metaclient.MetaClient has both).
         self._ingests = Ingests(cache, appends if isinstance(appends, IngestSink) else None)
@@ -224,7 +224,7 @@ class QueryHandler(FlightHandler):
         wanted: Mapping[TableRef, int] | None = None,
     ) -> PlannedQuery:
         """Plan on a view within the freshness bound and at or past ``wanted`` (the
-        client's committed versions, :mod:`lake_query.freshness`).
+        client's committed versions, :mod:`lake_query.planning.freshness`).
 
         A head version retention reclaimed under this view (a replica behind
         its writers) is not the client's problem: the catalog is refreshed and
@@ -447,7 +447,7 @@ class QueryHandler(FlightHandler):
 
         if self._admission is None:
             return prefetch(produce(), self._streams)
-        # The permit is held for the whole stream (lake_query.admission).
+        # The permit is held for the whole stream (lake_query.serving.admission).
         return self._admission.run(principal.tenant_id, context, start)
 
     def _part_messages(

@@ -39,9 +39,9 @@ from lake_core.names import TableRef
 from lake_core.principal import Principal
 from lake_core.proto import flight_pb2 as pb
 from lake_core.proto import flight_sql_pb2 as sql_pb
-from lake_query.catalog_cache import CatalogCache
 from lake_query.flightsql.discovery import refresh_quietly
 from lake_query.flightsql.wire import no_transaction
+from lake_query.planning.catalog_cache import CatalogCache
 
 __all__ = ["OPERATION_ID_OPTION", "RESULT_OPTION", "IngestSink", "Ingests", "ingest_mode"]
 

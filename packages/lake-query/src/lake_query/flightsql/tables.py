@@ -24,8 +24,8 @@ from lake_core.errors import PermissionDenied, Unimplemented
 from lake_core.names import TableRef
 from lake_core.principal import Principal
 from lake_core.schemas import schema_from_base64
-from lake_query.catalog_cache import CatalogCache
 from lake_query.flightsql.discovery import refresh_quietly
+from lake_query.planning.catalog_cache import CatalogCache
 
 __all__ = ["TableChores", "TableSink"]
 

@@ -59,7 +59,7 @@ from lake_query.jobs.store import ACTIVE, JOBS, StateStore
 from lake_query.jobs.tags import PartTag
 from lake_query.jobs.workers import Execute, Jobs, WorkerPool
 from lake_query.planning import QuerySpec
-from lake_query.results import prefetch
+from lake_query.planning.batches import prefetch
 
 __all__ = ["PART", "AsyncQueries", "is_handle", "open_stores"]
 

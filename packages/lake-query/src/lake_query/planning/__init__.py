@@ -20,6 +20,18 @@ Parts:
 - :mod:`~lake_query.planning.planner`: :class:`Planner`, plan with pins, run from pins.
 - :mod:`~lake_query.planning.abortable`: DataFusion batches another thread can stop
   mid-batch (async jobs).
+- :mod:`~lake_query.planning.batches`: result batches sized for Flight (1-4 MB), and
+  prefetching them from a blocking iterator.
+- :mod:`~lake_query.planning.sql_errors`: read-only SQL, and DataFusion's errors as
+  Lake errors; :mod:`~lake_query.planning.datafusion_messages`: the few DataFusion
+  messages that carry a fact no typed error does.
+- :mod:`~lake_query.planning.catalog_cache`: the replica's catalog, fed by Metasrv
+  snapshots; :mod:`~lake_query.planning.freshness`: how fresh it must be to plan on.
+- :mod:`~lake_query.planning.verify`: data files checked against their recorded
+  digests before rows are served (``LAKE_QUERY_VERIFY_ON_OPEN``).
+
+This layer imports nothing else of ``lake_query``
+(``tests/packaging/test_dependency_rule.py``).
 """
 
 from lake_query.planning.catalog import DEFAULT_SCHEMA

@@ -11,6 +11,11 @@ DataFusion asks its schema providers for each table it meets while planning
 4. registers ``lance.FFILanceTableProvider`` over the dataset opened at that
    Lance version.
 
+A table that does not exist, in ``lake`` or in a catalog nobody configured
+(``other.ns.t``), is recorded by the binder (:attr:`Binder.missing`) and
+raised as :class:`~lake_core.errors.TableNotFound` naming it: the error comes
+from what the catalog looked up, never from DataFusion's message.
+
 ``SHOW TABLES``, ``SHOW COLUMNS`` and ``information_schema`` list the
 tables the caller may see: DataFusion opens every listed table when the
 listing runs, so planning pins them all (:meth:`PlanningBinder.pin_visible`)
@@ -33,7 +38,7 @@ from typing import Any
 import lance
 import pyarrow.dataset as pads
 from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext
-from datafusion.catalog import CatalogProvider, SchemaProvider, Table
+from datafusion.catalog import CatalogProvider, CatalogProviderList, SchemaProvider, Table
 from datafusion.expr import TableScan
 
 from lake_core.errors import InvalidArgument, PermissionDenied, TableNotFound
@@ -86,6 +91,8 @@ class Binder(ABC):
         self._opener = opener
         self._tables: dict[PinKey, Table] = {}
         self._datasets: dict[PinKey, tuple[TableDescriptor, Any]] = {}
+        #: Qualified names of the tables this request named that do not exist, as met.
+        self.missing: list[str] = []
         self._lock = threading.Lock()
 
     @abstractmethod
@@ -100,6 +107,19 @@ class Binder(ABC):
         self, ref: TableRef, descriptor: TableDescriptor, selector: str | None = None
     ) -> None:
         """Called once per table opened."""
+
+    def not_found(self, qualified: str) -> TableNotFound:
+        """Record ``qualified`` as a table this request named that does not exist."""
+        self.missing.append(qualified)
+        return TableNotFound(qualified)
+
+    def missing_table(self) -> TableNotFound | None:
+        """The error for the first table this request could not resolve, if any.
+
+        Whatever DataFusion made of the lookup that raised it (it may keep
+        only the text), planning failed because this table does not exist.
+        """
+        return TableNotFound(self.missing[0]) if self.missing else None
 
     def visible(self) -> list[TableRef]:
         return [t for t in self.known_tables() if self.principal.may_see(t.namespace)]
@@ -141,7 +161,7 @@ class Binder(ABC):
             raise PermissionDenied(f"permission denied: {ref.qualified}")
         descriptor = self.descriptor(ref, wanted)
         if descriptor is None:
-            raise TableNotFound(ref.qualified)
+            raise self.not_found(ref.qualified)
         dataset = self._opener.open(ref, descriptor)
         self._datasets[key] = (descriptor, dataset)
         self.pinned(ref, descriptor, key[1])
@@ -253,6 +273,51 @@ class _LakeCatalog(CatalogProvider):
         return _LakeSchema(self._binder, name)
 
 
+class _AbsentSchema(SchemaProvider):
+    """A schema of a catalog this replica does not have: every table in it is missing."""
+
+    def __init__(self, binder: Binder, catalog: str, namespace: str) -> None:
+        self._binder = binder
+        self._prefix = f"{catalog}.{namespace}"
+
+    @property
+    def table_names(self) -> list[str]:  # type: ignore[override]
+        return []
+
+    def table(self, name: str) -> Table | None:
+        raise self._binder.not_found(f"{self._prefix}.{name}")
+
+    def table_exist(self, name: str) -> bool:
+        return False
+
+
+class _AbsentCatalog(CatalogProvider):
+    def __init__(self, binder: Binder, name: str) -> None:
+        self._binder = binder
+        self._name = name
+
+    def schema_names(self) -> set[str]:
+        return set()
+
+    def schema(self, name: str) -> _AbsentSchema:  # type: ignore[override]
+        return _AbsentSchema(self._binder, self._name, name)
+
+
+class _Catalogs(CatalogProviderList):
+    """Every catalog a statement can name: ``lake``, the plug-ins', and any other name,
+    which lists nothing and whose tables the binder records as missing."""
+
+    def __init__(self, binder: Binder, catalogs: dict[str, CatalogProvider]) -> None:
+        self._binder = binder
+        self._catalogs = catalogs
+
+    def catalog_names(self) -> set[str]:
+        return set(self._catalogs)
+
+    def catalog(self, name: str) -> CatalogProvider:
+        return self._catalogs.get(name) or _AbsentCatalog(self._binder, name)
+
+
 def lists_tables(sql: str, df: Any) -> bool:
     """Whether the planned ``df`` reads ``information_schema`` (``SHOW TABLES`` does).
 
@@ -328,7 +393,8 @@ def session(
         ctx = SessionContext(config, runtime)
     if functions:
         register_bounded_functions(ctx, budget, functions)
-    ctx.register_catalog_provider(DEFAULT_CATALOG, _LakeCatalog(binder))
+    catalogs: dict[str, CatalogProvider] = {DEFAULT_CATALOG: _LakeCatalog(binder)}
     if external is not None:
-        external.register(ctx)
+        catalogs.update(external.providers())
+    ctx.register_catalog_provider_list(_Catalogs(binder, catalogs))
     return ctx

@@ -24,9 +24,9 @@ from typing import Any, Generic, TypeVar
 import pyarrow as pa
 from datafusion.expr import Column, Filter, Projection, TableScan
 
+from lake_query.planning.batches import TARGET_BATCH_BYTES
 from lake_query.planning.pushdown import to_lance_filter
 from lake_query.planning.spec import QuerySpec
-from lake_query.results import TARGET_BATCH_BYTES
 
 __all__ = [
     "DirectPlans",

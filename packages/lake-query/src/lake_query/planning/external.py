@@ -32,7 +32,6 @@ from importlib.metadata import EntryPoint, entry_points
 from typing import Any, Protocol
 
 import pyarrow as pa
-from datafusion import SessionContext
 from datafusion.catalog import CatalogProvider, SchemaProvider, Table
 from datafusion.expr import Filter, TableScan
 
@@ -235,9 +234,9 @@ class ExternalTables:
             raise TableNotFound(qualified)
         return plugin.pinned(namespace, name, pin.snapshot_id)
 
-    def register(self, ctx: SessionContext) -> None:
-        for name in self.catalogs:
-            ctx.register_catalog_provider(name, _Catalog(self, name))
+    def providers(self) -> dict[str, CatalogProvider]:
+        """The DataFusion catalog of each plug-in, by its SQL catalog name."""
+        return {name: _Catalog(self, name) for name in self.catalogs}
 
 
 class _Schema(SchemaProvider):

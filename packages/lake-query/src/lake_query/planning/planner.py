@@ -21,6 +21,7 @@ from datafusion import SessionContext, SQLOptions
 from lake_core.errors import LakeError, ResourceExhausted
 from lake_core.principal import Principal
 from lake_query.planning.abortable import AbortableBatches
+from lake_query.planning.batches import coalesce_batches
 from lake_query.planning.catalog import (
     Binder,
     Lister,
@@ -54,9 +55,8 @@ from lake_query.planning.pinned import PinnedDatasets
 from lake_query.planning.reservations import MemoryBudget, Reservation
 from lake_query.planning.scan_cache import ScanCache, ScanKey, estimated_bytes
 from lake_query.planning.spec import PinnedTable, PlannedQuery, QuerySpec
+from lake_query.planning.sql_errors import out_of_memory, reject_writes, sql_error
 from lake_query.planning.storage import DatasetOpener
-from lake_query.results import coalesce_batches
-from lake_query.statements import out_of_memory, reject_writes, sql_error
 
 __all__ = ["Planner", "ResultStream", "read_only_options"]
 
@@ -160,7 +160,13 @@ def _check(spec: QuerySpec, limits: QueryLimits, *, prepare: bool = False) -> Sq
     return limits.check_text(spec.sql, bound)
 
 
-def _plan(ctx: SessionContext, spec: QuerySpec, limits: QueryLimits) -> Any:
+def _plan(ctx: SessionContext, spec: QuerySpec, limits: QueryLimits, binder: Binder) -> Any:
+    """``spec`` planned in ``ctx`` over ``binder``'s catalog; a failure as a Lake error.
+
+    A Lake error a table lookup raised is that error; a table the catalog
+    could not resolve is TableNotFound from its record; anything else is
+    DataFusion's message (:func:`~lake_query.planning.sql_errors.sql_error`).
+    """
     params = spec.parameters()
     try:
         if params:
@@ -169,7 +175,8 @@ def _plan(ctx: SessionContext, spec: QuerySpec, limits: QueryLimits) -> Any:
             df = ctx.sql_with_options(spec.sql, read_only_options())
     except Exception as exc:
         del ctx  # see ResultStream.close: no traceback may keep a session alive
-        raise sql_error(exc) from None
+        missing = None if isinstance(exc, LakeError) else binder.missing_table()
+        raise (missing or sql_error(exc)) from None
     limits.check_plan(df)
     return df
 
@@ -268,7 +275,7 @@ class Planner:
         external = ExternalTables(principal, self.external) if self.external else None
         budget = FunctionBudget(self.limits.max_function_output_bytes)
         ctx = session(binder, budget, functions=shape.bounded_functions, external=external)
-        df = _plan(ctx, spec, self.limits)
+        df = _plan(ctx, spec, self.limits, binder)
         del ctx
         schema = _result_schema(df)
         if lists_tables(spec.sql, df):
@@ -409,7 +416,7 @@ class Planner:
             reservation.release()
             raise
         try:
-            return self._run(ctx, spec, datasets, on_error, reservation, budget, abortable)
+            return self._run(ctx, spec, binder, datasets, on_error, reservation, budget, abortable)
         except BaseException:
             reservation.release()
             del ctx  # see ResultStream.close: no traceback may keep a session alive
@@ -437,7 +444,7 @@ class Planner:
         external = resolved or ExternalTables(principal, self.external, spec.external)
         ctx = session(binder, budget, functions=functions, external=external)
         try:
-            df = _plan(ctx, spec, self.limits)
+            df = _plan(ctx, spec, self.limits, binder)
         except Exception:
             if external.error is not None:
                 raise external.error.with_traceback(None) from None
@@ -463,7 +470,7 @@ class Planner:
             if plan is None and len(datasets) == 1:
                 # Another replica planned it: plan again (deterministic) to find the scan.
                 ctx = session(binder, budget, functions=shape.bounded_functions)
-                df = _plan(ctx, spec, self.limits)
+                df = _plan(ctx, spec, self.limits, binder)
                 plan = direct_plan(df, datasets, _result_schema(df))
                 del df
                 if plan is not None:
@@ -512,13 +519,14 @@ class Planner:
         self,
         ctx: SessionContext,
         spec: QuerySpec,
+        binder: Binder,
         datasets: list[Any],
         on_error: Callable[[BaseException], Exception],
         reservation: Reservation,
         budget: FunctionBudget,
         abortable: bool = False,
     ) -> ResultStream:
-        df = _plan(ctx, spec, self.limits)
+        df = _plan(ctx, spec, self.limits, binder)
         schema = _result_schema(df)
         direct = direct_plan(df, datasets, schema)
         stream = None

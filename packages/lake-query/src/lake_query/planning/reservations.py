@@ -5,7 +5,7 @@ for every ``SessionContext``: one pool cannot be shared across sessions.
 So each executing query gets a pool of its own, reserved from the
 replica's ``LAKE_QUERY_MEMORY_LIMIT_BYTES`` before its session exists and
 released when its result stream ends (completion, error, the client gone,
-or a stalled client: :mod:`lake_query.stall`). The sum of the pools of the
+or a stalled client: :mod:`lake_query.serving.stall`). The sum of the pools of the
 queries running at once never exceeds the replica's limit.
 
 Pools are elastic. A query asks for ``query_memory_bytes``

@@ -34,7 +34,7 @@ from lake_core.models import TableDescriptor, incarnation_of
 from lake_core.names import TableRef
 from lake_core.storage_probe import MAX_PROBED_FILES, StorageProbe
 from lake_query.planning.pinned import PinnedDatasets
-from lake_query.verify import DataFileVerifier
+from lake_query.planning.verify import DataFileVerifier
 
 __all__ = ["MAX_PROBED_FILES", "DatasetOpener", "StorageProbe", "open_pinned"]
 

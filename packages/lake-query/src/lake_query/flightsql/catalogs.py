@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from lake_core.names import DEFAULT_CATALOG
 from lake_core.principal import Principal
-from lake_query.catalog_cache import CatalogCache
+from lake_query.planning.catalog_cache import CatalogCache
 
 __all__ = [
     "CATALOGS_SCHEMA",

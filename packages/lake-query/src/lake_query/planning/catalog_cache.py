@@ -5,7 +5,7 @@ cache sends the generation it holds and gets ``not_modified`` or the whole
 directory. It refreshes in the background at a fixed interval and
 (coalesced) when planning needs it: a table missing, a view older than the
 freshness bound, a client's committed version it has not seen
-(:mod:`lake_query.freshness`), a head version retention reclaimed. Until
+(:mod:`lake_query.planning.freshness`), a head version retention reclaimed. Until
 the first snapshot arrives (Metasrv not up yet) it retries quickly.
 Lookups and listings read an immutable in-memory snapshot and make no RPCs;
 a failed refresh keeps the last good snapshot.

@@ -11,7 +11,7 @@ The :class:`Permit` owns both slots until it is released, exactly once:
 :meth:`Admission.run` holds it for a whole DoGet stream and releases it on
 completion, error, execution timeout (the stream ends with
 DEADLINE_EXCEEDED), a stalled client (one that has not taken a message for
-``stall_timeout_ms``, see :mod:`lake_query.stall`), cancellation or client
+``stall_timeout_ms``, see :mod:`lake_query.serving.stall`), cancellation or client
 disconnect.
 
 The gates live on the event loop, but :meth:`Admission.try_acquire` may
@@ -48,7 +48,12 @@ from lake_core.config import QUERY_MAX_SQL_BYTES as MAX_SQL_BYTES
 from lake_core.config import QUERY_MAX_TRACKED_TENANTS as MAX_TRACKED_TENANTS
 from lake_core.errors import PermissionDenied, ResourceExhausted
 from lake_core.telemetry import series
-from lake_query.stall import DEFAULT_STALL_TIMEOUT_MS, STALL_TIMEOUT_MS, StallClock, watch_stalls
+from lake_query.serving.stall import (
+    DEFAULT_STALL_TIMEOUT_MS,
+    STALL_TIMEOUT_MS,
+    StallClock,
+    watch_stalls,
+)
 
 __all__ = [
     "MAX_CONCURRENT",

@@ -29,7 +29,7 @@ from lake_core.errors import Unavailable
 from lake_core.min_versions import MIN_VERSIONS_HEADER, parse_min_versions
 from lake_core.names import TableRef
 from lake_core.principal import Principal
-from lake_query.catalog_cache import CatalogCache
+from lake_query.planning.catalog_cache import CatalogCache
 
 __all__ = ["MAX_REPLANS", "behind", "catch_up", "min_versions"]
 

@@ -6,13 +6,17 @@ first so that a write is refused with the one stable :class:`ReadOnlySql`
 error before any table is even looked up (``INSERT INTO missing.table``
 must not answer "table not found", nor open anything).
 
-Error mapping (DataFusion raises plain ``ValueError``/``Exception``):
+Error mapping (DataFusion raises plain ``ValueError``/``Exception``; the few
+messages read for a fact are in :mod:`~lake_query.planning.datafusion_messages`):
 
+    a Lake error a table lookup raised (TableNotFound...)  -> itself
     DDL/DML/statement refusals, unsupported statements  -> ReadOnlySql
-    "table '<name>' not found" (other catalogs)          -> TableNotFound
     the memory pool's "Resources exhausted"              -> QueryTooLarge
-    Arrow's "Arithmetic overflow" (``MIN / -1``, ``abs``)   -> IntegerOverflow
+    Arrow's "Arithmetic overflow" (``MIN / -1``)           -> IntegerOverflow
     anything else at planning or execution               -> SqlError (DataFusion's message)
+
+A table that does not exist is never read from a message: the lazy catalog
+records it (:mod:`~lake_query.planning.catalog`).
 
 A client never sees Rust panic text, source or build paths, or storage
 URIs and local paths (:func:`client_message`); the raw message is logged
@@ -31,8 +35,8 @@ from lake_core.errors import (
     QueryTooLarge,
     ReadOnlySql,
     SqlError,
-    TableNotFound,
 )
+from lake_query.planning import datafusion_messages as messages
 
 __all__ = ["WRITE_KEYWORDS", "client_message", "leading_keyword", "reject_writes", "sql_error"]
 
@@ -92,19 +96,8 @@ WRITE_KEYWORDS = frozenset(
 _EXPLAIN_MODIFIERS = frozenset({"ANALYZE", "VERBOSE"})
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
-# DataFusion's own refusals (SQLOptions verification and unsupported statements).
-_REFUSAL = re.compile(
-    r"(DDL|DML|Statement) not supported"
-    r"|Unsupported SQL statement"
-    r"|not implemented: Query (INSERT|UPDATE|DELETE|MERGE|REPLACE)\b",
-    re.IGNORECASE,
-)
-# DataFusion's memory pool refusing a query (it raises no typed error).
-_RESOURCES_EXHAUSTED = re.compile(r"Resources exhausted")
-# Arrow's checked kernels that DataFusion itself uses (division, negation, abs).
-_ARITHMETIC_OVERFLOW = re.compile(r"Arithmetic overflow: Overflow happened on: ([^\n]{1,200})")
-_TABLE_NOT_FOUND = re.compile(r"table '([^']{1,512})' not found")
-_PREFIX = re.compile(r"^(DataFusion error: )+")
+# What client_message scrubs from any engine text (DataFusion's, Lance's, the object
+# store's), whatever its wording: deliberately broad, never used to classify an error.
 # A Rust panic: everything from "panicked at" on is the engine's, not the client's.
 _PANIC = re.compile(r"(thread '[^']*' )?panicked at .*", re.DOTALL)
 # Storage URIs, Rust sources (with or without a path) and absolute local paths.
@@ -173,27 +166,24 @@ def client_message(message: str) -> str:
 
 def out_of_memory(exc: BaseException) -> bool:
     """Whether ``exc`` is DataFusion's memory pool refusing an operator more memory."""
-    return not isinstance(exc, LakeError) and bool(_RESOURCES_EXHAUSTED.search(str(exc)))
+    return not isinstance(exc, LakeError) and messages.out_of_memory(str(exc))
 
 
 def sql_error(exc: BaseException) -> LakeError:
     """The Lake error for an exception raised while planning or running SQL."""
     if isinstance(exc, LakeError):
         return exc
-    raw = _PREFIX.sub("", str(exc)).strip() or type(exc).__name__
-    if _REFUSAL.search(raw):
+    raw = messages.without_prefix(str(exc)).strip() or type(exc).__name__
+    if messages.refused(raw):
         return ReadOnlySql()
-    if _RESOURCES_EXHAUSTED.search(raw):
+    if messages.out_of_memory(raw):
         return QueryTooLarge(
             "the query needs more memory than its share of this replica "
             "(LAKE_QUERY_MEMORY_LIMIT_BYTES); narrow it or aggregate first"
         )
-    overflow = _ARITHMETIC_OVERFLOW.search(raw)
-    if overflow:
-        return IntegerOverflow(f"integer overflow in {overflow.group(1).strip()}")
-    found = _TABLE_NOT_FOUND.search(raw)
-    if found:
-        return TableNotFound(found.group(1))
+    operation = messages.overflowed(raw)
+    if operation:
+        return IntegerOverflow(f"integer overflow in {operation}")
     message = client_message(raw)
     if message != raw:
         # The raw text names engine internals or storage: for operators only.

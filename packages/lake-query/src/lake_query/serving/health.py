@@ -1,9 +1,9 @@
 """What a Query replica reports on standard gRPC Health, beyond start-up and drain.
 
-Whether the replica serves is its :class:`~lake_query.readiness.Readiness`:
+Whether the replica serves is its :class:`~lake_query.serving.readiness.Readiness`:
 one named reason per condition that stops it (no catalog yet, every
 planning thread lost, ...). :func:`watch_health` turns lost planning
-threads (:mod:`lake_query.planning_threads`) into the :data:`PLANNING`
+threads (:mod:`lake_query.serving.planning_threads`) into the :data:`PLANNING`
 reason, so the server's overall status and its Flight service (the
 readiness probe, so the Service stops routing here) follow it like any
 other reason; and it reports :data:`PLANNING_SERVICE` alone, which only
@@ -20,8 +20,8 @@ import asyncio
 from grpc_health.v1 import health_pb2
 
 from lake_core.flight.server import FlightServer
-from lake_query.planning_threads import PlanningThreads
-from lake_query.readiness import Readiness
+from lake_query.serving.planning_threads import PlanningThreads
+from lake_query.serving.readiness import Readiness
 
 __all__ = ["PLANNING", "PLANNING_SERVICE", "watch_health"]
 
