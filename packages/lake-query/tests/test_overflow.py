@@ -76,6 +76,23 @@ def run(planner: Planner, sql: str) -> list[dict[str, object]]:
             "SELECT sum(id) OVER (ORDER BY id) * 4611686018427387904 AS w FROM robots.nums",
             "multiplication (int64)",
         ),
+        # Constant-only expressions inside correlated subqueries: checked before
+        # DataFusion folds them (wrapped) while it decorrelates.
+        (
+            "SELECT id FROM robots.nums n WHERE EXISTS (SELECT 1 FROM robots.nums m "
+            "WHERE m.id = n.id AND 9223372036854775807 + 1 > 0)",
+            "addition (int64)",
+        ),
+        (
+            "SELECT id FROM robots.nums n WHERE id > (SELECT avg(i32) - "
+            "(4611686018427387904 * 2) FROM robots.nums m WHERE m.f = n.f)",
+            "multiplication (int64)",
+        ),
+        (
+            "SELECT id FROM robots.nums n WHERE id IN (SELECT m.id FROM robots.nums m "
+            "WHERE m.f = n.f AND -(-9223372036854775807 - 1) < 0)",
+            "negation (int64)",
+        ),
     ],
 )
 def test_overflow_is_a_typed_error_naming_the_operation(

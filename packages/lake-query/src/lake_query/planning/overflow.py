@@ -24,8 +24,10 @@ optimizer after the rewrite, so ``SELECT 9223372036854775807 + 1`` fails too.
 ``/`` and ``%`` (``MIN / -1``) and ``abs`` are already checked by DataFusion.
 
 Window ``sum`` over an integer is summed wide and narrowed the same way.
-Not rewritten (documented in docs/sql.md): statements whose plan has no
-Substrait form in DataFusion 54 (``unnest``, a recursive CTE). A statement with no ``+``, ``-``, ``*`` or ``sum`` in its text is
+Correlated subqueries are rewritten on a plan decorrelated without constant
+folding (:func:`_sources`). Not rewritten (documented in docs/sql.md):
+statements whose plan has no Substrait form in DataFusion 54 (``unnest``, a
+recursive CTE). A statement with no ``+``, ``-``, ``*`` or ``sum`` in its text is
 never rewritten, and direct scans never run DataFusion at all.
 """
 
@@ -457,6 +459,36 @@ def _is_rel(node: dict[str, Any]) -> bool:
     return bool(node.keys() & _REL_KINDS) and len(node) <= 2
 
 
+#: DataFusion's optimizer rules that fold constant expressions (wrapping on
+#: overflow) and move filters into scans (where the rewrite cannot reach them).
+_UNFOLDED_WITHOUT = ("simplify_expressions", "push_down_filter")
+
+
+def _sources(df: Any) -> Iterator[Callable[[], Any]]:
+    """The plans to rewrite, in order of preference.
+
+    The logical plan first: every expression as written. A correlated
+    subquery has no Substrait form until the optimizer decorrelates it, and
+    the optimizer also folds constants, with wrapping arithmetic, and pushes
+    filters into scans. So next the plan decorrelated by an optimizer without
+    those two rules (in a scratch session: the statement itself still runs
+    with all of them, folding the checked functions, so a constant overflow
+    fails as it is planned), and last the optimized plan as it is.
+    """
+    yield df.logical_plan
+
+    def unfolded() -> Any:
+        scratch = SessionContext()
+        for rule in _UNFOLDED_WITHOUT:
+            scratch.remove_optimizer_rule(rule)
+        return scratch.create_dataframe_from_logical_plan(
+            df.logical_plan()
+        ).optimized_logical_plan()
+
+    yield unfolded
+    yield df.optimized_logical_plan
+
+
 def checked_arithmetic(ctx: SessionContext, df: Any, budget: FunctionBudget) -> Any:
     """``df`` with its integer arithmetic checked, or ``df`` itself when it has none.
 
@@ -465,7 +497,7 @@ def checked_arithmetic(ctx: SessionContext, df: Any, budget: FunctionBudget) -> 
     unchanged (logged; see the module docstring).
     """
     plan = None
-    for source in (df.logical_plan, df.optimized_logical_plan):
+    for source in _sources(df):
         try:
             plan = json.loads(ss.Producer.to_substrait_plan(source(), ctx).to_json())
             break
