@@ -41,7 +41,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import structlog
-from datafusion import SessionContext, udf
+from datafusion import SessionConfig, SessionContext, udf
 from datafusion import substrait as ss
 
 from lake_query.planning.functions import FunctionBudget
@@ -478,7 +478,10 @@ def _sources(df: Any) -> Iterator[Callable[[], Any]]:
     yield df.logical_plan
 
     def unfolded() -> Any:
-        scratch = SessionContext()
+        # Written join order, as Lake's sessions keep it when metadata differs (catalog.py).
+        scratch = SessionContext(
+            SessionConfig().set("datafusion.optimizer.join_reordering", "false")
+        )
         for rule in _UNFOLDED_WITHOUT:
             scratch.remove_optimizer_rule(rule)
         return scratch.create_dataframe_from_logical_plan(
