@@ -13,6 +13,7 @@ overflowing anywhere fails the statement.
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -206,3 +207,42 @@ def test_sum_of_in_range_values_that_overflows(
     stream = planner.execute(planned.spec, DEV_PRINCIPAL)
     got = pa.Table.from_batches(list(stream), schema=stream.schema).to_pylist()
     assert got == [{"v": sum(r["c"] for r in values), "w": sum(r["x"] for r in values)}]
+
+
+def test_generated_expressions_in_correlated_subqueries_agree_with_python(
+    world: tuple[Planner, list[dict[str, int]]],
+) -> None:
+    """The same expressions inside a correlated EXISTS, constant-only ones included.
+
+    DataFusion decorrelates the subquery into a semi join whose inner filter
+    is the expression's test, evaluated for every row of the inner table:
+    any row overflowing fails the statement; otherwise every outer row
+    matches itself.
+    """
+    planner, values = world
+    rng = random.Random(SEED + 2)
+    outcomes = {"agreed": 0, "overflowed": 0}
+    for _ in range(CASES // 3):
+        constant = rng.random() < 0.4
+        node = expression(rng, rng.randint(1, 3), constant)
+        inner = node.sql
+        for name in COLUMNS:  # the inner table's columns, not the outer ones
+            inner = re_column(name).sub(f"h.{name}", inner)
+        sql = (
+            "SELECT g.a FROM robots.gen g WHERE EXISTS (SELECT 1 FROM robots.gen h "
+            f"WHERE h.a = g.a AND ({inner}) IS NOT NULL) ORDER BY g.a"
+        )
+        expected = python([{}] if constant else values, node, False)
+        if expected is None:
+            with pytest.raises(IntegerOverflow):
+                lake(planner, sql)
+            outcomes["overflowed"] += 1
+        else:
+            assert lake(planner, sql) == sorted(r["a"] for r in values), sql
+            outcomes["agreed"] += 1
+    assert min(outcomes.values()) >= CASES // 15, outcomes
+
+
+def re_column(name: str) -> re.Pattern[str]:
+    """A bare column name in generated SQL (literals are parenthesised numbers)."""
+    return re.compile(rf"(?<![\w.]){name}(?!\w)")
