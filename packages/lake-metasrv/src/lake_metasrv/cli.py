@@ -37,7 +37,7 @@ from lake_core.telemetry.process import ProcessTelemetry
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.config import DEFAULT_ADDR, DEFAULT_DATA_DIR, MetaConfig
 from lake_metasrv.datadir import DataDir
-from lake_metasrv.integrity import verify_table
+from lake_metasrv.digests.verify import verify_table
 from lake_metasrv.maintenance import CompactionSettings, Maintenance
 from lake_metasrv.registry.base import TableRecord
 from lake_metasrv.service import MetaHandler
