@@ -248,7 +248,9 @@ class FailingOverMetasrv:
         self.calls += 1
         if self.calls <= self.outages:
             raise Unavailable("metadata service unavailable: Stream removed (Socket closed)")
-        return DataFileDigestsResult(table=TABLE, incarnation="i1", files=list(self.digests.values()))
+        return DataFileDigestsResult(
+            table=TABLE, incarnation="i1", files=list(self.digests.values())
+        )
 
 
 def run_on_loop(meta: object, timeout_s: float, paths: list[str]) -> object:
