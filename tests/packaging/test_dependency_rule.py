@@ -7,13 +7,14 @@ for real (wheels built, lake-sdk installed alone into a clean venv, imported).
 from __future__ import annotations
 
 import ast
+import json
 import os
 import shutil
 import subprocess
 import sys
 import tomllib
 import venv
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -110,17 +111,24 @@ SDK_MODULES = (
 )
 
 
-def test_sdk_imports_no_server_only_module() -> None:
-    """Measured, not declared: what importing the SDK and its commands really loads."""
+def _modules_loaded_by(names: Sequence[str]) -> set[str]:
+    """Every module a fresh interpreter holds once it has imported ``names``."""
     probe = (
-        "import importlib, sys\n"
-        f"for name in {SDK_MODULES!r}: importlib.import_module(name)\n"
-        f"print(sorted(m for m in {SERVER_ONLY_MODULES!r} if m in sys.modules))"
+        "import importlib, json, sys\n"
+        f"for name in {tuple(names)!r}: importlib.import_module(name)\n"
+        "print(json.dumps(sorted(sys.modules)))"
     )
     out = subprocess.run(
         [sys.executable, "-c", probe], check=True, capture_output=True, text=True
     ).stdout.strip()
-    assert out == "[]", f"importing the SDK loads server-only modules: {out}"
+    return set(json.loads(out.splitlines()[-1]))
+
+
+def test_sdk_imports_no_server_only_module() -> None:
+    """Measured, not declared: what importing the SDK and its commands really loads."""
+    loaded = _modules_loaded_by(SDK_MODULES)
+    server_only = sorted(m for m in SERVER_ONLY_MODULES if m in loaded)
+    assert not server_only, f"importing the SDK loads server-only modules: {server_only}"
 
 
 @pytest.mark.parametrize("package", ["lake-metasrv", "lake-query"])
@@ -468,3 +476,160 @@ def test_lake_query_installs_and_configures_without_the_iceberg_plugin(tmp_path:
         [str(python), "-c", probe], check=True, capture_output=True, text=True, env=clean_env
     ).stdout
     assert "pip install ./packages/lake-iceberg" in out
+
+
+# -- Metasrv's folders: one per seam, interface and implementations side by side ------------
+
+METASRV = PACKAGES / "lake-metasrv" / "src" / "lake_metasrv"
+#: Each seam's folder: its interface, its local implementation, its cloud implementation.
+SEAMS = {
+    "engine": ("base", "local", "s3"),
+    "sidecars": ("base", "local", "s3"),
+    "digests": ("base", "local", "s3"),
+    "registry": ("base", "sqlite", "dynamo"),
+}
+BOTO = frozenset({"boto3", "botocore", "aioboto3", "aiobotocore"})
+#: Every Metasrv module that imports boto (derived from the code, pinned: a new one is a choice).
+BOTO_IMPORTERS = {
+    "lake_metasrv.boto_errors",
+    "lake_metasrv.cloud",
+    "lake_metasrv.engine.s3",
+    "lake_metasrv.registry.dynamo_layout",
+    "lake_metasrv.registry.dynamo_table",
+}
+
+
+#: Cloud-mode modules outside the seams' folders: wiring, boto errors, the lease in
+#: DynamoDB and followers forwarding writes to its holder.
+CLOUD_MODULES = frozenset(
+    f"lake_metasrv.{m}" for m in ("cloud", "boto_errors", "lease", "forwarding")
+)
+
+
+def _cloud_side(module: str) -> bool:
+    """S3 and DynamoDB code: the seams' cloud implementations, their helpers, the wiring."""
+    parts = module.split(".")
+    return (
+        parts[-1] == "s3"
+        or parts[1:3] == ["registry", "dynamo"]
+        or module.startswith("lake_metasrv.registry.dynamo_")
+        or module in CLOUD_MODULES
+    )
+
+
+def _reached(graph: dict[str, set[str]], start: str) -> set[str]:
+    """Every module ``start`` imports at run time, directly or through others."""
+    seen: set[str] = set()
+    todo = [start]
+    while todo:
+        for target in graph[todo.pop()]:
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def _third_party_imports(package: str) -> dict[str, set[str]]:
+    """Module -> the top-level names it imports at run time from outside Lake."""
+    source = PACKAGES / package.replace("_", "-") / "src" / package
+    found: dict[str, set[str]] = {}
+    for path in source.rglob("*.py"):
+        parts = list(path.relative_to(source.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        tops: set[str] = set()
+        for node in _runtime_imports(ast.parse(path.read_text(), filename=str(path))):
+            if isinstance(node, ast.Import):
+                tops |= {alias.name.split(".")[0] for alias in node.names}
+            elif node.module and not node.level:
+                tops.add(node.module.split(".")[0])
+        found[".".join(parts)] = {t for t in tops if not t.startswith("lake_")}
+    return found
+
+
+def test_metasrv_has_a_folder_per_seam() -> None:
+    for seam, modules in SEAMS.items():
+        assert (METASRV / seam / "__init__.py").is_file(), f"lake_metasrv/{seam}/ is not a package"
+        for module in modules:
+            assert (METASRV / seam / f"{module}.py").is_file(), (
+                f"no lake_metasrv/{seam}/{module}.py"
+            )
+    # The flat modules they replaced are gone (no second home for the same code).
+    for old in ("engine", "s3engine", "sidecars", "integrity"):
+        assert not (METASRV / f"{old}.py").exists(), f"lake_metasrv/{old}.py is back"
+
+
+def test_cloud_side_is_what_the_rule_says() -> None:
+    """The classifier below the rules: checked on names, so it cannot silently match nothing."""
+    graph = _module_graph("lake_metasrv")
+    cloud = {m for m in graph if _cloud_side(m)}
+    assert {f"lake_metasrv.{seam}.s3" for seam in ("engine", "sidecars", "digests")} <= cloud
+    assert {"lake_metasrv.registry.dynamo", *CLOUD_MODULES} <= cloud
+    assert not {m for m in cloud if m.endswith((".base", ".local", ".sqlite"))}
+
+
+@pytest.mark.parametrize("seam", sorted(SEAMS))
+def test_a_seams_interface_imports_no_implementation(seam: str) -> None:
+    graph = _module_graph("lake_metasrv")
+    implementations = {
+        f"lake_metasrv.{name}.{module}" for name, (_, *impls) in SEAMS.items() for module in impls
+    }
+    reached = _reached(graph, f"lake_metasrv.{seam}.base")
+    assert not reached & implementations, f"{seam}.base imports {sorted(reached & implementations)}"
+    assert not {m for m in reached if _cloud_side(m)}
+
+
+@pytest.mark.parametrize(
+    "module",
+    [f"{seam}.{SEAMS[seam][1]}" for seam in sorted(SEAMS)] + sorted(SEAMS),
+)
+def test_local_implementations_never_reach_the_cloud_side(module: str) -> None:
+    """A local implementation (and a seam's package, which re-exports it) imports no S3,
+    DynamoDB or boto code, directly or through another module, deferred imports included."""
+    graph = _module_graph("lake_metasrv")
+    third_party = _third_party_imports("lake_metasrv")
+    name = f"lake_metasrv.{module}"
+    reached = _reached(graph, name) | {name}
+    cloud = sorted(m for m in reached if _cloud_side(m))
+    assert not cloud, f"{name} imports cloud-side modules: {cloud}"
+    boto = sorted({t for m in reached for t in third_party[m]} & BOTO)
+    assert not boto, f"{name} imports {boto}"
+
+
+def test_only_the_cloud_side_imports_boto() -> None:
+    third_party = _third_party_imports("lake_metasrv")
+    importers = {m for m, tops in third_party.items() if tops & BOTO}
+    assert importers == BOTO_IMPORTERS
+    assert all(_cloud_side(m) for m in importers)
+
+
+def test_only_the_cli_reaches_into_cloud_mode() -> None:
+    """Outside the cloud side, only ``lake meta`` names it, through its wiring module."""
+    graph = _module_graph("lake_metasrv")
+    entries = {
+        (module, target)
+        for module, targets in graph.items()
+        if not _cloud_side(module)
+        for target in targets
+        if _cloud_side(target)
+    }
+    assert entries == {("lake_metasrv.cli", "lake_metasrv.cloud")}
+
+
+def test_a_local_metasrv_loads_no_cloud_code() -> None:
+    """Measured, not declared: what importing the local server and ``lake table`` loads."""
+    loaded = _modules_loaded_by(
+        [
+            "lake_metasrv",
+            "lake_metasrv.cli",
+            "lake_metasrv.service",
+            *(f"lake_metasrv.{seam}" for seam in sorted(SEAMS)),
+        ]
+    )
+    assert "lake_metasrv.engine.local" in loaded  # the probe imported the local server
+    cloud = sorted(
+        m
+        for m in loaded
+        if m.split(".")[0] in BOTO or (m.startswith("lake_metasrv.") and _cloud_side(m))
+    )
+    assert not cloud, f"a local Metasrv loads cloud code: {cloud}"

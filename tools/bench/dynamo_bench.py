@@ -73,8 +73,8 @@ from lake_core.ids import new_operation_id, operation_time_ms
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.schemas import schema_to_ipc
+from lake_metasrv.engine.s3 import MANIFEST_TABLE_SCHEMA
 from lake_metasrv.registry.dynamo_layout import REGISTRY_SCHEMA
-from lake_metasrv.s3engine import MANIFEST_TABLE_SCHEMA
 from lake_objects.s3 import s3_client
 from tools.bench.commit_floor import SCHEMA, FloorServer, floor_rate, one_row_batch
 from tools.bench.harness import (

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import boto3
 
-from lake_metasrv.s3engine import MANIFEST_TABLE_SCHEMA
+from lake_metasrv.engine.s3 import MANIFEST_TABLE_SCHEMA
 from tools.lake_testing.servers import free_port
 
 __all__ = ["Dynalite", "dynalite_cli"]

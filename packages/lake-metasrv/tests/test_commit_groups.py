@@ -20,7 +20,7 @@ from lake_core.ids import new_operation_id
 from lake_core.protocol import AppendCommand, AppendResult
 from lake_metasrv.appends import Queued, check_rows
 from lake_metasrv.commits import CommitCoordinator
-from lake_metasrv.sidecars import LocalSidecarStore
+from lake_metasrv.sidecars.local import LocalSidecarStore
 from tools.lake_testing.waiting import until_async
 
 

@@ -14,7 +14,9 @@ from lake_core.ids import new_operation_id
 from lake_core.integrity import DataFileDigest
 from lake_core.names import TableRef
 from lake_metasrv.commits import CommitCoordinator
-from lake_metasrv.integrity import LocalDigestStore, VersionDigests, verify_table
+from lake_metasrv.digests.base import VersionDigests
+from lake_metasrv.digests.local import LocalDigestStore
+from lake_metasrv.digests.verify import verify_table
 from lake_metasrv.maintenance import CompactionSettings, Maintenance
 
 T = TableRef("robots", "checked")

@@ -278,7 +278,7 @@ async def test_every_maintenance_commit_writes_an_empty_sidecar_first(
     coordinator: CommitCoordinator,
 ) -> None:
     from lake_core.references import ReferenceDelta
-    from lake_metasrv.sidecars import LocalSidecarStore
+    from lake_metasrv.sidecars.local import LocalSidecarStore
 
     await table_with_appends(coordinator, 4)
     before = await coordinator.describe_table(T)

@@ -11,7 +11,7 @@ from botocore.exceptions import (
     ReadTimeoutError,
 )
 
-from lake_metasrv.s3engine import is_boto_outage
+from lake_metasrv.boto_errors import is_boto_outage
 
 
 def client_error(code: str, status: int) -> ClientError:

@@ -17,7 +17,7 @@ import pytest
 from lake_core.cloud import DatasetStorage
 from lake_core.errors import VersionReclaimed
 from lake_core.models import incarnation_of
-from lake_metasrv.s3engine import S3LanceEngine
+from lake_metasrv.engine.s3 import S3LanceEngine
 from tools.lake_testing.dynalite import Dynalite
 from tools.lake_testing.seaweed import SeaweedS3
 

@@ -19,7 +19,10 @@ Stop points send the process SIGSTOP the first time they are reached (a
 paused node, for fencing tests). Settings replace a size that is too big
 for a test. An unknown name or an out-of-range value is a
 :class:`~lake_core.errors.ConfigError` naming ``LAKE_FAULTS``, so a typo
-fails at startup instead of silently testing nothing.
+fails at startup instead of silently testing nothing. A server started with
+anything armed logs a warning naming every armed point and setting before it
+listens (:mod:`lake_core.startup`), so an armed process is never mistaken
+for a production one.
 """
 
 from __future__ import annotations

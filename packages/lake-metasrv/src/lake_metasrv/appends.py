@@ -29,9 +29,9 @@ from lake_core.protocol import MAX_APPEND_ROWS, AppendCommand, AppendResult
 from lake_core.schemas import check_exact_schema
 from lake_core.telemetry import series
 from lake_core.values import check_batches
-from lake_metasrv.engine import PreparedAppend
+from lake_metasrv.engine.base import PreparedAppend
 from lake_metasrv.registry.base import OperationRecord, TableRecord
-from lake_metasrv.sidecars import file_uris
+from lake_metasrv.sidecars.base import file_uris
 from lake_objects.scope import TenantScope
 
 __all__ = [

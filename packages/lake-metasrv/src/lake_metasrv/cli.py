@@ -32,12 +32,12 @@ from lake_core.names import TableRef
 from lake_core.output import Output, emit, output_option, schema_columns
 from lake_core.principal import DEV_PRINCIPAL, Principal
 from lake_core.schemas import parse_column_spec, validate_table_schema
+from lake_core.startup import run_process
 from lake_core.telemetry import series
-from lake_core.telemetry.process import ProcessTelemetry
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.config import DEFAULT_ADDR, DEFAULT_DATA_DIR, MetaConfig
 from lake_metasrv.datadir import DataDir
-from lake_metasrv.integrity import verify_table
+from lake_metasrv.digests.verify import verify_table
 from lake_metasrv.maintenance import CompactionSettings, Maintenance
 from lake_metasrv.registry.base import TableRecord
 from lake_metasrv.service import MetaHandler
@@ -123,25 +123,16 @@ async def run_server(
 @log_format_option
 def meta(addr: str, data_dir: str, log_format: str | None) -> None:
     """Run Metasrv: the registry and the commit authority for native tables."""
-    try:
-        configure_logging(log_format=log_format)
-        telemetry = ProcessTelemetry.load("lake-meta")
-    except LakeError as exc:
-        raise LakeCommandError(str(exc)) from None
-    config = _load_config(data_dir=data_dir, addr=addr)
-    try:
+
+    def load() -> MetaConfig:
+        config = _load_config(data_dir=data_dir, addr=addr)
         CompactionSettings.from_env(os.environ)
-    except LakeError as exc:
-        raise LakeCommandError(str(exc)) from None
+        return config
+
     try:
-        telemetry.start()  # before the Flight listener binds
-        code = asyncio.run(run_server(config))
-    except LakeError as exc:
+        code = run_process("lake-meta", load=load, serve=run_server, log_format=log_format)
+    except (LakeError, OSError) as exc:
         raise LakeCommandError(str(exc)) from None
-    except OSError as exc:
-        raise LakeCommandError(str(exc)) from None
-    finally:
-        telemetry.close()
     sys.exit(code)
 
 

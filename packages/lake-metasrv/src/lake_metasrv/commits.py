@@ -72,9 +72,11 @@ from lake_metasrv.appends import (
 )
 from lake_metasrv.config import MetaConfig
 from lake_metasrv.datadir import DataDir
-from lake_metasrv.engine import LanceEngine, LocalLanceEngine, PreparedAppend
+from lake_metasrv.digests.base import DigestStore
+from lake_metasrv.digests.local import LocalDigestStore
+from lake_metasrv.engine.base import LanceEngine, PreparedAppend
+from lake_metasrv.engine.local import LocalLanceEngine
 from lake_metasrv.gate import OpenGate, WriteGate
-from lake_metasrv.integrity import DigestStore, LocalDigestStore
 from lake_metasrv.registry.base import (
     AppendCommit,
     AppendOperation,
@@ -82,7 +84,8 @@ from lake_metasrv.registry.base import (
     RegistryStore,
     TableRecord,
 )
-from lake_metasrv.sidecars import DropMarker, LocalSidecarStore, ReferenceDelta, SidecarStore
+from lake_metasrv.sidecars.base import DropMarker, ReferenceDelta, SidecarStore
+from lake_metasrv.sidecars.local import LocalSidecarStore
 from lake_objects.scope import TenantScope
 from lake_objects.settings import StageSettings
 

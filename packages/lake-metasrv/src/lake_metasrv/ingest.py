@@ -48,9 +48,9 @@ from lake_core.schemas import check_exact_schema
 from lake_core.values import check_batches
 from lake_metasrv.appends import CheckedRows, conform, observed_append
 from lake_metasrv.commits import CommitCoordinator
-from lake_metasrv.engine import PreparedAppend
+from lake_metasrv.engine.base import PreparedAppend
 from lake_metasrv.registry.base import TableRecord
-from lake_metasrv.sidecars import file_uris
+from lake_metasrv.sidecars.base import file_uris
 from lake_objects.scope import TenantScope
 
 __all__ = [

@@ -66,7 +66,7 @@ from lake_core.protocol import IndexKind, MaintenanceResult
 from lake_core.telemetry import series
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.registry.base import MaintenanceCommit, TableRecord
-from lake_metasrv.sidecars import ReferenceDelta
+from lake_metasrv.sidecars.base import ReferenceDelta
 
 __all__ = [
     "COMPACTION",

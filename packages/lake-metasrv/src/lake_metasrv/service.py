@@ -38,8 +38,8 @@ from lake_core.proto import flight_pb2 as pb
 from lake_core.schemas import schema_from_base64
 from lake_metasrv.appends import observed_append
 from lake_metasrv.commits import CommitCoordinator
+from lake_metasrv.digests.verify import verify_table
 from lake_metasrv.ingest import Ingests, ingest_command, is_ingest
-from lake_metasrv.integrity import verify_table
 from lake_metasrv.maintenance import Maintenance
 
 __all__ = ["ACTIONS", "MetaHandler"]

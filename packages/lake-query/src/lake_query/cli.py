@@ -27,7 +27,7 @@ from lake_core.flight.server import FlightServer, UncleanShutdown, serve, shutdo
 from lake_core.integrity import DataFileReader
 from lake_core.logs import banner, configure_logging, log_format_option
 from lake_core.metaclient import MetaClient
-from lake_core.telemetry.process import ProcessTelemetry
+from lake_core.startup import run_process
 from lake_core.tickets import TicketSealer
 from lake_query.config import DEFAULT_ADDR, DEFAULT_METADATA_ADDR, QueryConfig
 from lake_query.dataplane.server import DataPlane
@@ -242,14 +242,14 @@ def query(
     addr: str, metadata_addr: str, log_level: str, data_dir: str | None, log_format: str | None
 ) -> None:
     """Run a Lake Query replica (Flight SQL over DataFusion)."""
-    telemetry: ProcessTelemetry | None = None
-    try:
-        configure_logging(getattr(logging, log_level.upper(), logging.INFO), log_format=log_format)
+
+    def load() -> QueryConfig:
         tune_allocator()
-        telemetry = ProcessTelemetry.load("lake-query")
-        config = QueryConfig.load(addr, metadata_addr, data_dir=data_dir)
-        telemetry.start()  # before the Flight listener binds
-        asyncio.run(run(config))
+        return QueryConfig.load(addr, metadata_addr, data_dir=data_dir)
+
+    level = getattr(logging, log_level.upper(), logging.INFO)
+    try:
+        run_process("lake-query", load=load, serve=run, level=level, log_format=log_format)
     except UncleanShutdown as exc:
         log.error("unclean shutdown", error=str(exc))
         sys.exit(1)
@@ -261,9 +261,6 @@ def query(
         log.error("lake query failed", error=str(exc))
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    finally:
-        if telemetry is not None:
-            telemetry.close()
 
 
 def main() -> None:

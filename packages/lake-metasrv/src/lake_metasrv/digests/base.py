@@ -1,4 +1,4 @@
-"""Size and SHA-256 of every data file a commit writes, and rechecking them.
+"""The digest-store seam: size and SHA-256 of every data file a commit writes.
 
 At commit time, beside each version's reference-delta sidecar, Metasrv
 writes the digests of the data files that version added (durable before the
@@ -11,50 +11,36 @@ directory, S3 tables beside their sidecars in the bucket:
 A compaction adds ``<version>-e<engine version>.json`` for the files it
 rewrote. Data files are immutable and Lance names each one uniquely, so the
 union of an incarnation's records names every file any of its versions
-reads. :func:`verify_table` recomputes them for the current version (or
-every retained version) and reports each file that differs or is gone.
+reads. :func:`~lake_metasrv.digests.verify.verify_table` recomputes them for
+the current version (or every retained version) and reports each file that
+differs or is gone.
 
 On S3 the data files are read back after Lance wrote them (one GET each,
 concurrent with the Lance commit): Lance writes them itself and exposes no
 digest of what it sent.
+
+:class:`DigestStore` is the seam;
+:class:`~lake_metasrv.digests.local.LocalDigestStore` keeps records in the
+data directory and :class:`~lake_metasrv.digests.s3.S3DigestStore` in the bucket.
 """
 
 from __future__ import annotations
 
 import abc
-import asyncio
 import json
-import os
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
-from pathlib import Path
+from collections.abc import Iterable, Sequence
 from typing import Any, Literal
 
-import structlog
 from pydantic import BaseModel, ConfigDict
 
-from lake_core.durable import fsync_dir, replace_synced
-from lake_core.errors import DataCorrupted, Internal, Unavailable, VersionReclaimed
-from lake_core.integrity import (
-    DataFileDigest,
-    DataFileProblem,
-    DataFileReader,
-    VerifyTableResult,
-    fragment_file_paths,
-)
+from lake_core.errors import Internal, Unavailable
+from lake_core.integrity import DataFileDigest, DataFileReader, fragment_file_paths
 from lake_core.names import TableRef
-from lake_core.telemetry import series
-from lake_metasrv.engine import LanceEngine
+from lake_metasrv.engine.base import LanceEngine
 
-__all__ = [
-    "DigestStore",
-    "LocalDigestStore",
-    "VersionDigests",
-    "verify_table",
-]
-
-log = structlog.get_logger("lake_metasrv.integrity")
+__all__ = ["DigestStore", "VersionDigests"]
 
 
 class VersionDigests(BaseModel):
@@ -238,175 +224,3 @@ class _KnownDigests:
             while total > self._max_files and len(self._by_incarnation) > 1:
                 _, (_, dropped) = self._by_incarnation.popitem(last=False)
                 total -= len(dropped)
-
-
-class LocalDigestStore(DigestStore):
-    """Digest records under ``<data-dir>/integrity``."""
-
-    def __init__(self, root: Path, engine: LanceEngine, files: DataFileReader | None = None):
-        super().__init__(engine, files or DataFileReader())
-        self.root = root
-
-    @classmethod
-    def of(cls, data_dir: Path, engine: LanceEngine) -> LocalDigestStore:
-        """The store of a Metasrv data directory."""
-        return cls(data_dir / "integrity", engine)
-
-    def name(self, version: int, engine_version: int | None = None) -> str:
-        # Local records predate zero-padding; both sort by glob below.
-        rewrite = "" if engine_version is None else f"-e{engine_version}"
-        return f"{version}{rewrite}.json"
-
-    def path(self, incarnation: str, version: int) -> Path:
-        return self.root / incarnation / self.name(version)
-
-    def _put(self, incarnation: str, records: Sequence[tuple[str, bytes]]) -> None:
-        directory = self.root / incarnation
-        fresh = not directory.exists()
-        directory.mkdir(parents=True, exist_ok=True)
-        if fresh:
-            fsync_dir(self.root)
-        for name, body in records:
-            replace_synced(directory / name, [body], mode=0o644, sync_dir=False)
-        fsync_dir(directory)
-
-    def _listing(self, incarnation: str) -> dict[str, str]:
-        directory = self.root / incarnation
-        if not directory.is_dir():
-            return {}
-        listing = {}
-        with os.scandir(directory) as entries:
-            for entry in entries:
-                if entry.name.endswith(".json"):
-                    info = entry.stat()
-                    listing[entry.name] = f"{info.st_mtime_ns}:{info.st_size}:{info.st_ino}"
-        return listing
-
-    def _read(self, incarnation: str, names: Sequence[str]) -> list[bytes]:
-        directory = self.root / incarnation
-        return [(directory / name).read_bytes() for name in names]
-
-
-def _check_files(
-    files: DataFileReader,
-    table: TableRef,
-    location: str,
-    recorded: dict[str, DataFileDigest],
-    readers: dict[str, list[int]],
-    progress: Callable[[int, int], None] | None = None,
-) -> tuple[list[DataFileProblem], list[str]]:
-    problems: list[DataFileProblem] = []
-    unrecorded: list[str] = []
-    for done, (path, versions) in enumerate(sorted(readers.items())):
-        if progress is not None:
-            progress(done, len(readers))
-        expected = recorded.get(path)
-        try:
-            size, sha = files.digest(location, path)
-        except FileNotFoundError:
-            problems.append(
-                DataFileProblem(
-                    path=path,
-                    versions=versions,
-                    problem="missing",
-                    expected_size_bytes=expected.size_bytes if expected else None,
-                    expected_sha256=expected.sha256 if expected else None,
-                )
-            )
-            continue
-        except OSError:
-            if files.is_remote(location):
-                # The store did not answer: not a verdict on the file.
-                raise Unavailable(
-                    f"{table}: table storage is unreachable; verify again later"
-                ) from None
-            problems.append(DataFileProblem(path=path, versions=versions, problem="unreadable"))
-            continue
-        if expected is None:
-            unrecorded.append(path)
-        elif size != expected.size_bytes or sha != expected.sha256:
-            problems.append(
-                DataFileProblem(
-                    path=path,
-                    versions=versions,
-                    problem="size" if size != expected.size_bytes else "sha256",
-                    expected_size_bytes=expected.size_bytes,
-                    actual_size_bytes=size,
-                    expected_sha256=expected.sha256,
-                    actual_sha256=sha,
-                )
-            )
-    return problems, unrecorded
-
-
-def _readers(
-    engine: LanceEngine, table: TableRef, location: str, versions: Sequence[tuple[int, int]]
-) -> tuple[dict[str, list[int]], list[int]]:
-    """Which table versions read each data file; the versions still open-able."""
-    readers: dict[str, list[int]] = {}
-    checked: list[int] = []
-    for version, engine_version in versions:
-        try:
-            dataset = engine.open_version(location, engine_version)
-        except (ValueError, OSError) as exc:
-            failure = engine.read_failure(location, engine_version, exc)
-            if isinstance(failure, VersionReclaimed):
-                continue  # reclaimed by retention: not a retained version
-            if isinstance(failure, Unavailable):
-                raise failure from None
-            raise DataCorrupted(
-                f"{table} version {version}: its stored manifest cannot be read"
-            ) from None
-        checked.append(version)
-        for path in fragment_file_paths(dataset.get_fragments()):
-            readers.setdefault(path, []).append(version)
-    return readers, checked
-
-
-async def verify_table(
-    coordinator: Any,
-    store: DigestStore,
-    table: TableRef,
-    *,
-    all_versions: bool,
-    progress: Callable[[int, int], None] | None = None,
-) -> VerifyTableResult:
-    """Recompute every data file of ``table``'s current (or every retained) version.
-
-    ``progress(done, total)`` is called (from a worker thread) before each file.
-    """
-    record = await coordinator.describe_table(table)
-    if all_versions:
-        history = await coordinator.registry.versions(record.incarnation)
-        versions = [(v.version, v.engine_version) for v in history]
-    else:
-        versions = [(record.version, record.engine_version)]
-    location = record.location
-
-    def run() -> VerifyTableResult:
-        readers, checked = _readers(store.engine, table, location, versions)
-        recorded = store.recorded(record.incarnation)
-        problems, unrecorded = _check_files(
-            store.files, table, location, recorded, readers, progress
-        )
-        if progress is not None:
-            progress(len(readers), len(readers))
-        return VerifyTableResult(
-            table=table,
-            versions=checked,
-            files_checked=len(readers),
-            unrecorded=unrecorded,
-            problems=problems,
-        )
-
-    try:
-        result = await asyncio.to_thread(run)
-    except BaseException:
-        series.VERIFY_RUNS.inc(outcome="failed")
-        raise
-    series.VERIFY_RUNS.inc(outcome="mismatch" if result.problems else "ok")
-    if result.problems:
-        log.error(
-            "data files differ from their commit", table=str(table), count=len(result.problems)
-        )
-    return result

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +35,11 @@ from lake_core.errors import Internal, InvalidSchema, Unavailable
 from lake_core.models import incarnation_metadata
 from lake_core.names import TableRef
 from lake_core.storage_probe import StorageProbe
+from lake_metasrv.boto_errors import is_boto_outage
 from lake_metasrv.config import DEFAULT_RETAIN_MIN_AGE_SECS
-from lake_metasrv.engine import LanceEngine, NothingToSync, WrittenFiles, reclaim_old_versions
+from lake_metasrv.engine.base import LanceEngine, WrittenFiles, reclaim_old_versions
 
-__all__ = ["MANIFEST_TABLE_SCHEMA", "S3LanceEngine", "is_boto_outage"]
+__all__ = ["MANIFEST_TABLE_SCHEMA", "NothingToSync", "S3LanceEngine"]
 
 log = structlog.get_logger("lake_metasrv.s3engine")
 
@@ -56,42 +57,23 @@ MANIFEST_TABLE_SCHEMA = {
 #: Retention runs once this many versions accumulated since the last run.
 CLEANUP_EVERY = 16
 
-#: ClientError codes that mean "overloaded or failing, retry" rather than a refusal.
-_RETRYABLE_CODES = frozenset(
-    {
-        "SlowDown",
-        "ServiceUnavailable",
-        "RequestTimeout",
-        "InternalError",
-        "ThrottlingException",
-        "ProvisionedThroughputExceededException",
-        "RequestLimitExceeded",
-    }
-)
-
-
-def is_boto_outage(exc: BaseException) -> bool:
-    """Whether a boto error means the service could not be reached or is overloaded (by type)."""
-    from botocore.exceptions import (
-        ClientError,
-        ConnectionClosedError,
-        ConnectionError,
-        ReadTimeoutError,
-    )
-
-    # ConnectionError covers EndpointConnectionError, ConnectTimeoutError and proxy errors.
-    if isinstance(exc, ConnectionError | ConnectionClosedError | ReadTimeoutError):
-        return True
-    if isinstance(exc, ClientError):
-        status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
-        code = exc.response.get("Error", {}).get("Code")
-        return int(status or 0) >= 500 or code in _RETRYABLE_CODES
-    return False
-
 
 def _outage(location: str, exc: BaseException) -> Unavailable:
     log.warning("storage unreachable", location=location, error=str(exc)[:300])
     return Unavailable(f"object storage for {location} is unreachable; retry")
+
+
+class NothingToSync(WrittenFiles):
+    """Object stores make a write durable before acknowledging it."""
+
+    def before_commits(self) -> None:
+        pass
+
+    def sync_data(self, fragments: Iterable[Any]) -> None:
+        pass
+
+    def sync_commits(self) -> None:
+        pass
 
 
 class S3LanceEngine(LanceEngine):
