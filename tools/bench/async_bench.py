@@ -131,10 +131,10 @@ def run(quick: bool) -> list[Figure]:
 
             def durable() -> float:
                 began = time.perf_counter()
-                handle = sdk.submit_async(SQL)
+                handle = sdk.jobs.submit(SQL)
                 while handle.state not in ("done", "failed", "cancelled"):
                     time.sleep(0.005)
-                    handle = sdk.poll_async(handle)
+                    handle = sdk.jobs.poll(handle)
                 if handle.state != "done":
                     raise RuntimeError(f"async export ended {handle.state}: {handle.error}")
                 done_at = time.perf_counter()
@@ -145,7 +145,7 @@ def run(quick: bool) -> list[Figure]:
                         first_batch_ms.append(1000 * (first - done_at))
                     got += count
                 ended = time.perf_counter()
-                sdk.cancel_async(handle)  # release its slot and parts
+                sdk.jobs.cancel(handle)  # release its slot and parts
                 assert got == rows, f"async export returned {got} of {rows} rows"
                 served.append(got / (ended - done_at))
                 return got / (ended - began)

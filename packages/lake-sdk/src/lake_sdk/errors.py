@@ -116,7 +116,7 @@ from lake_core.errors import (
     UploadInProgress,
     VersionReclaimed,
 )
-from lake_sdk.pending import PendingAppendDamaged, PendingAppendUncertain
+from lake_sdk._pending import PendingAppendDamaged, PendingAppendUncertain
 
 __all__ = [
     "Aborted",
