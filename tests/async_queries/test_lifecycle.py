@@ -38,7 +38,7 @@ def wait_finished(
     raise AssertionError(f"the job is still {handle.state}")
 
 
-def test_query_async_streams_the_same_rows_as_an_interactive_query(
+def test_jobs_query_streams_the_same_rows_as_an_interactive_query(
     async_lake: AsyncLake, loaded: Callable[[int], None]
 ) -> None:
     loaded(3000)

@@ -1,8 +1,8 @@
 """Durable async export against the least any durable result costs, same run.
 
 ``async_export``: a 4-million-row, 4-column result (``bench.wide``) through
-submit -> poll -> DoGet of every part (the SDK's ``submit_async``,
-``poll_async`` and part streams), every batch read by the client. Its
+submit -> poll -> DoGet of every part (the SDK's ``client.jobs.submit``,
+``client.jobs.poll`` and part streams), every batch read by the client. Its
 reference is the ceiling issue 12 measured, recomputed in every round:
 storing the same rows durably (``floor`` below) and then serving stored
 parts (``serve``, measured in the same durable run, from the poll that

@@ -698,7 +698,7 @@ class Workload:
                 except Exception as exc:
                     self.record.fail("job-collect", self.b.name, exc)
                     continue
-                finally:  # release the job's stored result, as query_async does once read
+                finally:  # release the job's stored result, as jobs.query does once read
                     with contextlib.suppress(Exception):
                         collector.jobs.cancel(handle)
                 if table.num_rows and pc.sum(table["n"]).as_py() % ROWS_PER_APPEND != 0:

@@ -88,6 +88,7 @@ class _State:
     connect_timeout: float
     jobs: JobCalls
     ready: bool = False  # Query answered once: later ``async with`` blocks skip the check
+    closed: bool = False  # closing is final, for clones too
 
 
 class AsyncClient:
@@ -212,6 +213,7 @@ class AsyncClient:
 
     async def close(self) -> None:
         """Close the connection (shared with clones) and the object store."""
+        self._state.closed = True
         await self._state.files.close()
         self._state.jobs.close()
         await self._state.connection.close()
@@ -515,7 +517,14 @@ class AsyncClient:
             block_size=block_size, cache_bytes=cache_bytes, read_ahead=read_ahead
         )
         fetcher = await self._state.files.range_fetcher(location, ttl)
-        return ObjectFile(location, fetcher, asyncio.get_running_loop(), limits)
+        state = self._state
+        return ObjectFile(
+            location,
+            fetcher,
+            asyncio.get_running_loop(),
+            limits,
+            client_closed=lambda: state.closed,
+        )
 
     async def presign_read(self, location: DataLocation, ttl: float | timedelta) -> ReadCapability:
         """A presigned GET (1 s..=1 h) signed with this process's credentials (S3 only)."""

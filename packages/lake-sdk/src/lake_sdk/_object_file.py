@@ -9,8 +9,8 @@ or one GET through a Query-issued capability).
 The sync/async bridge: the file's methods are blocking and run in the
 caller's thread (for PyAV, a thread FFmpeg calls back from). Only the range
 fetch itself runs on the client's event loop, handed over with
-:func:`asyncio.run_coroutine_threadsafe`. A :class:`~lake_sdk.Client` already
-owns such a loop thread; for an :class:`~lake_sdk.AsyncClient` it is the loop
+:func:`asyncio.run_coroutine_threadsafe`. A :class:`~lake_sdk.Client` runs
+on the SDK's shared background loop thread; for an :class:`~lake_sdk.AsyncClient` it is the loop
 that opened the file, so use the file from another thread
 (``await asyncio.to_thread(av.open, file)``): calling it on the loop itself
 would wait on itself, and raises ``FailedPrecondition`` instead.
@@ -59,11 +59,15 @@ class ObjectFile(io.BufferedIOBase):
         fetcher: RangeFetcher,
         loop: asyncio.AbstractEventLoop,
         limits: CacheLimits,
+        *,
+        client_closed: Callable[[], bool] = lambda: False,
     ) -> None:
         super().__init__()
         self.location = location
         self._fetcher = fetcher
         self._loop = loop
+        # The blocking clients share one loop that outlives them: ask the client itself.
+        self._client_closed = client_closed
         self._cache = BlockCache(location, limits)
         self._position = 0
         self._exact_bytes = 0
@@ -254,7 +258,7 @@ class ObjectFile(io.BufferedIOBase):
         self, fetch: Callable[[int, int], Coroutine[Any, Any, bytes]], start: int, end: int
     ) -> bytes:
         self._check_thread()
-        if self._loop.is_closed() or not self._loop.is_running():
+        if self._loop.is_closed() or not self._loop.is_running() or self._client_closed():
             raise FailedPrecondition(
                 f"the client that opened {self.location.uri!r} is closed: open the file again"
             )
