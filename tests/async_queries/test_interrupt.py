@@ -1,10 +1,17 @@
-"""Cancelling a job interrupts DataFusion mid-batch: its worker slot and CPU are free at once."""
+"""Cancelling a job interrupts DataFusion mid-batch: its worker slot and CPU are free at once.
+
+Ctrl-C during the blocking ``client.jobs.query`` cancels the job it submitted.
+"""
 
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+
+import pytest
 
 from lake_core.config import ASYNC_WORKER_CONCURRENCY
 from tests.async_queries.conftest import SQL, AsyncLake, client
@@ -48,18 +55,64 @@ def test_cancelling_a_running_job_frees_its_worker_slot_mid_batch(
     replica = async_lake.add_query({ASYNC_WORKER_CONCURRENCY: "1"})
     loaded(6000)
     with client(replica) as sdk:
-        running = wait_finished(sdk, sdk.submit_async(ENDLESS), state="running")
+        running = wait_finished(sdk, sdk.jobs.submit(ENDLESS), state="running")
         assert running.state == "running"
         cancelled_at = time.monotonic()
-        assert sdk.cancel_async(running) is True
-        after = wait_finished(sdk, sdk.submit_async(SQL))
+        assert sdk.jobs.cancel(running) is True
+        after = wait_finished(sdk, sdk.jobs.submit(SQL))
         freed_in = time.monotonic() - cancelled_at
         assert after.state == "done"
         assert freed_in < FREED_WITHIN_S, f"the slot was held {freed_in:.0f} s after the cancel"
-        assert sdk.resume_async(after).to_table().num_rows == 6000
-        assert sdk.poll_async(running).state == "cancelled"
+        assert sdk.jobs.resume(after).to_table().num_rows == 6000
+        assert sdk.jobs.poll(running).state == "cancelled"
         # The engine stopped too, not only the worker: the replica goes idle.
         _wait_idle(replica.pid, FREED_WITHIN_S)
     [cancelled] = [job for job in async_lake.jobs() if job["state"] == "cancelled"]
     results = async_lake.data_dir / "async-query-results"
     assert not (results / str(cancelled["job_id"])).exists(), "a cancelled job kept results"
+
+
+@pytest.fixture
+def sigint_raises_keyboard_interrupt() -> Iterator[None]:
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _states(async_lake: AsyncLake) -> list[object]:
+    try:
+        return [job["state"] for job in async_lake.jobs()]
+    except (OSError, ValueError):  # a record being replaced as we read it
+        return []
+
+
+def test_ctrl_c_during_jobs_query_cancels_its_job_and_the_client_still_works(
+    async_lake: AsyncLake, loaded: Callable[[int], None], sigint_raises_keyboard_interrupt: None
+) -> None:
+    assert threading.current_thread() is threading.main_thread()
+    replica = async_lake.add_query({ASYNC_WORKER_CONCURRENCY: "1"})
+    loaded(6000)
+    pressed = threading.Event()
+
+    def press_ctrl_c_once_the_job_runs() -> None:
+        deadline = time.monotonic() + FREED_WITHIN_S
+        while time.monotonic() < deadline:
+            if _states(async_lake) == ["running"]:
+                pressed.set()
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+                return
+            time.sleep(0.05)
+
+    with client(replica) as sdk:
+        presser = threading.Thread(target=press_ctrl_c_once_the_job_runs, daemon=True)
+        presser.start()
+        with pytest.raises(KeyboardInterrupt):
+            sdk.jobs.query(ENDLESS)
+        presser.join(FREED_WITHIN_S)
+        assert pressed.is_set()
+        # The call cancelled the job it submitted before it returned.
+        assert _states(async_lake) == ["cancelled"]
+        # The client still works, and the one worker slot is free for the next job.
+        assert sdk.jobs.query(SQL).to_table().num_rows == 6000

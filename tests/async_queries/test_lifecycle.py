@@ -26,35 +26,35 @@ FAST_LEASE = {"LAKE_FAULTS": "query.async_lease_ms=1000,query.async_part_bytes=6
 
 
 def wait_finished(
-    sdk: lake_sdk.Client, handle: lake_sdk.AsyncQueryHandle, state: str | None = None
-) -> lake_sdk.AsyncQueryHandle:
+    sdk: lake_sdk.Client, handle: lake_sdk.JobHandle, state: str | None = None
+) -> lake_sdk.JobHandle:
     """Poll until the job is finished (or reaches ``state``), with a generous bound."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        handle = sdk.poll_async(handle)
+        handle = sdk.jobs.poll(handle)
         if handle.state in ("done", "failed", "cancelled") or handle.state == state:
             return handle
         time.sleep(0.05)
     raise AssertionError(f"the job is still {handle.state}")
 
 
-def test_query_async_streams_the_same_rows_as_an_interactive_query(
+def test_jobs_query_streams_the_same_rows_as_an_interactive_query(
     async_lake: AsyncLake, loaded: Callable[[int], None]
 ) -> None:
     loaded(3000)
     replica = async_lake.queries[0]
     with client(replica) as sdk:
         interactive = sdk.query_table(SQL)
-        durable = sdk.query_async(SQL).to_table()
+        durable = sdk.jobs.query(SQL).to_table()
     assert durable.num_rows == 3000
     assert durable.equals(interactive)
 
 
 _RESUME = """
 import sys, pyarrow as pa, lake_sdk
-handle = lake_sdk.AsyncQueryHandle.from_json(open(sys.argv[2]).read())
+handle = lake_sdk.JobHandle.from_json(open(sys.argv[2]).read())
 with lake_sdk.Client(sys.argv[1], token=sys.argv[3], connect_timeout=60) as sdk:
-    table = sdk.resume_async(handle).to_table()
+    table = sdk.jobs.resume(handle).to_table()
 with pa.OSFile(sys.argv[4], "wb") as out, pa.ipc.new_file(out, table.schema) as writer:
     writer.write_table(table)
 """
@@ -67,7 +67,7 @@ def test_a_job_survives_its_replica_and_resumes_elsewhere_at_its_pinned_versions
     loaded(3000)
     with client(accepting) as sdk:
         interactive = sdk.query_table(SQL)
-        handle = sdk.submit_async(SQL)
+        handle = sdk.jobs.submit(SQL)
     checkpoint = tmp_path / "handle.json"
     checkpoint.write_text(handle.to_json())
     accepting.kill()  # SIGKILL (it may already have crashed after its first part)
@@ -100,21 +100,21 @@ def test_cancelling_a_running_job_stops_it_and_its_parts_are_never_served(
     replica = async_lake.add_query(FAST_LEASE)
     loaded(2000)
     with client(replica) as sdk:
-        running = wait_finished(sdk, sdk.submit_async(FOREVER), state="running")
+        running = wait_finished(sdk, sdk.jobs.submit(FOREVER), state="running")
         assert running.state == "running"
-        assert sdk.cancel_async(running) is True
+        assert sdk.jobs.cancel(running) is True
         for _ in range(3):
-            assert sdk.poll_async(running).state == "cancelled"
+            assert sdk.jobs.poll(running).state == "cancelled"
         with pytest.raises(lake_sdk.QueryCancelled):
-            sdk.resume_async(running)
+            sdk.jobs.resume(running)
 
         # A finished job whose part tickets were handed out, then cancelled.
-        done = wait_finished(sdk, sdk.submit_async(SQL))
+        done = wait_finished(sdk, sdk.jobs.submit(SQL))
         assert done.state == "done"
         tickets = list(done._endpoints)
         assert tickets
-        assert sdk.cancel_async(done) is True
-        assert sdk.poll_async(done).state == "cancelled"
+        assert sdk.jobs.cancel(done) is True
+        assert sdk.jobs.poll(done).state == "cancelled"
     with flight.FlightClient(f"grpc+tcp://{replica.addr}") as raw:
         options = flight.FlightCallOptions(
             headers=[(b"authorization", f"Bearer {TOKENS['acme']}".encode())]
@@ -132,7 +132,7 @@ def test_a_lost_submission_reply_retried_with_the_same_id_runs_the_sql_once(
 
     from lake_core import protocol
     from lake_core.proto import flight_pb2
-    from lake_sdk.jobs import _statement
+    from lake_sdk._jobs import _statement
 
     first, second = async_lake.add_query(), async_lake.add_query()
     loaded(1000)
@@ -165,12 +165,12 @@ def test_a_lost_submission_reply_retried_with_the_same_id_runs_the_sql_once(
             poll(replica, other)
         assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
         assert "different statement" in (refused.value.details() or "")
-    handle = lake_sdk.AsyncQueryHandle(
+    handle = lake_sdk.JobHandle(
         capability=replies[-1].flight_descriptor.cmd or replies[-1].info.flight_descriptor.cmd,
         expires_at=time.time() + 60,
     )
     with client(second) as sdk:
-        assert sdk.resume_async(handle).to_table().num_rows == 1000
+        assert sdk.jobs.resume(handle).to_table().num_rows == 1000
     [job] = async_lake.jobs()
     assert job["job_id"] == job_id
     assert job["attempt"] == 1, "the SQL ran more than once"
@@ -184,16 +184,16 @@ def test_handles_are_bound_to_their_tenant_and_tamper_proof(
     replica = async_lake.add_query()
     loaded(100)
     with client(replica) as sdk:
-        handle = sdk.submit_async(SQL)
+        handle = sdk.jobs.submit(SQL)
     assert "capability=***" in repr(handle)
     assert handle.capability.hex() not in repr(handle)
     saved = handle.to_json()
     assert set(json.loads(saved)) == {"v", "capability", "expires_at"}
     with client(replica, "globex") as intruder:
         with pytest.raises(lake_sdk.PermissionDenied):
-            intruder.poll_async(lake_sdk.AsyncQueryHandle.from_json(saved))
+            intruder.jobs.poll(lake_sdk.JobHandle.from_json(saved))
         with pytest.raises(lake_sdk.PermissionDenied):
-            intruder.cancel_async(handle)
+            intruder.jobs.cancel(handle)
     capability = handle.capability
     # The key id a handle names: changed to one the ring does not hold, it reads as a
     # handle sealed under a retired key (docs/async-queries.md).
@@ -203,7 +203,7 @@ def test_handles_are_bound_to_their_tenant_and_tamper_proof(
             for flip in (0x01, 0x80):
                 tampered = bytearray(capability)
                 tampered[position] ^= flip
-                damaged = lake_sdk.AsyncQueryHandle(
+                damaged = lake_sdk.JobHandle(
                     capability=bytes(tampered), expires_at=handle.expires_at
                 )
                 expected = (
@@ -212,9 +212,9 @@ def test_handles_are_bound_to_their_tenant_and_tamper_proof(
                     else lake_sdk.Unauthenticated
                 )
                 with pytest.raises(expected):
-                    sdk.poll_async(damaged)
+                    sdk.jobs.poll(damaged)
         assert wait_finished(sdk, handle).state == "done"
     with pytest.raises(lake_sdk.InvalidArgument):
-        lake_sdk.AsyncQueryHandle.from_json(
+        lake_sdk.JobHandle.from_json(
             json.dumps({"v": 1, "capability": "A" * 40000, "expires_at": 1})
         )

@@ -54,9 +54,9 @@ def test_a_result_over_many_parts_is_the_statements_rows(
     loaded(3000)
     with client(replica) as sdk:
         interactive = sdk.query_table(WIDE_SQL)
-        handle = wait_finished(sdk, sdk.submit_async(WIDE_SQL))
+        handle = wait_finished(sdk, sdk.jobs.submit(WIDE_SQL))
         assert handle.state == "done", handle
-        durable = sdk.resume_async(handle).to_table()
+        durable = sdk.jobs.resume(handle).to_table()
     assert durable.num_rows == 3000
     assert durable.equals(interactive)
     folder, doc = _manifest(async_lake)
@@ -75,9 +75,9 @@ def test_a_part_refused_midway_is_retried_and_only_the_whole_result_is_named(
     loaded(3000)
     with client(replica) as sdk:
         interactive = sdk.query_table(WIDE_SQL)
-        handle = wait_finished(sdk, sdk.submit_async(WIDE_SQL))
+        handle = wait_finished(sdk, sdk.jobs.submit(WIDE_SQL))
         assert handle.state == "done", handle
-        durable = sdk.resume_async(handle).to_table()
+        durable = sdk.jobs.resume(handle).to_table()
     assert durable.equals(interactive)
     log = replica.log()
     assert "async result part failed by fault point" in log

@@ -17,7 +17,7 @@ def test_a_partitioned_scan_runs_whole_as_a_job(
     with client(replica) as sdk:
         assert sdk.scan(sql, shard=(1, 2)).to_table().num_rows > 0  # it does split
         interactive = sdk.query_table(sql)
-        job = sdk.query_async(sql).to_table()
+        job = sdk.jobs.query(sql).to_table()
     assert interactive.num_rows == job.num_rows == 5_000
     assert sorted(job.column("episode_id").to_pylist()) == sorted(
         interactive.column("episode_id").to_pylist()

@@ -17,18 +17,18 @@ def test_the_ninth_outstanding_job_of_a_tenant_is_refused_while_others_are_serve
     replica = async_lake.add_query()
     loaded(100)
     with client(replica) as acme, client(replica, "globex") as globex:
-        handles = [acme.submit_async(f"{SQL} LIMIT {n + 1}") for n in range(8)]
+        handles = [acme.jobs.submit(f"{SQL} LIMIT {n + 1}") for n in range(8)]
         with pytest.raises(lake_sdk.ResourceExhausted) as refused:
-            acme.submit_async(SQL)
+            acme.jobs.submit(SQL)
         assert "acme" not in str(refused.value)
         # Another principal of the same tenant shares its slots.
         with client(replica, "acme2") as bob, pytest.raises(lake_sdk.ResourceExhausted):
-            bob.submit_async(SQL)
-        other = globex.query_async(SQL).to_table()
+            bob.jobs.submit(SQL)
+        other = globex.jobs.query(SQL).to_table()
         assert other.num_rows == 100
         # Releasing one (cancel) frees a slot.
-        assert acme.cancel_async(handles[0]) is True
-        assert wait_finished(acme, acme.submit_async(SQL)).state == "done"
+        assert acme.jobs.cancel(handles[0]) is True
+        assert wait_finished(acme, acme.jobs.submit(SQL)).state == "done"
 
 
 def test_a_result_over_its_ceiling_fails_cleanly_and_a_looser_restart_does_not_enlarge_it(
@@ -40,15 +40,15 @@ def test_a_result_over_its_ceiling_fails_cleanly_and_a_looser_restart_does_not_e
     )
     loaded(2000)
     with client(tight) as sdk:
-        failed = wait_finished(sdk, sdk.submit_async(SQL))
+        failed = wait_finished(sdk, sdk.jobs.submit(SQL))
         assert failed.state == "failed"
         assert isinstance(failed.error, lake_sdk.ResultTooLarge)
         with pytest.raises(lake_sdk.ResultTooLarge):
-            sdk.resume_async(failed)
+            sdk.jobs.resume(failed)
         # Occupy the tenant's one worker slot, so the next job is stored but not started.
-        blocker = wait_finished(sdk, sdk.submit_async(FOREVER), state="running")
-        waiting = sdk.submit_async(SQL)
-        assert sdk.poll_async(waiting).state == "pending"
+        blocker = wait_finished(sdk, sdk.jobs.submit(FOREVER), state="running")
+        waiting = sdk.jobs.submit(SQL)
+        assert sdk.jobs.poll(waiting).state == "pending"
     tight.kill()
 
     loose = async_lake.add_query(
@@ -61,6 +61,6 @@ def test_a_result_over_its_ceiling_fails_cleanly_and_a_looser_restart_does_not_e
         again = wait_finished(sdk, waiting)
         assert again.state == "failed", "a looser restart enlarged the job's byte ceiling"
         assert isinstance(again.error, lake_sdk.ResultTooLarge)
-        sdk.cancel_async(blocker)
+        sdk.jobs.cancel(blocker)
     results = async_lake.data_dir / "async-query-results"
     assert not any(results.rglob("*.arrows")), "a failed job left result parts"

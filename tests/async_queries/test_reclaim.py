@@ -18,7 +18,7 @@ def test_a_dead_workers_job_is_reclaimed_and_no_manifest_names_a_partial_result(
     loaded(3000)
     with client(worker) as sdk:
         interactive = sdk.query_table(SQL)
-        handle = sdk.submit_async(SQL)
+        handle = sdk.jobs.submit(SQL)
     assert worker.proc is not None
     # The crash point exits like SIGKILL once the first part is stored.
     assert worker.proc.wait(timeout=120) == 137
@@ -33,7 +33,7 @@ def test_a_dead_workers_job_is_reclaimed_and_no_manifest_names_a_partial_result(
     rescuer = async_lake.add_query(FAST_LEASE)
     with client(rescuer) as sdk:
         assert wait_finished(sdk, handle).state == "done"
-        assert sdk.resume_async(handle).to_table().equals(interactive)
+        assert sdk.jobs.resume(handle).to_table().equals(interactive)
     [job] = async_lake.jobs()
     assert job["attempt"] == 2
     assert "async job claimed" in rescuer.log()

@@ -22,7 +22,7 @@ import lake_sdk
 from lake_core import protocol
 from lake_core.proto import flight_pb2
 from lake_core.tickets import ticket_key_id
-from lake_sdk.jobs import _statement
+from lake_sdk._jobs import _statement
 from tests.async_queries.conftest import SQL, TOKENS, AsyncLake, client
 from tests.async_queries.test_lifecycle import wait_finished
 from tools.lake_testing.dynalite import Dynalite
@@ -92,11 +92,11 @@ def _rotation(
     # Key A active: the tenant fills its 8 slots (one by a submission with a known id).
     with client(first) as acme, client(first, "globex") as globex:
         expected = acme.query_table(SQL)
-        early = [acme.submit_async(f"{SQL} LIMIT {n + 1}") for n in range(6)]
-        full = acme.submit_async(SQL)
-        foreign = globex.submit_async(SQL)
+        early = [acme.jobs.submit(f"{SQL} LIMIT {n + 1}") for n in range(6)]
+        full = acme.jobs.submit(SQL)
+        foreign = globex.jobs.submit(SQL)
         reply = _submit_with_id(first)
-        with_id = lake_sdk.AsyncQueryHandle(
+        with_id = lake_sdk.JobHandle(
             capability=reply.flight_descriptor.cmd, expires_at=reply.expiration_time.seconds
         )
         # Every job finished before the rotation: the stored records must not move after.
@@ -117,22 +117,22 @@ def _rotation(
     for replica in replicas:
         with client(replica) as acme:
             # The handle from before activation polls and resumes the full result.
-            refreshed = acme.poll_async(full)
+            refreshed = acme.jobs.poll(full)
             assert refreshed.state == "done"
-            assert acme.resume_async(full).to_table().equals(expected)
+            assert acme.jobs.resume(full).to_table().equals(expected)
             # The tenant's 9th outstanding job is refused, whichever key seals it.
             with pytest.raises(lake_sdk.ResourceExhausted):
-                acme.submit_async(SQL)
+                acme.jobs.submit(SQL)
             with client(replica, "acme2") as bob, pytest.raises(lake_sdk.ResourceExhausted):
-                bob.submit_async(SQL)
+                bob.jobs.submit(SQL)
             # Another tenant's handle is still another tenant's.
             with pytest.raises(lake_sdk.PermissionDenied):
-                acme.poll_async(foreign)
+                acme.jobs.poll(foreign)
         # The retried submission finds its job: it runs once.
         retried = _submit_with_id(replica)
         assert json.loads(retried.info.app_metadata)["state"] == "done"
     with client(first) as acme:
-        refreshed = acme.poll_async(full)
+        refreshed = acme.jobs.poll(full)
     assert ticket_key_id(refreshed.capability) == "B"  # re-sealed under the active key
     assert {job["job_id"]: job for job in jobs()} == stored, "a poll or retry moved a job"
     assert _claims(replicas, JOB_ID) == 1
@@ -140,13 +140,13 @@ def _rotation(
     # Finish the activation; a slot freed by an A-era job goes to a B-era one, and no more.
     _roll(second, rings[1], "B", ["A", "B"])
     with client(second) as acme:
-        assert acme.cancel_async(early[0]) is True
-        late = wait_finished(acme, acme.submit_async(SQL))
+        assert acme.jobs.cancel(early[0]) is True
+        late = wait_finished(acme, acme.jobs.submit(SQL))
         assert late.state == "done"
         assert ticket_key_id(late.capability) == "B"
     for replica in replicas:
         with client(replica) as acme, pytest.raises(lake_sdk.ResourceExhausted):
-            acme.submit_async(SQL)
+            acme.jobs.submit(SQL)
 
     # Retire A: its jobs fail typed, through either handle and on a retry; B's still serve.
     for replica, ring in zip(replicas, rings, strict=True):
@@ -154,8 +154,8 @@ def _rotation(
     with client(first) as acme:
         for held in (full, refreshed):
             with pytest.raises(lake_sdk.FailedPrecondition, match="submit the query again"):
-                acme.poll_async(held)
-        assert acme.resume_async(late).to_table().equals(expected)
+                acme.jobs.poll(held)
+        assert acme.jobs.resume(late).to_table().equals(expected)
     with pytest.raises(grpc.RpcError) as refused:
         _submit_with_id(second)
     assert refused.value.code() == grpc.StatusCode.FAILED_PRECONDITION

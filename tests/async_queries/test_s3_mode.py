@@ -39,7 +39,7 @@ def test_s3_mode_survives_a_dead_worker_and_resumes_on_another_replica(
     loaded(3000)
     with client(accepting) as sdk:
         interactive = sdk.query_table(SQL)
-        handle = sdk.submit_async(SQL)
+        handle = sdk.jobs.submit(SQL)
     assert accepting.proc is not None
     assert accepting.proc.wait(timeout=120) == 137  # died after storing its first part
 
@@ -47,7 +47,7 @@ def test_s3_mode_survives_a_dead_worker_and_resumes_on_another_replica(
     with client(other) as sdk:
         sdk.append_batches(EPISODES, [episodes(3000, 200)])
         assert wait_finished(sdk, handle).state == "done"
-        assert sdk.resume_async(handle).to_table().equals(interactive)
+        assert sdk.jobs.resume(handle).to_table().equals(interactive)
 
     # Nothing of the job in the local directories: S3 and DynamoDB hold it.
     assert not (async_lake.data_dir / "async-query-state").exists()

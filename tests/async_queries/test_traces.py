@@ -23,7 +23,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, Trace
 import lake_sdk
 from lake_core.proto import flight_pb2
 from lake_query.jobs.workers import JOB_SPAN
-from lake_sdk.jobs import _statement
+from lake_sdk._jobs import _statement
 from tests.async_queries.conftest import SQL, TOKENS, AsyncLake, client
 from tests.async_queries.test_lifecycle import CRASHING, FAST_LEASE, wait_finished
 from tests.telemetry.scrape import json_lines
@@ -56,7 +56,7 @@ def _traced(receiver: OtlpReceiver, extra: dict[str, str]) -> dict[str, str]:
     return {"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": receiver.endpoint, **extra}
 
 
-def _submit(replica_addr: str, headers: list[tuple[str, str]]) -> lake_sdk.AsyncQueryHandle:
+def _submit(replica_addr: str, headers: list[tuple[str, str]]) -> lake_sdk.JobHandle:
     """A raw Flight PollFlightInfo submission with the given extra metadata."""
     descriptor = flight_pb2.FlightDescriptor(
         type=flight_pb2.FlightDescriptor.CMD, cmd=_statement(SQL)
@@ -69,9 +69,7 @@ def _submit(replica_addr: str, headers: list[tuple[str, str]]) -> lake_sdk.Async
             response_deserializer=flight_pb2.PollInfo.FromString,
         )
         reply = poll(descriptor, metadata=metadata, timeout=60)
-    return lake_sdk.AsyncQueryHandle(
-        capability=reply.flight_descriptor.cmd, expires_at=time.time() + 600
-    )
+    return lake_sdk.JobHandle(capability=reply.flight_descriptor.cmd, expires_at=time.time() + 600)
 
 
 def _attempt(spans: list[ReceivedSpan], trace_id: str, attempt: int) -> ReceivedSpan | None:
@@ -141,7 +139,7 @@ def test_adbc_submission_traceparent_reaches_the_worker_and_a_bad_one_is_ignored
     handle = _submit(replica.addr, bad)
     with client(replica) as sdk:
         assert wait_finished(sdk, handle).state == "done"
-        assert sdk.resume_async(handle).to_table().num_rows == 300
+        assert sdk.jobs.resume(handle).to_table().num_rows == 300
     [second] = [j for j in async_lake.jobs() if j["job_id"] != job["job_id"]]
     fresh_trace, submission_span = _stored_parent(second)
     assert fresh_trace != CLIENT_TRACE
@@ -203,7 +201,7 @@ def test_a_reclaimed_job_still_continues_the_sdk_callers_trace(
         trace_state=TraceState([("vendor", "opaque-value")]),
     )
     with client(worker) as sdk, trace.use_span(NonRecordingSpan(app)):
-        handle = sdk.submit_async(SQL)
+        handle = sdk.jobs.submit(SQL)
     assert worker.proc is not None
     assert worker.proc.wait(timeout=120) == 137  # SIGKILL-like exit after its first part
 

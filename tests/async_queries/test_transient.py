@@ -76,14 +76,14 @@ def test_a_job_meeting_a_full_memory_pool_completes_once_it_frees(async_lake: As
             info = holder.get_flight_info(statement(HOLD_SQL), options)
             held.append((holder, holder.do_get(info.endpoints[0].ticket, options)))
         with client(replica) as sdk:
-            handle = sdk.submit_async(JOB_SQL)
+            handle = sdk.jobs.submit(JOB_SQL)
             # Picked up, out of the small pool a busy replica gives, retried, not failed.
             deadline = time.monotonic() + 60
             while retries(replica) < 2:
                 assert time.monotonic() < deadline, replica.log()[-3000:]
-                assert sdk.poll_async(handle).state in ("pending", "running")
+                assert sdk.jobs.poll(handle).state in ("pending", "running")
                 time.sleep(0.05)
-            assert sdk.poll_async(handle).state in ("pending", "running")
+            assert sdk.jobs.poll(handle).state in ("pending", "running")
             # globex lets go: the job completes.
             for holder, reader in held:
                 reader.cancel()
@@ -91,7 +91,7 @@ def test_a_job_meeting_a_full_memory_pool_completes_once_it_frees(async_lake: As
             held.clear()
             finished = wait_finished(sdk, handle)
             assert finished.state == "done", finished
-            rows = sdk.resume_async(finished).to_table()["n"].to_pylist()
+            rows = sdk.jobs.resume(finished).to_table()["n"].to_pylist()
             assert rows == [40_000]
     finally:
         for holder, reader in held:

@@ -108,7 +108,7 @@ class Block:
 sys.meta_path.insert(0, Block())
 import pyarrow as pa
 import lake_sdk
-from lake_sdk import frames
+from lake_sdk import _frames as frames
 try:
     frames.{function}(pa.table({{"a": [1]}}))
 except lake_sdk.MissingExtra as exc:

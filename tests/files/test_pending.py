@@ -16,7 +16,7 @@ import pytest
 from lake_core.errors import LakeError, NotFound, OperationExpired
 from lake_core.names import TableRef
 from lake_sdk import LakeClient
-from lake_sdk.pending import PendingAppendStore
+from lake_sdk._pending import PendingAppendStore
 from tests.files.conftest import EPISODES, sdk_env, write_random
 from tools.lake_testing.data import describe_version
 from tools.lake_testing.faults import fault_env

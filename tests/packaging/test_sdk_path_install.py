@@ -19,7 +19,7 @@ PROBE = """
 import importlib.util, sys
 import pyarrow as pa
 import lake_sdk
-from lake_sdk import frames
+from lake_sdk import _frames as frames
 assert importlib.util.find_spec("lake_metasrv") is None and importlib.util.find_spec("lake_query") is None
 assert importlib.util.find_spec("pandas") is None, "pandas came without the [pandas] extra"
 try:

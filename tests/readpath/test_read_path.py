@@ -197,7 +197,7 @@ def test_an_sdk_client_reads_its_appends_on_another_replica(retained: Replicas, 
                 assert count(retained.b, table) == ROWS
                 balancer.route(retained.b.addr)
                 got = [moved(lambda: client.query_table(sql)).column("n").to_pylist()]
-                got.append(client.query_async(sql).to_table().column("n").to_pylist())
+                got.append(client.jobs.query(sql).to_table().column("n").to_pylist())
         else:
 
             async def scenario() -> list[list[int]]:

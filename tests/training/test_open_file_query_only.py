@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import lake_sdk
-from lake_sdk.files import CapabilityRanges
+from lake_sdk._files import CapabilityRanges
 from tests.files.conftest import MIB, write_random
 from tests.training.open_file_support import (
     Stage,

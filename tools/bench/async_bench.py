@@ -1,8 +1,8 @@
 """Durable async export against the least any durable result costs, same run.
 
 ``async_export``: a 4-million-row, 4-column result (``bench.wide``) through
-submit -> poll -> DoGet of every part (the SDK's ``submit_async``,
-``poll_async`` and part streams), every batch read by the client. Its
+submit -> poll -> DoGet of every part (the SDK's ``client.jobs.submit``,
+``client.jobs.poll`` and part streams), every batch read by the client. Its
 reference is the ceiling issue 12 measured, recomputed in every round:
 storing the same rows durably (``floor`` below) and then serving stored
 parts (``serve``, measured in the same durable run, from the poll that
@@ -131,10 +131,10 @@ def run(quick: bool) -> list[Figure]:
 
             def durable() -> float:
                 began = time.perf_counter()
-                handle = sdk.submit_async(SQL)
+                handle = sdk.jobs.submit(SQL)
                 while handle.state not in ("done", "failed", "cancelled"):
                     time.sleep(0.005)
-                    handle = sdk.poll_async(handle)
+                    handle = sdk.jobs.poll(handle)
                 if handle.state != "done":
                     raise RuntimeError(f"async export ended {handle.state}: {handle.error}")
                 done_at = time.perf_counter()
@@ -145,7 +145,7 @@ def run(quick: bool) -> list[Figure]:
                         first_batch_ms.append(1000 * (first - done_at))
                     got += count
                 ended = time.perf_counter()
-                sdk.cancel_async(handle)  # release its slot and parts
+                sdk.jobs.cancel(handle)  # release its slot and parts
                 assert got == rows, f"async export returned {got} of {rows} rows"
                 served.append(got / (ended - done_at))
                 return got / (ended - began)

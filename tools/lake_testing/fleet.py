@@ -680,7 +680,7 @@ class Workload:
             while not self.stop.is_set():
                 before = self.record.acked()
                 try:
-                    handle = submitter.submit_async(JOB_SQL)
+                    handle = submitter.jobs.submit(JOB_SQL)
                 except Exception as exc:
                     self.record.fail("job-submit", self.a.name, exc)
                     self.stop.wait(1.0)
@@ -694,13 +694,13 @@ class Workload:
                 ):
                     time.sleep(0.05)
                 try:
-                    table = collector.resume_async(handle).to_table()
+                    table = collector.jobs.resume(handle).to_table()
                 except Exception as exc:
                     self.record.fail("job-collect", self.b.name, exc)
                     continue
-                finally:  # release the job's stored result, as query_async does once read
+                finally:  # release the job's stored result, as jobs.query does once read
                     with contextlib.suppress(Exception):
-                        collector.cancel_async(handle)
+                        collector.jobs.cancel(handle)
                 if table.num_rows and pc.sum(table["n"]).as_py() % ROWS_PER_APPEND != 0:
                     self.record.fail("job-collect", self.b.name, AssertionError("a partial append"))
                 with self.record.lock:

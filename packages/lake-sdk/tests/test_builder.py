@@ -6,7 +6,7 @@ import pytest
 
 import lake_sdk
 from lake_core.errors import InvalidArgument
-from lake_sdk.builder import ConnectOptions
+from lake_sdk._builder import ConnectOptions
 
 TOKEN = "lk_super-secret-token-value-0123456789"
 PEM = b"-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"

@@ -9,8 +9,8 @@ import pytest
 
 from lake_core.errors import InvalidAppend
 from lake_core.names import TableRef
-from lake_sdk.appends import validate_append as _validate_append
-from lake_sdk.inserts import parse_insert, plan_insert
+from lake_sdk._appends import validate_append as _validate_append
+from lake_sdk._inserts import parse_insert, plan_insert
 
 SCHEMA = pa.schema(
     [pa.field("i64", pa.int64()), pa.field("i32", pa.int32()), pa.field("f32", pa.float32())]

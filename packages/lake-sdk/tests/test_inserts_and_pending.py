@@ -14,8 +14,8 @@ from lake_core.ids import new_operation_id
 from lake_core.models import DataLocation
 from lake_core.names import TableRef
 from lake_objects import FileUpload
-from lake_sdk.inserts import parse_insert, plan_insert
-from lake_sdk.pending import MAX_PENDING_ENTRIES, PendingAppendDamaged, PendingAppendStore
+from lake_sdk._inserts import parse_insert, plan_insert
+from lake_sdk._pending import MAX_PENDING_ENTRIES, PendingAppendDamaged, PendingAppendStore
 
 SCHEMA = pa.schema(
     [pa.field("id", pa.utf8(), nullable=False), pa.field("n", pa.int64()), file_field("video")]

@@ -20,7 +20,7 @@ from lake_core.errors import FailedPrecondition, InvalidArgument
 from lake_core.models import DataLocation
 from lake_objects.errors import HashMismatch
 from lake_sdk import ObjectFile
-from lake_sdk.block_cache import BlockCache, CacheLimits
+from lake_sdk._block_cache import BlockCache, CacheLimits
 
 KIB = 1024
 

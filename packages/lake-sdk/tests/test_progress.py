@@ -14,7 +14,7 @@ from lake_core.config import NO_PROGRESS
 from lake_objects import UploadProgress
 from lake_objects.progress import progress_enabled
 from lake_sdk import UploadProgressBar
-from lake_sdk.progress import upload_progress
+from lake_sdk._progress import upload_progress
 
 
 def test_quiet_when_not_a_terminal(capsys: pytest.CaptureFixture[str]) -> None:
@@ -51,7 +51,7 @@ BAR = """
 import logging, sys
 from lake_objects import UploadProgress
 from lake_sdk import UploadProgressBar
-from lake_sdk.progress import upload_progress
+from lake_sdk._progress import upload_progress
 assert logging.getLogger().getEffectiveLevel() == logging.WARNING  # the default level
 with UploadProgressBar() as bar:
     bar(UploadProgress("front.mp4", 50, 100))

@@ -9,7 +9,7 @@ import pytest
 
 from lake_core.errors import InvalidArgument, NotFound
 from lake_core.names import TableRef
-from lake_sdk.schema_cache import SchemaCache
+from lake_sdk._schema_cache import SchemaCache
 
 SCHEMA = pa.schema([("a", pa.int64())])
 

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta, timezone
 import pytest
 
 from lake_sdk import InvalidArgument, as_of_sql
-from lake_sdk.time_travel import selector, versions_sql
+from lake_sdk._time_travel import selector, versions_sql
 
 
 def test_selectors() -> None:

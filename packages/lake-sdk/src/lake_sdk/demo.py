@@ -31,9 +31,9 @@ from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.schemas import parse_column_spec
 from lake_objects.source import FileUpload
-from lake_sdk.client import AsyncClient
-from lake_sdk.locations import data_location
-from lake_sdk.progress import UploadProgressBar
+from lake_sdk._client import AsyncClient
+from lake_sdk._locations import data_location
+from lake_sdk._progress import UploadProgressBar
 
 TABLE = TableRef("robots", "episodes")
 COLUMNS = (

@@ -14,8 +14,8 @@ from pathlib import Path
 
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
-from lake_sdk.client import AsyncClient
-from lake_sdk.locations import data_location
+from lake_sdk._client import AsyncClient
+from lake_sdk._locations import data_location
 from lake_sdk.mcap import messages_async
 from lake_sdk.recordings import recordings_schema
 

@@ -42,7 +42,7 @@ name with every error, so a ``TableNotFound`` raised in Query or Metasrv is a
     │   ├── ResultTooLarge               an async result over its byte ceiling
     │   └── QueryTooLarge                over a memory or output bound (not retryable)
     ├── DeadlineExceeded           DEADLINE_EXCEEDED
-    ├── QueryCancelled             CANCELLED (an async query cancelled by CancelFlightInfo)
+    ├── QueryCancelled             CANCELLED (a durable job cancelled by CancelFlightInfo)
     ├── Unavailable                UNAVAILABLE (retryable)
     │   ├── NotLeader                    this Metasrv may not write now
     │   └── ObjectStoreUnavailable       object storage did not answer
@@ -116,7 +116,7 @@ from lake_core.errors import (
     UploadInProgress,
     VersionReclaimed,
 )
-from lake_sdk.pending import PendingAppendDamaged, PendingAppendUncertain
+from lake_sdk._pending import PendingAppendDamaged, PendingAppendUncertain
 
 __all__ = [
     "Aborted",

@@ -30,9 +30,9 @@ from lake_core.models import DataLocation
 from lake_core.output import Output, emit, output_option
 from lake_objects.progress import TaskBars
 from lake_objects.source import FileUpload
-from lake_sdk.progress import upload_progress
+from lake_sdk._progress import upload_progress
+from lake_sdk._sync import Client
 from lake_sdk.sql_cli import DEFAULT_QUERY_URL, query_url
-from lake_sdk.sync import Client
 
 __all__ = ["files", "location_of", "media_type_of"]
 

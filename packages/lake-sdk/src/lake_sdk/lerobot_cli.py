@@ -10,9 +10,9 @@ import click
 from lake_core.auth import METADATA_AUTH_TOKEN_FILE
 from lake_core.output import Output, emit, output_option
 from lake_core.security import optional_token
+from lake_sdk._sync import Client
 from lake_sdk.lerobot import export_lerobot, import_lerobot
 from lake_sdk.recordings_cli import DEFAULT_META_ADDR, addr_option, query_url
-from lake_sdk.sync import Client
 
 __all__ = ["export_group", "import_group"]
 

@@ -41,9 +41,9 @@ import pyarrow.flight as flight
 
 from lake_core.errors import InvalidArgument
 from lake_sdk._errors import calling, lake_error
-from lake_sdk.frames import require_extra
-from lake_sdk.sync import Client
-from lake_sdk.transport import Connection, ConnectOptions
+from lake_sdk._frames import require_extra
+from lake_sdk._sync import Client
+from lake_sdk._transport import Connection, ConnectOptions
 
 require_extra("ray", "ray", "Ray Data reads of Lake")
 import ray.data  # noqa: E402  (after the check above, which names the install)

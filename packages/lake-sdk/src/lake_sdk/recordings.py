@@ -38,7 +38,7 @@ from lake_objects.source import FileUpload
 from lake_sdk.mcap.summary import RecordingSummary, summarize
 
 if TYPE_CHECKING:
-    from lake_sdk.client import AsyncClient
+    from lake_sdk._client import AsyncClient
 
 __all__ = [
     "MEDIA_TYPE",

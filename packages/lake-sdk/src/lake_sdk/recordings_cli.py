@@ -23,9 +23,9 @@ from lake_core.output import Output, emit, output_option, schema_columns
 from lake_core.schemas import schema_from_base64
 from lake_core.security import optional_token
 from lake_core.tls import METADATA_CA_FILE, METADATA_SERVER_NAME, load_client_tls
+from lake_sdk._sync import Client
 from lake_sdk.recordings import recordings_schema
 from lake_sdk.sql_cli import DEFAULT_QUERY_URL
-from lake_sdk.sync import Client
 
 __all__ = ["parse_assignment", "recordings"]
 

@@ -24,7 +24,7 @@ import click
 import pyarrow as pa
 
 from lake_core.output import type_name
-from lake_sdk.sync import Client
+from lake_sdk._sync import Client
 
 __all__ = ["DEFAULT_QUERY_URL", "json_value", "query_url", "sql"]
 

@@ -20,9 +20,9 @@ from lake_core.errors import InvalidArgument
 from lake_core.filetype import is_file_field
 from lake_core.names import TableRef
 from lake_core.output import Output, emit, output_option
+from lake_sdk._sync import Client
 from lake_sdk.files_cli import addr_option
 from lake_sdk.sql_cli import query_url
-from lake_sdk.sync import Client
 
 __all__ = ["SUFFIXES", "file_reader", "table"]
 

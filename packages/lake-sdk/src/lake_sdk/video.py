@@ -27,10 +27,10 @@ from typing import Any
 
 from lake_core.errors import InvalidArgument
 from lake_core.models import DataLocation
-from lake_sdk.client import AsyncClient
-from lake_sdk.frames import require_extra
-from lake_sdk.object_file import ObjectFile
-from lake_sdk.sync import Client
+from lake_sdk._client import AsyncClient
+from lake_sdk._frames import require_extra
+from lake_sdk._object_file import ObjectFile
+from lake_sdk._sync import Client
 
 require_extra("av", "video", "video frames from Lake")
 import av  # noqa: E402  (after the check above, which names the install)

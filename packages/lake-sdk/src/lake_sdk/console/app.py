@@ -19,7 +19,7 @@ from lake_core import errors as core_errors
 from lake_core.errors import InvalidArgument, LakeError
 from lake_core.proto import flight_sql_pb2
 from lake_objects import errors as object_errors
-from lake_sdk.client import AsyncClient
+from lake_sdk._client import AsyncClient
 from lake_sdk.console import cluster_page, data_pages, file_pages, plot
 from lake_sdk.console.render import e, error_box, page
 from lake_sdk.console.session import (

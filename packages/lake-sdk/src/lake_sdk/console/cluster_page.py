@@ -16,7 +16,7 @@ from contextlib import AbstractAsyncContextManager
 from lake_core import protocol
 from lake_core.errors import DeadlineExceeded, LakeError
 from lake_core.status import STATUS, QueryStatus, StatusRequest
-from lake_sdk.client import AsyncClient
+from lake_sdk._client import AsyncClient
 from lake_sdk.console.render import e
 
 __all__ = ["STATUS_TIMEOUT_S", "cluster_body"]

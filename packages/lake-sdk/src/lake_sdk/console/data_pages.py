@@ -24,7 +24,7 @@ from lake_core.filetype import is_file_field
 from lake_core.names import TableRef
 from lake_core.output import type_name
 from lake_core.proto import flight_sql_pb2
-from lake_sdk.client import AsyncClient, _any
+from lake_sdk._client import AsyncClient, _any
 from lake_sdk.console.render import e, error_box, grid
 
 __all__ = [

@@ -22,7 +22,7 @@ from lake_core.errors import InvalidArgument, LakeError
 from lake_core.filetype import is_file_field
 from lake_core.models import DataLocation
 from lake_objects.reader import ObjectReader
-from lake_sdk.client import AsyncClient
+from lake_sdk._client import AsyncClient
 from lake_sdk.console.data_pages import QueryState, read_page
 from lake_sdk.console.render import cell, e, error_box
 from lake_sdk.recordings import MEDIA_TYPE as MCAP_MEDIA_TYPE

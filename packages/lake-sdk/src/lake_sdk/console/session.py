@@ -20,7 +20,7 @@ from collections import OrderedDict
 from starlette.requests import Request
 from starlette.responses import Response
 
-from lake_sdk.client import AsyncClient
+from lake_sdk._client import AsyncClient
 from lake_sdk.console.settings import MAX_CLIENTS, ConsoleSettings
 
 __all__ = [

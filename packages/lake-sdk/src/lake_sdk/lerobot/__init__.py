@@ -12,13 +12,13 @@ from pathlib import Path
 
 from lake_core.auth import Secret
 from lake_core.metaclient import MetaClient
-from lake_sdk.client import AsyncClient
+from lake_sdk._client import AsyncClient
+from lake_sdk._sync import Client
 from lake_sdk.lerobot.exporter import ExportedDataset
 from lake_sdk.lerobot.exporter import export_lerobot as _export
 from lake_sdk.lerobot.importer import ImportedDataset
 from lake_sdk.lerobot.importer import import_lerobot as _import
 from lake_sdk.lerobot.layout import FEATURE_KEY, SUPPORTED_VERSION, column_name, read_dataset
-from lake_sdk.sync import Client
 
 __all__ = [
     "FEATURE_KEY",

@@ -63,7 +63,7 @@ from lake_sdk.lerobot.layout import FEATURE_KEY, INFO_KEY, SUPPORTED_VERSION, co
 from lake_sdk.lerobot.stats import STAT_NAMES, FrameStats, VideoStats, aggregate_video_stats
 
 if TYPE_CHECKING:
-    from lake_sdk.client import AsyncClient
+    from lake_sdk._client import AsyncClient
 
 __all__ = ["ExportedDataset", "episodes_table", "export_lerobot"]
 

@@ -53,7 +53,7 @@ from lake_sdk.lerobot.layout import FEATURE_KEY, INFO_KEY, Dataset, column_name,
 from lake_sdk.lerobot.stats import STAT_NAMES, VideoStats, episode_video_stats
 
 if TYPE_CHECKING:
-    from lake_sdk.client import AsyncClient
+    from lake_sdk._client import AsyncClient
 
 __all__ = ["ImportedDataset", "import_lerobot", "table_names"]
 

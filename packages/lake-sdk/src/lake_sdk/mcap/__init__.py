@@ -30,7 +30,8 @@ from typing import Any
 
 from lake_core.errors import InvalidArgument
 from lake_core.models import DataLocation
-from lake_sdk.client import AsyncClient
+from lake_sdk._client import AsyncClient
+from lake_sdk._sync import Client
 from lake_sdk.mcap.extract import Extracted
 from lake_sdk.mcap.extract import extract_topic as _extract
 from lake_sdk.mcap.read import (
@@ -43,7 +44,6 @@ from lake_sdk.mcap.read import (
     topic_list,
 )
 from lake_sdk.mcap.summary import RecordingSummary, TopicSummary
-from lake_sdk.sync import Client
 
 __all__ = [
     "AsyncMessages",

@@ -26,7 +26,7 @@ from lake_sdk.mcap.read import AsyncMessages, Messages, check_location
 from lake_sdk.mcap.types import arrow_type, conform
 
 if TYPE_CHECKING:
-    from lake_sdk.client import AsyncClient
+    from lake_sdk._client import AsyncClient
 
 __all__ = ["Extracted", "extract_topic"]
 

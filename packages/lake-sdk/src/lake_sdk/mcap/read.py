@@ -23,10 +23,10 @@ from typing import Any
 
 from lake_core.errors import InvalidArgument
 from lake_core.models import DataLocation
+from lake_sdk._object_file import ObjectFile
 from lake_sdk.errors import InvalidRecording
 from lake_sdk.mcap._lib import require
 from lake_sdk.mcap.summary import MAGIC, RecordingSummary, summarize
-from lake_sdk.object_file import ObjectFile
 
 __all__ = [
     "BLOCK_SIZE",
