@@ -168,6 +168,23 @@ def _cookie(c: dict[str, Any]) -> Any:
     )
 
 
+def seek(driver: Any, video: Any, target: float) -> float:
+    """Seek ``video`` to ``target`` seconds; the time it landed on once a frame is ready."""
+    driver.execute_script(
+        "var v = arguments[0]; v.dataset.seeked = '';"
+        "v.addEventListener('seeked', function () { v.dataset.seeked = '1'; }, {once: true});"
+        "v.currentTime = arguments[1];",
+        video,
+        target,
+    )
+    wait(driver).until(
+        lambda d: d.execute_script(
+            "return arguments[0].dataset.seeked === '1' && arguments[0].readyState >= 2", video
+        )
+    )
+    return float(driver.execute_script("return arguments[0].currentTime", video))
+
+
 def test_episode_video_plays_and_seeks(browser: Any, console: Console) -> None:
     sign_in(browser, console)
     browser.get(console.url + "/query?" + urllib.parse.urlencode({"sql": SQL}))
@@ -183,18 +200,6 @@ def test_episode_video_plays_and_seeks(browser: Any, console: Console) -> None:
     wait(browser).until(lambda d: d.execute_script("return arguments[0].currentTime", video) > 0.3)
     browser.execute_script("arguments[0].pause()", video)
     target = console.duration * 0.75
-    browser.execute_script(
-        "var v = arguments[0]; v.dataset.seeked = '';"
-        "v.addEventListener('seeked', function () { v.dataset.seeked = '1'; }, {once: true});"
-        "v.currentTime = arguments[1];",
-        video,
-        target,
-    )
-    wait(browser).until(
-        lambda d: d.execute_script(
-            "return arguments[0].dataset.seeked === '1' && arguments[0].readyState >= 2", video
-        )
-    )
-    landed = browser.execute_script("return arguments[0].currentTime", video)
+    landed = seek(browser, video, target)
     assert abs(landed - target) <= 1 / FPS
     assert TOKENS["acme"] not in console.log()

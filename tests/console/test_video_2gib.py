@@ -22,7 +22,7 @@ import lake_sdk
 from lake_core.filetype import file_field
 from lake_core.names import TableRef
 from tests.console.conftest import FPS, TOKENS, Console
-from tests.console.test_browser import by_id, sign_in, wait
+from tests.console.test_browser import by_id, seek, sign_in, wait
 from tools.lake_testing.servers import LakeProcess
 from tools.lake_testing.video import encode_noise_video, pad_mp4
 
@@ -79,19 +79,7 @@ def test_a_2_gib_video_seeks_without_the_console_reading_it(
     duration = browser.execute_script("return arguments[0].duration", video)
     assert abs(duration - big_video) < 1.0
     target = big_video * 0.75
-    browser.execute_script(
-        "var v = arguments[0]; v.dataset.seeked = '';"
-        "v.addEventListener('seeked', function () { v.dataset.seeked = '1'; }, {once: true});"
-        "v.currentTime = arguments[1];",
-        video,
-        target,
-    )
-    wait(browser).until(
-        lambda d: d.execute_script(
-            "return arguments[0].dataset.seeked === '1' && arguments[0].readyState >= 2", video
-        )
-    )
-    landed = browser.execute_script("return arguments[0].currentTime", video)
+    landed = seek(browser, video, target)
     assert abs(landed - target) <= 1 / FPS
     read = read_bytes(console.proc.pid) - before
     assert read < READ_BUDGET, f"the console read {read / MIB:.0f} MiB of a 2 GiB video"
