@@ -29,7 +29,7 @@ import re
 import threading
 from abc import ABC, abstractmethod
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -56,6 +56,7 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+_Result = TypeVar("_Result", protocol.AppendResult, protocol.IngestResult)
 
 #: The endpoint schemes a client accepts (``http``/``grpc`` plaintext, ``https``/``grpc+tls`` TLS).
 SCHEMES = tuple(scheme.prefix for scheme in ENDPOINT_SCHEMES)
@@ -426,17 +427,7 @@ class Connection(Transport):
         schema: pa.Schema,
         batches: Sequence[pa.RecordBatch],
     ) -> protocol.AppendResult:
-        writer, reader = self._client.do_put(descriptor, schema)
-        try:
-            for batch in batches:
-                writer.write_batch(batch)
-            writer.done_writing()
-            metadata = reader.read()
-        finally:
-            writer.close()
-        if metadata is None:
-            raise LakeError("Query acknowledged the append without a result")
-        return protocol.decode(protocol.AppendResult, metadata.to_pybytes())
+        return self._do_put(descriptor, schema, batches, protocol.AppendResult, "append")
 
     async def ingest(
         self, descriptor: flight.FlightDescriptor, reader: pa.RecordBatchReader
@@ -456,17 +447,30 @@ class Connection(Transport):
     ) -> protocol.IngestResult:
         from lake_sdk._ingest import slices
 
-        writer, results = self._client.do_put(descriptor, reader.schema)
+        return self._do_put(
+            descriptor, reader.schema, slices(reader), protocol.IngestResult, "ingest"
+        )
+
+    def _do_put(
+        self,
+        descriptor: flight.FlightDescriptor,
+        schema: pa.Schema,
+        batches: Iterable[pa.RecordBatch],
+        result: type[_Result],
+        what: str,
+    ) -> _Result:
+        """One DoPut: send ``batches``, then decode Query's one reply as ``result``."""
+        writer, replies = self._client.do_put(descriptor, schema)
         try:
-            for batch in slices(reader):
+            for batch in batches:
                 writer.write_batch(batch)
             writer.done_writing()
-            metadata = results.read()
+            metadata = replies.read()
         finally:
             writer.close()
         if metadata is None:
-            raise LakeError("Query acknowledged the ingest without a result")
-        return protocol.decode(protocol.IngestResult, metadata.to_pybytes())
+            raise LakeError(f"Query acknowledged the {what} without a result")
+        return protocol.decode(result, metadata.to_pybytes())
 
     async def close(self) -> None:
         if not self._closed:
