@@ -6,16 +6,16 @@ Ctrl-C during the blocking ``client.jobs.query`` cancels the job it submitted.
 from __future__ import annotations
 
 import os
-import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
 from lake_core.config import ASYNC_WORKER_CONCURRENCY
 from tests.async_queries.conftest import SQL, AsyncLake, client
 from tests.async_queries.test_lifecycle import wait_finished
+from tools.lake_testing.interrupts import ctrl_c_when
 
 #: A one-row aggregate over 2.2e11 joined rows (6,000 loaded): its single batch takes
 #: many minutes, so the job ends early only if the running batch is interrupted. A sum,
@@ -72,15 +72,6 @@ def test_cancelling_a_running_job_frees_its_worker_slot_mid_batch(
     assert not (results / str(cancelled["job_id"])).exists(), "a cancelled job kept results"
 
 
-@pytest.fixture
-def sigint_raises_keyboard_interrupt() -> Iterator[None]:
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
 def _states(async_lake: AsyncLake) -> list[object]:
     try:
         return [job["state"] for job in async_lake.jobs()]
@@ -94,24 +85,13 @@ def test_ctrl_c_during_jobs_query_cancels_its_job_and_the_client_still_works(
     assert threading.current_thread() is threading.main_thread()
     replica = async_lake.add_query({ASYNC_WORKER_CONCURRENCY: "1"})
     loaded(6000)
-    pressed = threading.Event()
-
-    def press_ctrl_c_once_the_job_runs() -> None:
-        deadline = time.monotonic() + FREED_WITHIN_S
-        while time.monotonic() < deadline:
-            if _states(async_lake) == ["running"]:
-                pressed.set()
-                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
-                return
-            time.sleep(0.05)
-
     with client(replica) as sdk:
-        presser = threading.Thread(target=press_ctrl_c_once_the_job_runs, daemon=True)
-        presser.start()
+        presser = ctrl_c_when(
+            lambda: _states(async_lake) == ["running"], FREED_WITHIN_S, interval_s=0.05
+        )
         with pytest.raises(KeyboardInterrupt):
             sdk.jobs.query(ENDLESS)
-        presser.join(FREED_WITHIN_S)
-        assert pressed.is_set()
+        assert presser.join(FREED_WITHIN_S)
         # The call cancelled the job it submitted before it returned.
         assert _states(async_lake) == ["cancelled"]
         # The client still works, and the one worker slot is free for the next job.

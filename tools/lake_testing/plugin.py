@@ -6,6 +6,7 @@ import base64
 import json
 import os
 import re
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,3 +118,13 @@ def dynamodb_server(tmp_path: Path) -> Iterator[Dynalite]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def sigint_raises_keyboard_interrupt() -> Iterator[None]:
+    """SIGINT raises KeyboardInterrupt in the main thread (Ctrl-C tests)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 import threading
-from collections.abc import Iterator
 
 import pyarrow as pa
 import pytest
@@ -13,6 +11,7 @@ import pytest
 import lake_sdk
 from lake_core import protocol
 from lake_sdk._background_loop import BackgroundLoop
+from tools.lake_testing.interrupts import ctrl_c_when
 
 #: Generous bounds for facts that take milliseconds; the tests wait on the facts.
 WITHIN_S = 30.0
@@ -38,27 +37,6 @@ class SlowTransport(lake_sdk.MockTransport):
         return await super().action(name, body)
 
 
-@pytest.fixture
-def sigint_raises_keyboard_interrupt() -> Iterator[None]:
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def ctrl_c_once(started: threading.Event) -> threading.Thread:
-    """Press Ctrl-C (SIGINT to the main thread) once ``started`` is set."""
-
-    def press() -> None:
-        if started.wait(WITHIN_S):
-            signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
-
-    thread = threading.Thread(target=press, name="ctrl-c", daemon=True)
-    thread.start()
-    return thread
-
-
 def test_every_blocking_client_shares_one_loop_thread() -> None:
     first = lake_sdk.Client("mock://", transport=lake_sdk.MockTransport())
     second = lake_sdk.Client("grpc://127.0.0.1:1")
@@ -79,10 +57,10 @@ def test_ctrl_c_cancels_the_blocking_call_and_the_client_still_works(
     transport = SlowTransport()
     transport.add_table("robots.runs", pa.table({"id": pa.array([1], pa.int64())}))
     with lake_sdk.Client("mock://", transport=transport) as client:
-        presser = ctrl_c_once(transport.started)
+        presser = ctrl_c_when(transport.started.is_set, WITHIN_S)
         with pytest.raises(KeyboardInterrupt):
             client.list_tables()
-        presser.join(WITHIN_S)
+        assert presser.join(WITHIN_S)
         # The call returned only after the coroutine it started was cancelled.
         assert transport.cancelled.is_set()
         transport.slow = False
