@@ -25,10 +25,32 @@ optimizer after the rewrite, so ``SELECT 9223372036854775807 + 1`` fails too.
 
 Window ``sum`` over an integer is summed wide and narrowed the same way.
 Correlated subqueries are rewritten on a plan decorrelated without constant
-folding (:func:`_sources`). Not rewritten (documented in docs/sql.md):
-statements whose plan has no Substrait form in DataFusion 54 (``unnest``, a
-recursive CTE). A statement with no ``+``, ``-``, ``*`` or ``sum`` in its text is
-never rewritten, and direct scans never run DataFusion at all.
+folding (:func:`_sources`). A statement with no ``+``, ``-``, ``*`` or ``sum``
+in its text is never rewritten, and direct scans never run DataFusion at all.
+
+Not rewritten (documented in docs/sql.md, logged as ``integer overflow not
+checked``): statements with ``unnest`` or a recursive CTE. DataFusion 54's
+Substrait producer has no form for ``Unnest`` or ``RecursiveQuery`` (nor
+for the lateral subquery of ``FROM t, unnest(t.l)``), logical or optimized.
+The other ways to rebuild a plan from Python were tried and do not reach
+these statements either:
+
+- datafusion-proto (``LogicalPlan.to_bytes``/``from_bytes``) encodes both
+  nodes, but not a scan of a Lake table: Lance's ``FFILanceTableProvider``
+  is a custom table, which needs a ``LogicalExtensionCodec``; datafusion-python
+  accepts only FFI codecs (``with_logical_extension_codec``), Lance exports
+  none and the default codec inlines only Python UDFs. It also refuses
+  ``outer_ref`` (lateral ``unnest``) and ``IN``/``EXISTS``/scalar subqueries.
+  Only table-less statements (``unnest([2, 3])``) round-trip.
+- ``datafusion.execution.enable_ansi_mode`` applies to Spark functions only:
+  ``9223372036854775807 + 1`` and ``sum`` still wrap with it on, even with
+  ``enable_spark_functions()``. No other of the 150 settings is about overflow.
+- The physical plan's protobuf form fails the same way (Lance's scan is a
+  foreign execution plan needing a ``PhysicalExtensionCodec``), and a
+  physical optimizer rule can only be an FFI one.
+- The plan classes (``datafusion.expr.Unnest``, ``RecursiveQuery``...) are
+  read-only, and the unparser (plan to SQL) refuses ``RecursiveQuery``, so a
+  plan cannot be split and rebuilt around those nodes.
 """
 
 from __future__ import annotations
