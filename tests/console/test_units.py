@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import math
+import random
+from collections.abc import Callable
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
 from lake_core.errors import InvalidArgument
-from lake_core.filetype import file_field
+from lake_core.filetype import file_field, is_file_field
 from lake_sdk.console.cli import console
 from lake_sdk.console.file_pages import decode_location, encode_location, parse_range
-from lake_sdk.console.render import cell, grid
+from lake_sdk.console.render import TRUNCATE_CHARS, _numeric, _text, cell, e, grid
 
 LOCATION = {
     "uri": "file:///data/objects/tenants/acme/ab/cd",
@@ -72,3 +79,112 @@ def test_cells_are_escaped_typed_and_folded() -> None:
     )
     html = grid(table, file_link=lambda row: f'/episode?row={row}&x="<')
     assert 'data-testid="file-link" href="/episode?row=0&amp;x=&quot;&lt;"' in html
+
+
+def _cell_as_first_written(field: pa.Field, value: Any, file_link: str | None) -> str:
+    """:func:`cell` before its fast paths: every value through ``_text``, types asked per cell."""
+    if value is None:
+        return '<td class="null">NULL</td>'
+    if file_link is not None and isinstance(value, dict):
+        label = f"{value.get('media_type', '')} · {value.get('size_bytes', 0):,} B"
+        return f'<td><a data-testid="file-link" href="{e(file_link)}">{e(label)}</a></td>'
+    text = _text(value)
+    css = "num" if _numeric(field.type) else ""
+    if len(text) > TRUNCATE_CHARS:
+        inner = (
+            f"<details><summary>{e(text[:TRUNCATE_CHARS])}…</summary>"
+            f'<div class="full">{e(text)}</div></details>'
+        )
+    else:
+        inner = e(text)
+    return f'<td class="{css}">{inner}</td>'
+
+
+def _grid_row_by_row(table: pa.Table, first_row: int, file_link: Callable[[int], str]) -> str:
+    """The grid as it was first written: each row's dict, each value's cell in turn."""
+    files = [is_file_field(f) for f in table.schema]
+    rows = []
+    for i, row in enumerate(table.to_pylist()):
+        link = file_link(first_row + i)
+        cells = "".join(
+            _cell_as_first_written(f, row[f.name], link if is_file else None)
+            for f, is_file in zip(table.schema, files, strict=True)
+        )
+        rows.append(f'<tr data-testid="result-row">{cells}</tr>')
+    return "".join(rows)
+
+
+def _generated_table(rng: random.Random, rows: int) -> pa.Table:
+    """Every kind of column the grid shows, with nulls, NaN, infinities, edge and long values."""
+
+    def maybe(value: object) -> object:
+        return None if rng.random() < 0.2 else value
+
+    ints = [0, 1, -1, 2**63 - 1, -(2**63), 42]
+    floats = [0.0, -0.0, 1.5, math.nan, math.inf, -math.inf, 1e300, 5e-324]
+    texts = ["", "<script>alert(1)</script>", "a&b\"c'd", "é ✓ 🤖", "x" * 119, "y" * 120]
+    texts += ["<" * 121, "z" * 500]
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    location = {**LOCATION, "media_type": "video/<mp4>"}
+    columns = {
+        "i8": pa.array([maybe(rng.choice([-128, 0, 127])) for _ in range(rows)], pa.int8()),
+        "i64": pa.array([maybe(rng.choice(ints)) for _ in range(rows)], pa.int64()),
+        "u64": pa.array([maybe(rng.choice([0, 2**64 - 1])) for _ in range(rows)], pa.uint64()),
+        "f64": pa.array([maybe(rng.choice(floats)) for _ in range(rows)], pa.float64()),
+        "f32": pa.array([maybe(rng.choice([1.25, math.nan])) for _ in range(rows)], pa.float32()),
+        "dec": pa.array(
+            [maybe(Decimal(rng.choice(["1.50", "-0.01", "99999.99"]))) for _ in range(rows)],
+            pa.decimal128(7, 2),
+        ),
+        "flag": pa.array([maybe(rng.random() < 0.5) for _ in range(rows)], pa.bool_()),
+        "text": pa.array([maybe(rng.choice(texts)) for _ in range(rows)], pa.utf8()),
+        "big": pa.array([maybe(rng.choice(texts)) for _ in range(rows)], pa.large_utf8()),
+        "raw": pa.array([maybe(rng.randbytes(rng.randrange(0, 100))) for _ in range(rows)]),
+        "ts_utc": pa.array(
+            [maybe(base + timedelta(microseconds=rng.randrange(10**12))) for _ in range(rows)],
+            pa.timestamp("us", tz="UTC"),
+        ),
+        "ts_paris": pa.array(
+            [maybe(base + timedelta(seconds=rng.randrange(10**6))) for _ in range(rows)],
+            pa.timestamp("s", tz="Europe/Paris"),
+        ),
+        "ts_naive": pa.array(
+            [maybe(datetime(2026, 5, 1) + timedelta(milliseconds=rng.randrange(10**9))) for _ in range(rows)],
+            pa.timestamp("ms"),
+        ),
+        "day": pa.array([maybe(date(2026, 2, rng.randrange(1, 28))) for _ in range(rows)]),
+        "span": pa.array([maybe(timedelta(seconds=rng.randrange(-99, 99))) for _ in range(rows)]),
+        "ints": pa.array(
+            [maybe([rng.choice(ints) for _ in range(rng.randrange(0, 40))]) for _ in range(rows)],
+            pa.list_(pa.int64()),
+        ),
+        "pose": pa.array(
+            [maybe({"x": rng.choice(floats), "label": rng.choice(texts)}) for _ in range(rows)],
+            pa.struct([("x", pa.float64()), ("label", pa.utf8())]),
+        ),
+        "video": pa.array([maybe(location) for _ in range(rows)], file_field("video").type),
+    }
+    table = pa.table(columns)
+    schema = pa.schema(
+        [file_field("video") if f.name == "video" else f for f in table.schema]
+    )
+    return table.cast(schema)
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_grid_by_columns_agrees_with_cells_row_by_row(seed: int) -> None:
+    rng = random.Random(seed)
+    table = _generated_table(rng, rng.randrange(0, 60))
+    first_row = rng.randrange(0, 1000)
+
+    def link(row: int) -> str:
+        return f"/episode?sql=SELECT+%3C1%3E&row={row}"
+
+    html = grid(table, first_row=first_row, file_link=link)
+    body = html[html.index("<tbody>") + len("<tbody>") : html.rindex("</tbody>")]
+    assert body == _grid_row_by_row(table, first_row, link)
+    for field, column in zip(table.schema, table.columns, strict=True):
+        for value in column.to_pylist():
+            assert cell(field, value) == _cell_as_first_written(field, value, None)
+    assert body.count('data-testid="result-row"') == table.num_rows
+    assert "<script>" not in body

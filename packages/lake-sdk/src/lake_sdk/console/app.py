@@ -248,12 +248,7 @@ def create_app(settings: ConsoleSettings) -> Starlette:
         reader = await client.open_range(location, wanted.start, wanted.end)
         headers["Content-Range"] = wanted.header
         headers["Content-Length"] = str(wanted.end - wanted.start)
-        return StreamingResponse(
-            file_pages.stream(reader),
-            status_code=206,
-            media_type=location.media_type,
-            headers=headers,
-        )
+        return file_pages.RangeResponse(reader, headers, location.media_type)
 
     async def plot_page(request: Request, session: str, client: AsyncClient) -> Response:
         state = data_pages.QueryState.from_params(request.query_params)

@@ -15,8 +15,11 @@ from __future__ import annotations
 import base64
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from lake_core.errors import InvalidArgument, LakeError
 from lake_core.filetype import is_file_field
@@ -27,7 +30,14 @@ from lake_sdk.console.data_pages import QueryState, read_page
 from lake_sdk.console.render import cell, e, error_box
 from lake_sdk.recordings import MEDIA_TYPE as MCAP_MEDIA_TYPE
 
-__all__ = ["ByteRange", "decode_location", "encode_location", "episode_body", "parse_range"]
+__all__ = [
+    "ByteRange",
+    "RangeResponse",
+    "decode_location",
+    "encode_location",
+    "episode_body",
+    "parse_range",
+]
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
@@ -87,6 +97,38 @@ async def stream(reader: ObjectReader) -> AsyncIterator[bytes]:
             yield chunk
     finally:
         await reader.aclose()
+
+
+class RangeResponse(Response):
+    """A 206 with one range's bytes, sent chunk by chunk as the reader yields them.
+
+    Starlette's ``StreamingResponse`` also listens for a disconnect in a task
+    of its own, which a whole-object stream needs (it could run for minutes)
+    but a range of at most ``range_chunk_bytes`` does not: this sends each
+    chunk as it comes, the last one with the end of the body (one message
+    for a range read as one chunk), and closes the reader however it ends.
+    """
+
+    def __init__(self, reader: ObjectReader, headers: Mapping[str, str], media_type: str) -> None:
+        self.reader = reader
+        self.status_code = 206
+        self.media_type = media_type
+        self.background = None
+        self.init_headers(headers)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await send(
+                {"type": "http.response.start", "status": 206, "headers": self.raw_headers}
+            )
+            held: bytes | None = None
+            async for chunk in self.reader:
+                if held is not None:
+                    await send({"type": "http.response.body", "body": held, "more_body": True})
+                held = chunk
+            await send({"type": "http.response.body", "body": held or b"", "more_body": False})
+        finally:
+            await self.reader.aclose()
 
 
 def _viewer(name: str, location: dict[str, Any]) -> str:
