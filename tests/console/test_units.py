@@ -149,7 +149,10 @@ def _generated_table(rng: random.Random, rows: int) -> pa.Table:
             pa.timestamp("s", tz="Europe/Paris"),
         ),
         "ts_naive": pa.array(
-            [maybe(datetime(2026, 5, 1) + timedelta(milliseconds=rng.randrange(10**9))) for _ in range(rows)],
+            [
+                maybe(datetime(2026, 5, 1) + timedelta(milliseconds=rng.randrange(10**9)))
+                for _ in range(rows)
+            ],
             pa.timestamp("ms"),
         ),
         "day": pa.array([maybe(date(2026, 2, rng.randrange(1, 28))) for _ in range(rows)]),
@@ -165,9 +168,7 @@ def _generated_table(rng: random.Random, rows: int) -> pa.Table:
         "video": pa.array([maybe(location) for _ in range(rows)], file_field("video").type),
     }
     table = pa.table(columns)
-    schema = pa.schema(
-        [file_field("video") if f.name == "video" else f for f in table.schema]
-    )
+    schema = pa.schema([file_field("video") if f.name == "video" else f for f in table.schema])
     return table.cast(schema)
 
 

@@ -11,6 +11,8 @@ import http.client
 import http.cookiejar
 import re
 import select
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -42,7 +44,8 @@ class Session:
 
     A connection the console closed while idle (its keep-alive timeout) is
     replaced before the next request; a body is read whole by ``http.client``
-    (one read of Content-Length bytes).
+    (one read of Content-Length bytes). A send or receive stalled ``timeout``
+    seconds fails (OSError) rather than hang.
     """
 
     base: str
@@ -58,13 +61,20 @@ class Session:
 
     def _connection(self) -> http.client.HTTPConnection:
         conn = self._conn
-        if conn is not None and conn.sock is not None:
-            # Readable while idle means the console closed it (EOF): do not reuse it.
-            if select.select([conn.sock], [], [], 0)[0]:
-                self.close()
-                conn = None
+        # Readable while idle means the console closed it (EOF): do not reuse it.
+        if conn is not None and conn.sock is not None and select.select([conn.sock], [], [], 0)[0]:
+            self.close()
+            conn = None
         if conn is None:
             conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
+            conn.connect()
+            # A blocking socket whose kernel timeouts bound each send and receive:
+            # Python's own timeout would poll() before every recv() of a body.
+            assert conn.sock is not None
+            conn.sock.settimeout(None)
+            limit = struct.pack("ll", int(self.timeout), 0)
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
             self._conn = conn
         return conn
 
@@ -83,7 +93,9 @@ class Session:
         self.jar.add_cookie_header(request)
         conn = self._connection()
         try:
-            conn.request(request.get_method(), path, body=body, headers=dict(request.header_items()))
+            conn.request(
+                request.get_method(), path, body=body, headers=dict(request.header_items())
+            )
             reply = conn.getresponse()
             content = reply.read()
         except BaseException:

@@ -12,6 +12,7 @@ without Range streams the whole object, verified against its SHA-256.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import re
@@ -107,6 +108,7 @@ class RangeResponse(Response):
     but a range of at most ``range_chunk_bytes`` does not: this sends each
     chunk as it comes, the last one with the end of the body (one message
     for a range read as one chunk), and closes the reader however it ends.
+    It holds at most two chunks: the one being sent and the one read ahead.
     """
 
     def __init__(self, reader: ObjectReader, headers: Mapping[str, str], media_type: str) -> None:
@@ -117,17 +119,22 @@ class RangeResponse(Response):
         self.init_headers(headers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        chunks = aiter(self.reader)
+        # The first chunk's read (on a worker thread, for a local stage) overlaps
+        # the header's send and access log line.
+        first = asyncio.ensure_future(anext(chunks, None))
         try:
-            await send(
-                {"type": "http.response.start", "status": 206, "headers": self.raw_headers}
-            )
-            held: bytes | None = None
-            async for chunk in self.reader:
-                if held is not None:
+            await send({"type": "http.response.start", "status": 206, "headers": self.raw_headers})
+            held = await first
+            if held is not None:
+                async for chunk in chunks:
                     await send({"type": "http.response.body", "body": held, "more_body": True})
-                held = chunk
+                    held = chunk
             await send({"type": "http.response.body", "body": held or b"", "more_body": False})
         finally:
+            if not first.done():
+                first.cancel()
+                await asyncio.wait([first])  # the read let go of the file before it closes
             await self.reader.aclose()
 
 

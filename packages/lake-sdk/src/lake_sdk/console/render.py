@@ -138,7 +138,7 @@ def grid(
             columns.append([_td(v, css) for v in values])
     rows = "".join(
         f'<tr data-testid="result-row">{"".join(cells)}</tr>'
-        for cells in (zip(*columns) if columns else [()] * table.num_rows)
+        for cells in (zip(*columns, strict=True) if columns else [()] * table.num_rows)
     )
     return (
         f'<table class="grid" data-testid="result-grid"><thead><tr>{head}</tr></thead>'
