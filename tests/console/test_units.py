@@ -7,6 +7,7 @@ import random
 from collections.abc import Callable
 from datetime import UTC, date, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -15,8 +16,19 @@ from click.testing import CliRunner
 
 from lake_core.errors import InvalidArgument
 from lake_core.filetype import file_field, is_file_field
+from lake_core.models import DataLocation
+from lake_objects import FileUpload, StageSettings, open_store
+from lake_objects.file_chunks import FileChunks
+from lake_objects.reader import ObjectReader
+from lake_objects.store import ManagedObjectStore
 from lake_sdk.console.cli import console
-from lake_sdk.console.file_pages import decode_location, encode_location, parse_range
+from lake_sdk.console.file_pages import (
+    MappedRangeResponse,
+    RangeResponse,
+    decode_location,
+    encode_location,
+    parse_range,
+)
 from lake_sdk.console.render import TRUNCATE_CHARS, _numeric, _text, cell, e, grid
 
 LOCATION = {
@@ -189,3 +201,82 @@ def test_grid_by_columns_agrees_with_cells_row_by_row(seed: int) -> None:
             assert cell(field, value) == _cell_as_first_written(field, value, None)
     assert body.count('data-testid="result-row"') == table.num_rows
     assert "<script>" not in body
+
+
+async def _stored(tmp_path: Path, data: bytes) -> tuple[ManagedObjectStore, DataLocation]:
+    store = open_store(StageSettings.local(tmp_path / "objects").descriptor("acme"))
+    source = tmp_path / "video.mp4"
+    source.write_bytes(data)
+    return store, await store.upload(FileUpload.from_path(source, "video/mp4"))
+
+
+def _range_reader(
+    path: Path, location: DataLocation, start: int, end: int
+) -> tuple[ObjectReader, list[bool]]:
+    """A local reader of ``start..end`` (4 MiB chunks) that records its closing."""
+    closed: list[bool] = []
+
+    async def close() -> None:
+        closed.append(True)
+
+    file = path.open("rb")
+    file.seek(start)
+    chunks = FileChunks(file, end - start, 4 * 1024 * 1024)
+    return ObjectReader(location, chunks, start=start, end=end, close=close), closed
+
+
+@pytest.mark.asyncio
+async def test_a_range_response_from_a_reader_sends_its_bytes_and_closes_it(
+    tmp_path: Path,
+) -> None:
+    """Stages without local files (S3) serve ranges from a reader: exact bytes, then closed."""
+    data = random.Random(3).randbytes(9 * 1024 * 1024 + 5)
+    _, location = await _stored(tmp_path, data)
+    path = Path(location.uri.removeprefix("file://"))
+    start, end = 3, 9 * 1024 * 1024  # three chunks
+    reader, closed = _range_reader(path, location, start, end)
+    headers = {"Content-Length": str(end - start)}
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    await RangeResponse(reader, headers, "video/mp4")({"type": "http"}, _no_receive, send)
+    assert sent[0]["status"] == 206
+    assert (b"content-length", str(end - start).encode()) in sent[0]["headers"]
+    assert [m["more_body"] for m in sent[1:]] == [True, True, False]
+    assert b"".join(m["body"] for m in sent[1:]) == data[start:end]
+    assert closed == [True]
+
+    # A client gone before the header: the read already started ends, then the reader closes.
+    reader, closed = _range_reader(path, location, start, end)
+
+    async def gone(message: Any) -> None:
+        raise OSError("the client went away")
+
+    with pytest.raises(OSError, match="went away"):
+        await RangeResponse(reader, headers, "video/mp4")({"type": "http"}, _no_receive, gone)
+    assert closed == [True]
+
+
+@pytest.mark.asyncio
+async def test_a_mapped_range_response_sends_the_view_once(tmp_path: Path) -> None:
+    data = random.Random(4).randbytes(100_000)
+    store, location = await _stored(tmp_path, data)
+    view = await store.map_range(location, 5000, 70_001)
+    assert view is not None
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    response = MappedRangeResponse(view, {"Content-Length": str(65_001)}, "video/mp4")
+    del view
+    await response({"type": "http"}, _no_receive, send)
+    assert [m["type"] for m in sent] == ["http.response.start", "http.response.body"]
+    assert bytes(sent[1]["body"]) == data[5000:70_001]
+    assert response.view is None  # the mapping lives only as long as the server's reference
+
+
+async def _no_receive() -> Any:
+    raise AssertionError("a range response never reads the request")

@@ -6,7 +6,9 @@ stage is the principal's tenant's: a location outside it is refused by the
 SDK (``LocationOutsideStage``), as everywhere else. A response holds at
 most one chunk of the object at a time: a Range request gets at most
 ``range_chunk_bytes`` (an open-ended one, ``bytes=N-``, gets that much and
-the browser asks again), read with the SDK's exact range reads; a request
+the browser asks again), read with the SDK's exact range reads, or, from a
+local stage, mapped from the object's file by its store (``map_range``,
+the same checks) and sent from the page cache without a copy; a request
 without Range streams the whole object, verified against its SHA-256.
 """
 
@@ -33,6 +35,7 @@ from lake_sdk.recordings import MEDIA_TYPE as MCAP_MEDIA_TYPE
 
 __all__ = [
     "ByteRange",
+    "MappedRangeResponse",
     "RangeResponse",
     "decode_location",
     "encode_location",
@@ -136,6 +139,27 @@ class RangeResponse(Response):
                 first.cancel()
                 await asyncio.wait([first])  # the read let go of the file before it closes
             await self.reader.aclose()
+
+
+class MappedRangeResponse(Response):
+    """A 206 whose body is a range mapped from a local stage's file (``map_range``).
+
+    One body message holding the view: the server writes it to the socket
+    straight from the page cache, with no copy into the console's memory;
+    the mapping (at most ``range_chunk_bytes``) ends with the last reference.
+    """
+
+    def __init__(self, view: memoryview, headers: Mapping[str, str], media_type: str) -> None:
+        self.view: memoryview | None = view
+        self.status_code = 206
+        self.media_type = media_type
+        self.background = None
+        self.init_headers(headers)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        view, self.view = self.view, None
+        await send({"type": "http.response.start", "status": 206, "headers": self.raw_headers})
+        await send({"type": "http.response.body", "body": view, "more_body": False})
 
 
 def _viewer(name: str, location: dict[str, Any]) -> str:
