@@ -91,16 +91,24 @@ class Session:
         if body is not None:
             request.add_unredirected_header("Content-Type", "application/x-www-form-urlencoded")
         self.jar.add_cookie_header(request)
-        conn = self._connection()
-        try:
-            conn.request(
-                request.get_method(), path, body=body, headers=dict(request.header_items())
-            )
-            reply = conn.getresponse()
-            content = reply.read()
-        except BaseException:
-            self.close()
-            raise
+        method = request.get_method()
+        while True:
+            reused = self._conn is not None
+            conn = self._connection()
+            try:
+                conn.request(method, path, body=body, headers=dict(request.header_items()))
+                reply = conn.getresponse()
+                content = reply.read()
+                break
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                self.close()
+                # The console closed an idle connection as this request went out:
+                # a GET is sent again once, on a new connection.
+                if not (reused and method == "GET"):
+                    raise
+            except BaseException:
+                self.close()
+                raise
         self.jar.extract_cookies(reply, request)
         if reply.will_close:
             self.close()

@@ -138,6 +138,8 @@ class RangeResponse(Response):
             if not first.done():
                 first.cancel()
                 await asyncio.wait([first])  # the read let go of the file before it closes
+            if not first.cancelled():
+                first.exception()  # retrieved: the response already ended another way
             await self.reader.aclose()
 
 
