@@ -3,9 +3,10 @@
 The video is a short H.264 clip with a 2 GiB ``free`` box between its media
 data and its index (``tools.lake_testing.video.pad_mp4``), so the player must
 fetch the index from past 2 GiB before the first frame, then seek. The
-console serves each Range request through the SDK's range reads; the bytes
-its process reads (``rchar`` in ``/proc/PID/io``: files and sockets alike)
-stay a small fraction of the object.
+console serves each Range request through the SDK's store (a local stage's
+range mapped from its file, no read() of it); the bytes its process reads
+and writes (``rchar`` and ``wchar`` in ``/proc/PID/io``: files and sockets
+alike, so every byte the browser got) stay a small fraction of the object.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ MIB = 1024**2
 READ_BUDGET = 64 * MIB
 
 
-def read_bytes(pid: int) -> int:
+def read_bytes(pid: int, counter: str = "rchar") -> int:
     with open(f"/proc/{pid}/io") as io:
-        return int(next(line for line in io if line.startswith("rchar:")).split()[1])
+        return int(next(line for line in io if line.startswith(f"{counter}:")).split()[1])
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +73,7 @@ def test_a_2_gib_video_seeks_without_the_console_reading_it(
 ) -> None:
     sign_in(browser, console)
     before = read_bytes(console.proc.pid)
+    written_before = read_bytes(console.proc.pid, "wchar")
     sql = f"SELECT id, video FROM {BIG.qualified}"
     browser.get(console.url + "/episode?" + urllib.parse.urlencode({"sql": sql, "row": "0"}))
     video = wait(browser).until(lambda d: d.find_elements(*by_id("video-player")))[0]
@@ -83,3 +85,5 @@ def test_a_2_gib_video_seeks_without_the_console_reading_it(
     assert abs(landed - target) <= 1 / FPS
     read = read_bytes(console.proc.pid) - before
     assert read < READ_BUDGET, f"the console read {read / MIB:.0f} MiB of a 2 GiB video"
+    sent = read_bytes(console.proc.pid, "wchar") - written_before
+    assert 0 < sent < READ_BUDGET, f"the console sent {sent / MIB:.0f} MiB of a 2 GiB video"

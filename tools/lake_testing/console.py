@@ -7,8 +7,12 @@ stopped by its pid.
 
 from __future__ import annotations
 
+import http.client
 import http.cookiejar
 import re
+import select
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -34,31 +38,81 @@ class Reply:
         return self.body.decode("utf-8", "replace")
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    def redirect_request(self, *args: object, **kwargs: object) -> None:
-        return None
-
-
 @dataclass
 class Session:
+    """HTTP/1.1 to the console on one persistent connection (as a browser's), with cookies.
+
+    A connection the console closed while idle (its keep-alive timeout) is
+    replaced before the next request; a body is read whole by ``http.client``
+    (one read of Content-Length bytes). A send or receive stalled ``timeout``
+    seconds fails (OSError) rather than hang.
+    """
+
     base: str
     jar: http.cookiejar.CookieJar = field(default_factory=http.cookiejar.CookieJar)
+    timeout: float = 120.0
 
     def __post_init__(self) -> None:
-        self.opener = urllib.request.build_opener(
-            urllib.request.HTTPCookieProcessor(self.jar), _NoRedirect()
-        )
+        parts = urllib.parse.urlsplit(self.base)
+        if parts.scheme != "http" or parts.hostname is None:
+            raise ValueError(f"expected http://host:port, got {self.base!r}")
+        self._host, self._port = parts.hostname, parts.port or 80
+        self._conn: http.client.HTTPConnection | None = None
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn = self._conn
+        # Readable while idle means the console closed it (EOF): do not reuse it.
+        if conn is not None and conn.sock is not None and select.select([conn.sock], [], [], 0)[0]:
+            self.close()
+            conn = None
+        if conn is None:
+            conn = http.client.HTTPConnection(self._host, self._port, timeout=self.timeout)
+            conn.connect()
+            # A blocking socket whose kernel timeouts bound each send and receive:
+            # Python's own timeout would poll() before every recv() of a body.
+            assert conn.sock is not None
+            conn.sock.settimeout(None)
+            limit = struct.pack("ll", int(self.timeout), 0)
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
+            conn.sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
+            self._conn = conn
+        return conn
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
 
     def request(
         self, path: str, data: dict[str, str] | None = None, headers: dict[str, str] | None = None
     ) -> Reply:
         body = urllib.parse.urlencode(data).encode() if data is not None else None
         request = urllib.request.Request(self.base + path, data=body, headers=headers or {})
-        try:
-            with self.opener.open(request, timeout=120) as reply:
-                return Reply(reply.status, reply.headers, reply.read())
-        except urllib.error.HTTPError as error:
-            return Reply(error.code, error.headers, error.read())
+        if body is not None:
+            request.add_unredirected_header("Content-Type", "application/x-www-form-urlencoded")
+        self.jar.add_cookie_header(request)
+        method = request.get_method()
+        while True:
+            reused = self._conn is not None
+            conn = self._connection()
+            try:
+                conn.request(method, path, body=body, headers=dict(request.header_items()))
+                reply = conn.getresponse()
+                content = reply.read()
+                break
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError):
+                self.close()
+                # The console closed an idle connection as this request went out:
+                # a GET is sent again once, on a new connection.
+                if not (reused and method == "GET"):
+                    raise
+            except BaseException:
+                self.close()
+                raise
+        self.jar.extract_cookies(reply, request)
+        if reply.will_close:
+            self.close()
+        return Reply(reply.status, reply.headers, content)
 
     def csrf(self, path: str) -> str:
         match = re.search(r'name="csrf" value="([0-9a-f]+)"', self.request(path).text)

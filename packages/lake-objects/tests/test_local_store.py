@@ -17,6 +17,7 @@ from lake_objects import (
     HashMismatch,
     InvalidRange,
     InvalidUpload,
+    LocationOutsideStage,
     ObjectNotFound,
     ObjectOverlong,
     PrematureEof,
@@ -202,3 +203,42 @@ async def test_an_upload_whose_partial_file_gc_removed_fails_typed(tmp_path: Pat
     assert str(tmp_path) not in str(caught.value)
     assert caught.value.__cause__ is None
     assert list(objects.iterdir()) == []
+
+
+@pytest.mark.asyncio
+async def test_mapped_ranges_are_the_read_ranges_checked_the_same_way(tmp_path: Path) -> None:
+    store = _store(tmp_path)
+    data = os.urandom(5 * 1024 * 1024 + 7)
+    source = tmp_path / "src.bin"
+    source.write_bytes(data)
+    location = await store.upload(FileUpload.from_path(source, "video/mp4"))
+    # Unaligned and aligned starts, the last byte, one byte, the whole object.
+    for start, end in [
+        (0, len(data)),
+        (1, 2),
+        (4095, 4097),
+        (4096, 1_000_000),
+        (len(data) - 1, len(data)),
+    ]:
+        view = await store.map_range(location, start, end)
+        assert view is not None
+        assert view.readonly
+        assert (
+            bytes(view)
+            == data[start:end]
+            == await (await store.open_range(location, start, end)).read()
+        )
+    for start, end in [(1, 1), (2, 1), (0, len(data) + 1)]:
+        with pytest.raises(InvalidRange):
+            await store.map_range(location, start, end)
+    foreign = location.model_copy(update={"uri": location.uri.replace("/acme/", "/globex/")})
+    with pytest.raises(LocationOutsideStage):
+        await store.map_range(foreign, 0, 1)
+    missing = location.model_copy(update={"uri": location.uri + "0"})
+    with pytest.raises(ObjectNotFound):
+        await store.map_range(missing, 0, 1)
+    path = Path(location.uri.removeprefix("file://"))
+    for body, error in ((data[:-1], PrematureEof), (data + b"y", ObjectOverlong)):
+        path.write_bytes(body)  # noqa: ASYNC240
+        with pytest.raises(error):
+            await store.map_range(location, 0, 1)

@@ -98,6 +98,17 @@ class ManagedObjectStore(ABC):
         check_range(location, start, end)
         return await self._open_range(location, name, start, end)
 
+    async def map_range(self, location: DataLocation, start: int, end: int) -> memoryview | None:
+        """Bytes ``start..end`` of the stage's own file, mapped read-only (no copy), or None.
+
+        None where the stage has no local files (S3): read with :meth:`open_range`.
+        Checked as :meth:`open_range` is (tenant, range, the object's size);
+        the mapping ends when the last reference to the view is dropped.
+        """
+        self.check(location)
+        check_range(location, start, end)
+        return None
+
     async def presign_read(self, location: DataLocation, ttl: float | timedelta) -> ReadCapability:
         """A bearer GET capability for one object (S3 stages only)."""
         self.check(location)

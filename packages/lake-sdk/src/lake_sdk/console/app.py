@@ -245,15 +245,14 @@ def create_app(settings: ConsoleSettings) -> Starlette:
         if wanted is None:
             headers["Content-Range"] = f"bytes */{size}"
             return Response(status_code=416, headers=headers)
-        reader = await client.open_range(location, wanted.start, wanted.end)
         headers["Content-Range"] = wanted.header
         headers["Content-Length"] = str(wanted.end - wanted.start)
-        return StreamingResponse(
-            file_pages.stream(reader),
-            status_code=206,
-            media_type=location.media_type,
-            headers=headers,
-        )
+        store = await client.object_store()
+        view = await store.map_range(location, wanted.start, wanted.end)
+        if view is not None:  # a local stage: no copy
+            return file_pages.MappedRangeResponse(view, headers, location.media_type)
+        reader = await client.open_range(location, wanted.start, wanted.end)
+        return file_pages.RangeResponse(reader, headers, location.media_type)
 
     async def plot_page(request: Request, session: str, client: AsyncClient) -> Response:
         state = data_pages.QueryState.from_params(request.query_params)

@@ -218,8 +218,10 @@ async def query_body(client: AsyncClient, state: QueryState, rows: int) -> str:
         return form + error_box(exc)
     first = state.page * rows
 
+    episode = state.url("/episode", page=0) + ("&" if state.sql else "?")
+
     def link(row: int) -> str:
-        return state.url("/episode", page=0) + ("&" if state.sql else "?") + f"row={row}"
+        return f"{episode}row={row}"
 
     nav = [
         f'<span class="range">rows {first + 1 if table.num_rows else 0}–{first + table.num_rows}</span>'

@@ -6,17 +6,23 @@ stage is the principal's tenant's: a location outside it is refused by the
 SDK (``LocationOutsideStage``), as everywhere else. A response holds at
 most one chunk of the object at a time: a Range request gets at most
 ``range_chunk_bytes`` (an open-ended one, ``bytes=N-``, gets that much and
-the browser asks again), read with the SDK's exact range reads; a request
+the browser asks again), read with the SDK's exact range reads, or, from a
+local stage, mapped from the object's file by its store (``map_range``,
+the same checks) and sent from the page cache without a copy; a request
 without Range streams the whole object, verified against its SHA-256.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import re
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
+
+from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from lake_core.errors import InvalidArgument, LakeError
 from lake_core.filetype import is_file_field
@@ -27,7 +33,15 @@ from lake_sdk.console.data_pages import QueryState, read_page
 from lake_sdk.console.render import cell, e, error_box
 from lake_sdk.recordings import MEDIA_TYPE as MCAP_MEDIA_TYPE
 
-__all__ = ["ByteRange", "decode_location", "encode_location", "episode_body", "parse_range"]
+__all__ = [
+    "ByteRange",
+    "MappedRangeResponse",
+    "RangeResponse",
+    "decode_location",
+    "encode_location",
+    "episode_body",
+    "parse_range",
+]
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
 
@@ -87,6 +101,67 @@ async def stream(reader: ObjectReader) -> AsyncIterator[bytes]:
             yield chunk
     finally:
         await reader.aclose()
+
+
+class RangeResponse(Response):
+    """A 206 with one range's bytes, sent chunk by chunk as the reader yields them.
+
+    Starlette's ``StreamingResponse`` also listens for a disconnect in a task
+    of its own, which a whole-object stream needs (it could run for minutes)
+    but a range of at most ``range_chunk_bytes`` does not: this sends each
+    chunk as it comes, the last one with the end of the body (one message
+    for a range read as one chunk), and closes the reader however it ends.
+    It holds at most two chunks: the one being sent and the one read ahead.
+    """
+
+    def __init__(self, reader: ObjectReader, headers: Mapping[str, str], media_type: str) -> None:
+        self.reader = reader
+        self.status_code = 206
+        self.media_type = media_type
+        self.background = None
+        self.init_headers(headers)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        chunks = aiter(self.reader)
+        # The first chunk's read (on a worker thread, for a local stage) overlaps
+        # the header's send and access log line.
+        first = asyncio.ensure_future(anext(chunks, None))
+        try:
+            await send({"type": "http.response.start", "status": 206, "headers": self.raw_headers})
+            held = await first
+            if held is not None:
+                async for chunk in chunks:
+                    await send({"type": "http.response.body", "body": held, "more_body": True})
+                    held = chunk
+            await send({"type": "http.response.body", "body": held or b"", "more_body": False})
+        finally:
+            if not first.done():
+                first.cancel()
+                await asyncio.wait([first])  # the read let go of the file before it closes
+            if not first.cancelled():
+                first.exception()  # retrieved: the response already ended another way
+            await self.reader.aclose()
+
+
+class MappedRangeResponse(Response):
+    """A 206 whose body is a range mapped from a local stage's file (``map_range``).
+
+    One body message holding the view: the server writes it to the socket
+    straight from the page cache, with no copy into the console's memory;
+    the mapping (at most ``range_chunk_bytes``) ends with the last reference.
+    """
+
+    def __init__(self, view: memoryview, headers: Mapping[str, str], media_type: str) -> None:
+        self.view: memoryview | None = view
+        self.status_code = 206
+        self.media_type = media_type
+        self.background = None
+        self.init_headers(headers)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        view, self.view = self.view, None
+        await send({"type": "http.response.start", "status": 206, "headers": self.raw_headers})
+        await send({"type": "http.response.body", "body": view, "more_body": False})
 
 
 def _viewer(name: str, location: dict[str, Any]) -> str:

@@ -85,13 +85,19 @@ def _numeric(kind: pa.DataType) -> bool:
 
 def cell(field: pa.Field, value: Any, file_link: str | None = None) -> str:
     """One ``<td>``: NULL as such, numbers right-aligned, timestamps in UTC, long text folded."""
-    if value is None:
-        return '<td class="null">NULL</td>'
     if file_link is not None and isinstance(value, dict):
         label = f"{value.get('media_type', '')} · {value.get('size_bytes', 0):,} B"
         return f'<td><a data-testid="file-link" href="{e(file_link)}">{e(label)}</a></td>'
-    text = _text(value)
-    css = "num" if _numeric(field.type) else ""
+    return _td(value, "num" if _numeric(field.type) else "")
+
+
+def _td(value: Any, css: str) -> str:
+    """A value's ``<td>`` (``css`` its column's class): what :func:`cell` shows without a link."""
+    if value is None:
+        return '<td class="null">NULL</td>'
+    # str and int are their own text (``_text`` gives the same); others go the general way.
+    kind = type(value)
+    text = value if kind is str else str(value) if kind is int else _text(value)
     if len(text) > TRUNCATE_CHARS:
         inner = (
             f"<details><summary>{e(text[:TRUNCATE_CHARS])}…</summary>"
@@ -108,25 +114,35 @@ def grid(
     first_row: int = 0,
     file_link: Callable[[int], str] | None = None,
 ) -> str:
-    """The typed grid of ``table``'s rows; row ``i`` is result row ``first_row + i``."""
+    """The typed grid of ``table``'s rows; row ``i`` is result row ``first_row + i``.
+
+    Rendered a column at a time (each column's type looked at once), then
+    joined row by row: the same cells as :func:`cell` of each value.
+    """
     schema = table.schema
-    files = [is_file_field(f) for f in schema]
     head = "".join(
         f'<th class="{"num" if _numeric(f.type) else ""}">{e(f.name)}'
         f'<span class="type">{e(type_name(f))}</span></th>'
         for f in schema
     )
-    rows: list[str] = []
-    for i, row in enumerate(table.to_pylist()):
-        link = file_link(first_row + i) if file_link is not None else None
-        cells = "".join(
-            cell(f, row[f.name], link if is_file else None)
-            for f, is_file in zip(schema, files, strict=True)
-        )
-        rows.append(f'<tr data-testid="result-row">{cells}</tr>')
+    links: list[str] | None = None
+    if file_link is not None and any(is_file_field(f) for f in schema):
+        links = [file_link(first_row + i) for i in range(table.num_rows)]
+    columns: list[list[str]] = []
+    for field, column in zip(schema, table.columns, strict=True):
+        values = column.to_pylist()
+        if links is not None and is_file_field(field):
+            columns.append([cell(field, v, link) for v, link in zip(values, links, strict=True)])
+        else:
+            css = "num" if _numeric(field.type) else ""
+            columns.append([_td(v, css) for v in values])
+    rows = "".join(
+        f'<tr data-testid="result-row">{"".join(cells)}</tr>'
+        for cells in (zip(*columns, strict=True) if columns else [()] * table.num_rows)
+    )
     return (
         f'<table class="grid" data-testid="result-grid"><thead><tr>{head}</tr></thead>'
-        f"<tbody>{''.join(rows)}</tbody></table>"
+        f"<tbody>{rows}</tbody></table>"
     )
 
 
