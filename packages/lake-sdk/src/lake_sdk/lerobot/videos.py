@@ -178,7 +178,7 @@ class _Output:
         self.stream.time_base = template.time_base
 
     def add(self, packets: list[Any]) -> Fraction:
-        """Append one episode's packets after what is there; the shift of its times in seconds."""
+        """Append one episode's packets after what is there; the time of its first frame."""
         first = packets[0].pts
         lowest_dts = min(p.dts for p in packets)
         shift = max(self.cursor - first, self.last_dts + 1 - lowest_dts)
@@ -192,8 +192,8 @@ class _Output:
             packet.stream = self.stream
             self.container.mux(packet)
         self.cursor = end
-        moved: Fraction = Fraction(shift) * Fraction(self.time_base)
-        return moved
+        starts: Fraction = Fraction(first + shift) * Fraction(self.time_base)
+        return starts
 
     def finish(self) -> None:
         self.container.close()
@@ -277,16 +277,11 @@ async def export_camera(
                 at = take()
                 output = await asyncio.to_thread(_Output, path_of(at), at, source.stream, fps)
                 cut += 1
-            shift = await asyncio.to_thread(output.add, packets)
+            starts = await asyncio.to_thread(output.add, packets)
             chunk, file_index = output.slot
-            placed.append(
-                PlacedVideo(
-                    chunk,
-                    file_index,
-                    float(Fraction(episode.from_timestamp) + shift),
-                    float(Fraction(episode.to_timestamp) + shift),
-                )
-            )
+            # The window keeps its length; it starts exactly at its first frame.
+            window = Fraction(episode.to_timestamp) - Fraction(episode.from_timestamp)
+            placed.append(PlacedVideo(chunk, file_index, float(starts), float(starts + window)))
         if output is not None:
             finished, output = output, None
             await asyncio.to_thread(finished.finish)
