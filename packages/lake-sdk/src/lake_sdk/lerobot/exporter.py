@@ -65,6 +65,7 @@ from lake_sdk.lerobot.videos import CameraVideos, EpisodeVideo, export_camera
 
 if TYPE_CHECKING:
     from lake_sdk._client import AsyncClient
+    from lake_sdk._results import AsyncQueryResult
 
 __all__ = ["ExportedDataset", "episodes_table", "export_lerobot"]
 
@@ -325,15 +326,32 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
         )
         return dict(zip(cameras, done, strict=True))
 
+    async def start_frames() -> AsyncQueryResult:
+        """Round trip 2: the frames query, as soon as one of round trip 1's queries is done."""
+        await asyncio.wait((episodes_reply, tasks_reply), return_when=asyncio.FIRST_COMPLETED)
+        return await client.query(
+            f"SELECT * FROM {frames_ref} WHERE episode_index IN ({selection}) "
+            "ORDER BY episode_index, frame_index"
+        )
+
+    def stop_frames() -> None:
+        if not frames_reply.done():
+            frames_reply.cancel()
+        elif not frames_reply.cancelled() and frames_reply.exception() is None:
+            frames_reply.result().cancel()
+
     copying = asyncio.ensure_future(copy_videos())
+    frames_reply = asyncio.ensure_future(start_frames())
     replies = (schema_reply, tasks_reply, episodes_reply)
     try:
         frames_schema, all_tasks, every_episode = await asyncio.gather(*replies)
     except BaseException as failure:
         for pending in (*replies, copying):
             pending.cancel()
+        stop_frames()
         with contextlib.suppress(BaseException):
-            await asyncio.gather(*replies, copying, return_exceptions=True)
+            await asyncio.gather(*replies, copying, frames_reply, return_exceptions=True)
+        stop_frames()
         # The subqueries fail without an episode_index column: say so plainly.
         if isinstance(failure, Exception) and await _lacks_episode_index(client, sql):
             raise InvalidArgument("the SELECT must return episode_index") from None
@@ -369,12 +387,13 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
         task_lookup = np.asarray(task_order, dtype=np.int64)
         wanted_lookup = np.asarray(wanted, dtype=np.int64)
         await asyncio.to_thread(root.mkdir, parents=True, exist_ok=True)
-        # Round trip 2: the frames, streamed while the videos are copied.
-        frames_result = await client.query(
-            f"SELECT * FROM {frames_ref} WHERE episode_index IN ({selection}) "
-            "ORDER BY episode_index, frame_index"
-        )
+        # The frames stream into the data files while the videos are copied.
+        frames_result = await frames_reply
     except BaseException:
+        stop_frames()
+        with contextlib.suppress(BaseException):
+            await frames_reply
+        stop_frames()
         copying.cancel()
         with contextlib.suppress(BaseException):
             await copying
