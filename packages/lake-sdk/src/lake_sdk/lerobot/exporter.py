@@ -25,9 +25,10 @@ indices wrap at ``chunks_size``: :mod:`lake_sdk.lerobot.files`) and
 
 Speed: two query round trips whatever the selection (each query names the
 SELECT as a subquery, so none waits for another's answer; at most two run at
-once, a tenant's share of a replica's query memory pools); the MP4s are
-copied (a few at a time) and cut (each camera in its own thread) while the
-frames stream into the data files.
+once, a tenant's share of a replica's query memory pools: the frames query
+starts as soon as either of the first two is answered); the MP4s are copied
+(a few at a time) and cut (each camera in its own thread) while the frames
+stream into the data files.
 """
 
 from __future__ import annotations
