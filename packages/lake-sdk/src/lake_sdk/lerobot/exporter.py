@@ -431,8 +431,11 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
         return table.cast(out_schema)
 
     async def write_frames() -> int:
-        """Stream the frames into the data files, renumbered, episode by episode."""
-        index = 0
+        """Stream the frames into the data files, renumbered, episode by episode.
+
+        Each batch is renumbered, counted into the stats and written in a worker
+        thread, so the event loop stays free to drive the video copies meanwhile.
+        """
         current: list[pa.Table] = []
         current_episode = -1
 
@@ -441,9 +444,8 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
                 data_slots[current_episode] = data.add(pa.concat_tables(current))
                 current.clear()
 
-        while (batch := await frames_result.next_batch()) is not None:
-            if batch.num_rows == 0:
-                continue
+        def take(batch: pa.RecordBatch, index: int) -> None:
+            nonlocal current_episode
             table = renumbered(batch, index)
             for name in table.column_names:
                 stats.add(name, table.column(name))
@@ -456,8 +458,14 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
                 first, last = ranges.get(episode, (index + low, index + high))
                 ranges[episode] = (min(first, index + low), max(last, index + high))
                 current.append(table.slice(low, high - low))
-            index += table.num_rows
-        finish()
+
+        index = 0
+        while (batch := await frames_result.next_batch()) is not None:
+            if batch.num_rows == 0:
+                continue
+            await asyncio.to_thread(take, batch, index)
+            index += batch.num_rows
+        await asyncio.to_thread(finish)
         return index
 
     try:
