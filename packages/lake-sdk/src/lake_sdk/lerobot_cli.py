@@ -78,7 +78,8 @@ def export_lerobot_command(statement: str, out_dir: Path, addr: str, output: Out
     """Write the episodes STATEMENT selects (SELECT ... FROM ns.NAME_episodes ...) to OUT_DIR.
 
     OUT_DIR becomes a LeRobot v3.0 dataset: frames, tasks, stats and the
-    episodes' videos (streamed from the stage and verified).
+    episodes' videos (source MP4s copied whole when all their episodes are
+    selected, else the selected episodes cut out by a stream copy).
     """
     with Client(query_url(addr)) as client:
         done = export_lerobot(client, statement, out_dir)
@@ -87,6 +88,7 @@ def export_lerobot_command(statement: str, out_dir: Path, addr: str, output: Out
         output,
         text=(
             f"exported {done.episode_count} episodes ({done.frame_count} frames, "
-            f"{done.task_count} tasks, {done.videos_copied} videos) to {done.root}"
+            f"{done.task_count} tasks, {done.videos_copied} videos copied, "
+            f"{done.videos_cut} cut) to {done.root}"
         ),
     )

@@ -6,13 +6,13 @@ is what counts); frames come from ``ns.NAME_frames`` and task texts from
 frame ``index`` 0..N-1, tasks 0..t-1 in their original order; every frame
 keeps its values (and ``timestamp``, exactly frame/fps as in the source).
 
-Videos: each source MP4 a selected episode uses is copied whole, streamed
-from the stage and verified (size and SHA-256) to its new path, and the
-episode keeps its from/to timestamps inside it. The decoded frames are
-therefore the source's, bit for bit; episodes nobody selected stay in the
-file unused (LeRobot decodes only from_timestamp + timestamp). Re-encoding
-a frame range was the alternative: lossy unless lossless, and a stream copy
-cuts only at keyframes, so the whole-file copy is what keeps frames equal.
+Videos (:mod:`lake_sdk.lerobot.videos`): a source MP4 whose episodes are
+all selected is copied whole, streamed from the stage and verified (size and
+SHA-256); from any other, the selected episodes' packets are cut out by a
+stream copy (no re-encoding, so the decoded frames are the source's, bit for
+bit) and packed into new MP4s under info.json's ``video_files_size_in_mb``,
+their from/to timestamps moved with them. A file whose episodes do not start
+at keyframes is copied whole instead.
 
 Written: ``meta/info.json`` (the source's, counts and splits updated),
 ``meta/tasks.parquet`` (task text as the pandas index), ``meta/episodes``,
@@ -21,13 +21,14 @@ feature over the exported frames; each camera aggregated from the per-episode
 statistics import stored), ``data/chunk-C/file-F.parquet`` (a new file when
 the next episode would reach info.json's ``data_files_size_in_mb``; file
 indices wrap at ``chunks_size``: :mod:`lake_sdk.lerobot.files`) and
-``videos/<key>/chunk-C/file-F.mp4`` (one per source MP4, indices counted the
-same way).
+``videos/<key>/chunk-C/file-F.mp4`` (indices counted the same way).
 
 Speed: two query round trips whatever the selection (each query names the
 SELECT as a subquery, so none waits for another's answer; at most two run at
-once, a tenant's share of a replica's query memory pools); the MP4s are
-copied (a few at a time) while the frames stream into the data files.
+once, a tenant's share of a replica's query memory pools: the frames query
+starts as soon as either of the first two is answered); the MP4s are copied
+(a few at a time) and cut (each camera in its own thread) while the frames
+stream into the data files.
 """
 
 from __future__ import annotations
@@ -54,16 +55,18 @@ from lake_sdk.lerobot.files import (
     DATA_FILE,
     DEFAULT_CHUNKS_SIZE,
     DEFAULT_DATA_FILE_MB,
+    DEFAULT_VIDEO_FILE_MB,
     VIDEO_FILE,
     DataFiles,
-    next_slot,
     size_limit,
 )
 from lake_sdk.lerobot.layout import FEATURE_KEY, INFO_KEY, SUPPORTED_VERSION, column_name
 from lake_sdk.lerobot.stats import STAT_NAMES, FrameStats, VideoStats, aggregate_video_stats
+from lake_sdk.lerobot.videos import CameraVideos, EpisodeVideo, export_camera
 
 if TYPE_CHECKING:
     from lake_sdk._client import AsyncClient
+    from lake_sdk._results import AsyncQueryResult
 
 __all__ = ["ExportedDataset", "episodes_table", "export_lerobot"]
 
@@ -71,6 +74,8 @@ _FROM = re.compile(r"\bFROM\s+((?:lake\.)?[a-z_][a-z0-9_]*\.[a-z_][a-z0-9_]*)_ep
 EPISODES_FILE = "meta/episodes/chunk-000/file-000.parquet"
 #: MP4s copied from the stage at once.
 VIDEO_COPIES = 4
+#: The episodes query's flag: whether the SELECT picked the row.
+_SELECTED = "lake_lerobot_selected"
 
 
 @dataclass(frozen=True)
@@ -79,7 +84,8 @@ class ExportedDataset:
     episode_count: int
     frame_count: int
     task_count: int
-    videos_copied: int
+    videos_copied: int  # source MP4s copied whole
+    videos_cut: int = 0  # MP4s written from episodes cut out of their source
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -88,6 +94,7 @@ class ExportedDataset:
             "frame_count": self.frame_count,
             "task_count": self.task_count,
             "videos_copied": self.videos_copied,
+            "videos_cut": self.videos_cut,
         }
 
 
@@ -205,27 +212,37 @@ def _info(schema: pa.Schema, frames: TableRef) -> dict[str, Any]:
     return info
 
 
-def _video_files(
-    info: dict[str, Any], episodes: list[dict[str, Any]], root: Path
-) -> tuple[dict[tuple[str, str], tuple[int, int]], list[tuple[DataLocation, Path]]]:
-    """(camera, sha256) -> (chunk, file) of each distinct source MP4, and what to copy where.
+def _camera_episodes(
+    info: dict[str, Any], all_episodes: pa.Table
+) -> dict[str, tuple[list[EpisodeVideo], set[str]]]:
+    """Per camera: the selected episodes' windows in order, and the source MP4s wholly selected.
 
-    File indices count up per camera in episode order and wrap at ``chunks_size``.
+    A source MP4 is wholly selected when every episode (of the whole table) using it is.
     """
     video_keys = [k for k, f in info["features"].items() if f.get("dtype") == "video"]
-    chunks_size = int(info.get("chunks_size") or DEFAULT_CHUNKS_SIZE)
-    slots: dict[tuple[str, str], tuple[int, int]] = {}
-    copies: list[tuple[DataLocation, Path]] = []
-    next_video: dict[str, tuple[int, int]] = dict.fromkeys(video_keys, (0, 0))
-    for row in episodes:
-        for key in video_keys:
-            location = row_to_location(row[column_name(key)])
-            if (key, location.sha256) not in slots:
-                chunk, file = slots[(key, location.sha256)] = next_video[key]
-                next_video[key] = next_slot(next_video[key], chunks_size)
-                target = VIDEO_FILE.format(video_key=key, chunk_index=chunk, file_index=file)
-                copies.append((location, root / target))
-    return slots, copies
+    rows = all_episodes.to_pylist()
+    out: dict[str, tuple[list[EpisodeVideo], set[str]]] = {}
+    for key in video_keys:
+        column = column_name(key)
+        partly: set[str] = set()
+        used: set[str] = set()
+        selected: list[EpisodeVideo] = []
+        for row in rows:
+            location = row_to_location(row[column])
+            if not row[_SELECTED]:
+                partly.add(location.sha256)
+                continue
+            used.add(location.sha256)
+            selected.append(
+                EpisodeVideo(
+                    location,
+                    float(row[f"{column}__from_timestamp"]),
+                    float(row[f"{column}__to_timestamp"]),
+                    int(row["length"]),
+                )
+            )
+        out[key] = (selected, used - partly)
+    return out
 
 
 async def _lacks_episode_index(client: AsyncClient, sql: str) -> bool:
@@ -262,10 +279,12 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
     # tenant holds two of a replica's query memory pools (LAKE_QUERY_MEMORY_POOLS_PER_TENANT).
     # The videos start copying as soon as the episodes and the schema are known.
     schema_reply = asyncio.ensure_future(client.table_schema(frames_ref))
+    # Every episode, flagged: a source MP4 is copied whole only if all its episodes are picked.
     episodes_reply = asyncio.ensure_future(
         client.query_table(
-            f"SELECT * FROM {base}_episodes WHERE episode_index IN ({selection}) "
-            "ORDER BY episode_index"
+            f"SELECT e.*, s.episode_index IS NOT NULL AS {_SELECTED} FROM {base}_episodes AS e "
+            f"LEFT JOIN (SELECT DISTINCT episode_index FROM ({selection}) AS d) AS s "
+            "ON e.episode_index = s.episode_index ORDER BY e.episode_index"
         )
     )
     tasks_reply = asyncio.ensure_future(
@@ -281,28 +300,65 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
         async with limit:
             await _copy_video(client, location, target)
 
-    async def copy_videos() -> tuple[dict[tuple[str, str], tuple[int, int]], int]:
-        """Each distinct source MP4 once per camera, streamed and verified, a few at a time."""
-        schema, selected = await asyncio.gather(schema_reply, episodes_reply)
-        slots, copies = _video_files(_info(schema, frames_ref), selected.to_pylist(), root)
+    async def copy_videos() -> dict[str, CameraVideos]:
+        """Each camera's MP4s: whole copies (a few at a time) and cut episodes, cameras at once."""
+        schema, every = await asyncio.gather(schema_reply, episodes_reply)
+        info = _info(schema, frames_ref)
+        cameras = _camera_episodes(info, every)
         await asyncio.to_thread(root.mkdir, parents=True, exist_ok=True)
-        await asyncio.gather(*(copy(location, target) for location, target in copies))
-        return slots, len(copies)
+        fps = int(info["fps"])
+        chunks = int(info.get("chunks_size") or DEFAULT_CHUNKS_SIZE)
+        limit_mb = size_limit(info, "video_files_size_in_mb", DEFAULT_VIDEO_FILE_MB)
+        done = await asyncio.gather(
+            *(
+                export_camera(
+                    client,
+                    key,
+                    chosen,
+                    whole,
+                    root=root,
+                    fps=fps,
+                    chunks_size=chunks,
+                    limit_mb=limit_mb,
+                    copy=copy,
+                )
+                for key, (chosen, whole) in cameras.items()
+            )
+        )
+        return dict(zip(cameras, done, strict=True))
+
+    async def start_frames() -> AsyncQueryResult:
+        """Round trip 2: the frames query, as soon as one of round trip 1's queries is done."""
+        await asyncio.wait((episodes_reply, tasks_reply), return_when=asyncio.FIRST_COMPLETED)
+        return await client.query(
+            f"SELECT * FROM {frames_ref} WHERE episode_index IN ({selection}) "
+            "ORDER BY episode_index, frame_index"
+        )
+
+    def stop_frames() -> None:
+        if not frames_reply.done():
+            frames_reply.cancel()
+        elif not frames_reply.cancelled() and frames_reply.exception() is None:
+            frames_reply.result().cancel()
 
     copying = asyncio.ensure_future(copy_videos())
+    frames_reply = asyncio.ensure_future(start_frames())
     replies = (schema_reply, tasks_reply, episodes_reply)
     try:
-        frames_schema, all_tasks, episodes = await asyncio.gather(*replies)
+        frames_schema, all_tasks, every_episode = await asyncio.gather(*replies)
     except BaseException as failure:
         for pending in (*replies, copying):
             pending.cancel()
+        stop_frames()
         with contextlib.suppress(BaseException):
-            await asyncio.gather(*replies, copying, return_exceptions=True)
+            await asyncio.gather(*replies, copying, frames_reply, return_exceptions=True)
+        stop_frames()
         # The subqueries fail without an episode_index column: say so plainly.
         if isinstance(failure, Exception) and await _lacks_episode_index(client, sql):
             raise InvalidArgument("the SELECT must return episode_index") from None
         raise
     try:
+        episodes = every_episode.filter(every_episode.column(_SELECTED)).drop_columns([_SELECTED])
         wanted = episodes.column("episode_index").to_pylist()
         if len(set(wanted)) != len(wanted):
             raise InvalidDataset(f"{base}_episodes holds an episode_index twice")
@@ -332,12 +388,13 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
         task_lookup = np.asarray(task_order, dtype=np.int64)
         wanted_lookup = np.asarray(wanted, dtype=np.int64)
         await asyncio.to_thread(root.mkdir, parents=True, exist_ok=True)
-        # Round trip 2: the frames, streamed while the videos are copied.
-        frames_result = await client.query(
-            f"SELECT * FROM {frames_ref} WHERE episode_index IN ({selection}) "
-            "ORDER BY episode_index, frame_index"
-        )
+        # The frames stream into the data files while the videos are copied.
+        frames_result = await frames_reply
     except BaseException:
+        stop_frames()
+        with contextlib.suppress(BaseException):
+            await frames_reply
+        stop_frames()
         copying.cancel()
         with contextlib.suppress(BaseException):
             await copying
@@ -374,8 +431,11 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
         return table.cast(out_schema)
 
     async def write_frames() -> int:
-        """Stream the frames into the data files, renumbered, episode by episode."""
-        index = 0
+        """Stream the frames into the data files, renumbered, episode by episode.
+
+        Each batch is renumbered, counted into the stats and written in a worker
+        thread, so the event loop stays free to drive the video copies meanwhile.
+        """
         current: list[pa.Table] = []
         current_episode = -1
 
@@ -384,9 +444,8 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
                 data_slots[current_episode] = data.add(pa.concat_tables(current))
                 current.clear()
 
-        while (batch := await frames_result.next_batch()) is not None:
-            if batch.num_rows == 0:
-                continue
+        def take(batch: pa.RecordBatch, index: int) -> None:
+            nonlocal current_episode
             table = renumbered(batch, index)
             for name in table.column_names:
                 stats.add(name, table.column(name))
@@ -399,8 +458,14 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
                 first, last = ranges.get(episode, (index + low, index + high))
                 ranges[episode] = (min(first, index + low), max(last, index + high))
                 current.append(table.slice(low, high - low))
-            index += table.num_rows
-        finish()
+
+        index = 0
+        while (batch := await frames_result.next_batch()) is not None:
+            if batch.num_rows == 0:
+                continue
+            await asyncio.to_thread(take, batch, index)
+            index += batch.num_rows
+        await asyncio.to_thread(finish)
         return index
 
     try:
@@ -408,7 +473,7 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
             index = await write_frames()
         finally:
             await asyncio.to_thread(data.close)
-        slots, copied = await copying
+        videos = await copying
     except BaseException:
         frames_result.cancel()
         copying.cancel()
@@ -437,12 +502,11 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
             "dataset_to_index": high,
         }
         for key in video_keys:
-            column = column_name(key)
-            chunk, file = slots[(key, row_to_location(row[column]).sha256)]
-            record[f"videos/{key}/chunk_index"] = chunk
-            record[f"videos/{key}/file_index"] = file
-            record[f"videos/{key}/from_timestamp"] = row[f"{column}__from_timestamp"]
-            record[f"videos/{key}/to_timestamp"] = row[f"{column}__to_timestamp"]
+            placed = videos[key].placed[new]
+            record[f"videos/{key}/chunk_index"] = placed.chunk
+            record[f"videos/{key}/file_index"] = placed.file
+            record[f"videos/{key}/from_timestamp"] = placed.from_timestamp
+            record[f"videos/{key}/to_timestamp"] = placed.to_timestamp
         record["meta/episodes/chunk_index"] = 0
         record["meta/episodes/file_index"] = 0
         episode_rows.append(record)
@@ -469,4 +533,6 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
         (meta / "stats.json").write_text(json.dumps({**frame_stats, **video_stats}, indent=4))
 
     await asyncio.to_thread(write_meta)
-    return ExportedDataset(root, len(wanted), index, len(task_order), copied)
+    copied = sum(v.copied for v in videos.values())
+    cut = sum(v.cut for v in videos.values())
+    return ExportedDataset(root, len(wanted), index, len(task_order), copied, cut)

@@ -24,6 +24,7 @@ VIDEO_FILE = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.m
 #: LeRobot's defaults when info.json names no limits.
 DEFAULT_CHUNKS_SIZE = 1000
 DEFAULT_DATA_FILE_MB = 100.0
+DEFAULT_VIDEO_FILE_MB = 500.0
 #: Rows held before a row group is written (episodes of one file share row groups).
 ROW_GROUP_ROWS = 65_536
 _MB = 1024 * 1024

@@ -5,8 +5,12 @@ For tests, docs and ``lake demo``; needs PyAV and numpy (``lake-sdk[lerobot]``).
 The layout follows FINDINGS ("Robot data formats and engines"): ``meta/info.json``,
 ``meta/tasks.parquet`` (task text as the pandas index), ``meta/episodes/...``,
 ``data/chunk-000/file-NNN.parquet`` and ``videos/<key>/chunk-000/file-NNN.mp4``
-holding several episodes each (H.264). Every frame's picture encodes its
-episode and frame index, and its state and action values derive from them.
+holding several episodes each (H.264). As LeRobot writes them, each episode
+is encoded on its own and the episodes are concatenated by a stream copy, so
+every episode starts with a keyframe; ``DatasetSpec(episode_keyframes=False)``
+encodes a file's episodes as one stream instead (a file not written LeRobot's
+way). Every frame's picture encodes its episode and frame index, and its state
+and action values derive from them.
 """
 
 from __future__ import annotations
@@ -39,6 +43,9 @@ class DatasetSpec:
     #: info.json's file limits (LeRobot's defaults).
     chunks_size: int = 1000
     data_files_size_in_mb: float = 100
+    video_files_size_in_mb: float = 500
+    #: Encode each episode on its own (LeRobot's way); False: one stream per file.
+    episode_keyframes: bool = True
 
 
 def _picture(episode: int, frame: int, camera: int, size: int, noise: bool = False) -> Any:
@@ -54,21 +61,60 @@ def _picture(episode: int, frame: int, camera: int, size: int, noise: bool = Fal
     return picture
 
 
-def _write_video(path: Path, pictures: list[Any], fps: int, size: int) -> None:
+def _encode(target: Any, pictures: list[Any], fps: int, size: int, gop: int) -> None:
     import av
 
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with av.open(str(path), "w", format="mp4") as out:
+    with av.open(target, "w", format="mp4") as out:
         stream = out.add_stream("libx264", rate=fps)
         stream.width = stream.height = size
         stream.pix_fmt = "yuv420p"
-        stream.options = {"preset": "ultrafast", "g": "2", "bf": "0"}
+        stream.options = {"preset": "ultrafast", "g": str(gop), "bf": "0"}
         for picture in pictures:
             frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
             for packet in stream.encode(frame):
                 out.mux(packet)
         for packet in stream.encode():
             out.mux(packet)
+
+
+def _write_video(
+    path: Path, episodes: list[list[Any]], fps: int, size: int, episode_keyframes: bool
+) -> None:
+    """One MP4 of several episodes: each encoded alone and concatenated (as LeRobot does)."""
+    import io
+
+    import av
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if not episode_keyframes:
+        # One stream with a single keyframe: later episodes do not start at one.
+        _encode(str(path), [p for pictures in episodes for p in pictures], fps, size, 1000)
+        return
+    parts = []
+    for pictures in episodes:
+        part = io.BytesIO()
+        _encode(part, pictures, fps, size, 2)
+        part.seek(0)
+        parts.append(part)
+    with av.open(str(path), "w", format="mp4") as out:
+        stream = None
+        offset = 0
+        for part in parts:
+            with av.open(part, "r") as source:
+                template = source.streams.video[0]
+                if stream is None:
+                    stream = out.add_stream_from_template(template)
+                    stream.time_base = template.time_base
+                end = offset
+                for packet in source.demux(template):
+                    if packet.dts is None or packet.pts is None:
+                        continue
+                    packet.pts += offset
+                    packet.dts += offset
+                    end = max(end, packet.pts + (packet.duration or 0))
+                    packet.stream = stream
+                    out.mux(packet)
+                offset = end
 
 
 __all__ = ["CAMERAS", "TASKS", "DatasetSpec", "write_dataset"]
@@ -97,11 +143,13 @@ def write_dataset(root: Path, spec: DatasetSpec = DatasetSpec()) -> Path:
     index = 0
     for file_index, members in enumerate(files):
         rows: dict[str, list[object]] = {name: [] for name in frames_schema.names}
-        pictures: dict[str, list[Any]] = {c: [] for c in CAMERAS}
+        pictures: dict[str, list[list[Any]]] = {c: [] for c in CAMERAS}
         offset = 0
         for episode in members:
             length = spec.lengths[episode]
             start_index = index
+            for camera in CAMERAS:
+                pictures[camera].append([])
             for frame in range(length):
                 rows["observation.state"].append([episode + frame / 10, -frame / 4])
                 rows["action"].append([frame * 0.5, episode * 1.5])
@@ -111,7 +159,7 @@ def write_dataset(root: Path, spec: DatasetSpec = DatasetSpec()) -> Path:
                 rows["index"].append(index)
                 rows["task_index"].append(episode % len(TASKS))
                 for c, camera in enumerate(CAMERAS):
-                    pictures[camera].append(_picture(episode, frame, c, spec.size, spec.noise))
+                    pictures[camera][-1].append(_picture(episode, frame, c, spec.size, spec.noise))
                 index += 1
             record: dict[str, object] = {
                 "episode_index": episode,
@@ -136,7 +184,7 @@ def write_dataset(root: Path, spec: DatasetSpec = DatasetSpec()) -> Path:
         pq.write_table(pa.table(rows, schema=frames_schema), data)
         for camera in CAMERAS:
             video = root / VIDEO_PATH.format(video_key=camera, chunk_index=0, file_index=file_index)
-            _write_video(video, pictures[camera], fps, spec.size)
+            _write_video(video, pictures[camera], fps, spec.size, spec.episode_keyframes)
     meta = root / "meta"
     (meta / "episodes" / "chunk-000").mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(episodes), meta / "episodes/chunk-000/file-000.parquet")
@@ -155,7 +203,7 @@ def write_dataset(root: Path, spec: DatasetSpec = DatasetSpec()) -> Path:
         "total_tasks": len(TASKS),
         "chunks_size": spec.chunks_size,
         "data_files_size_in_mb": spec.data_files_size_in_mb,
-        "video_files_size_in_mb": 500,
+        "video_files_size_in_mb": spec.video_files_size_in_mb,
         "fps": fps,
         "splits": {"train": f"0:{len(spec.lengths)}"},
         "data_path": DATA_PATH,
