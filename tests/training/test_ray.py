@@ -65,7 +65,9 @@ def test_read_tasks_yield_contiguous_blocks_just_over_the_context_block_size(
     ordered = f"{ALL} ORDER BY id"  # one endpoint, streamed in many batches
     with lake_sdk.Client(url) as client:
         info = client.plan(ordered)
-        sizes = [chunk.data.nbytes for chunk in flight.connect(url).do_get(info.endpoints[0].ticket)]
+        sizes = [
+            chunk.data.nbytes for chunk in flight.connect(url).do_get(info.endpoints[0].ticket)
+        ]
     assert len(sizes) > 3, "Query sent the rows in few batches: nothing would be combined"
     source = LakeDatasource(ordered, url=url)
     context = ray.data.DataContext.get_current().copy()
