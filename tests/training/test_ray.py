@@ -15,8 +15,10 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.flight as flight
 import pytest
 
+import lake_sdk
 from lake_core.errors import TableNotFound
 from tests.training.conftest import SAMPLES_SCHEMA, Samples, rows_of
 from tools.lake_testing.ray_local import local_ray
@@ -51,6 +53,33 @@ def test_one_read_task_per_endpoint_and_the_rows_equal_the_result(
     got = collect(dataset)
     assert got.num_rows == samples.expected.num_rows
     assert rows_of(got).equals(samples.expected)
+
+
+def test_read_tasks_yield_contiguous_blocks_just_over_the_context_block_size(
+    samples: Samples, ray_dir: Path
+) -> None:
+    # iter_batches copies every multi-chunk block it slices (Ray's Batcher combines its
+    # chunks first), so a read task hands Ray blocks of one chunk per column, each just
+    # over the context's target_max_block_size (smaller ones Ray would merge again).
+    url = samples.cluster.query.url
+    ordered = f"{ALL} ORDER BY id"  # one endpoint, streamed in many batches
+    with lake_sdk.Client(url) as client:
+        info = client.plan(ordered)
+        sizes = [
+            chunk.data.nbytes for chunk in flight.connect(url).do_get(info.endpoints[0].ticket)
+        ]
+    assert len(sizes) > 3, "Query sent the rows in few batches: nothing would be combined"
+    source = LakeDatasource(ordered, url=url)
+    context = ray.data.DataContext.get_current().copy()
+    context.target_max_block_size = 2 * max(sizes)  # a block spans several batches
+    [task] = source.get_read_tasks(2, data_context=context)
+    *full, last = task.read_fn()
+    assert full, "the rows fit one block: nothing was checked"
+    assert len(sizes) > len(full) + 1, "no block spanned several batches: nothing was combined"
+    assert all(block.nbytes > context.target_max_block_size for block in full)
+    for block in [*full, last]:
+        assert all(column.num_chunks == 1 for column in block.columns)
+    assert pa.concat_tables([*full, last]).equals(samples.expected.sort_by("id"))
 
 
 def test_projection_limit_and_map_batches_pass_through(samples: Samples, ray_dir: Path) -> None:

@@ -4,11 +4,13 @@
   columns; 4 M rows full, 200,000 quick) consumed with
   ``iter_batches(batch_format="pyarrow", batch_size=65536)``, against the
   SDK's ``Client.scan`` of the same statement reading every endpoint in one
-  process. Goal >= 0.5 of the scan's rows/s. Both sides plan the statement
-  and read all its endpoints from one replica; Ray's side also builds the
-  dataset, schedules one read task per endpoint on a local Ray (2 CPUs),
-  moves each block through Ray's object store and re-batches it to 65,536
-  rows. That is where its overhead goes on two cores.
+  process. Goal >= 0.5 of the scan's rows/s. Query makes one endpoint per
+  CPU of the local Ray (``LAKE_QUERY_MAX_ENDPOINTS=2``, as docs/training.md
+  advises). Both sides plan the statement and read all its endpoints from one
+  replica; Ray's side also builds the dataset, schedules one read task per
+  endpoint on a local Ray (2 CPUs), moves each block through Ray's object
+  store and slices it into 65,536-row batches. docs/training.md ("Ray Data")
+  says where that overhead goes on two cores.
 
 The local Ray is started once, before the first pair, and stopped at the end
 (its start is not timed: a training job pays it once).
@@ -24,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 
 import lake_sdk
-from lake_core.config import COMPACTION, QUERY_MIN_ENDPOINT_ROWS
+from lake_core.config import COMPACTION, QUERY_MAX_ENDPOINTS, QUERY_MIN_ENDPOINT_ROWS
 from lake_core.names import TableRef
 from tools.bench.harness import Figure, at_least, measure, pairs_for, warmup_for
 from tools.lake_testing.data import bulk_load
@@ -37,6 +39,7 @@ SCHEMA = pa.schema(
 )
 SQL = "SELECT * FROM bench.ray_rows"
 BATCH_ROWS = 65_536
+RAY_CPUS = 2
 
 
 def _rows(start: int, count: int) -> pa.RecordBatch:
@@ -60,9 +63,12 @@ def run(quick: bool) -> list[Figure]:
         meta = start_meta(root / "data", root, env={COMPACTION: "off"})
         try:
             bulk_load(meta.addr, TABLE, SCHEMA, rows, _rows, writers=8, timeout_s=600)
-            query = start_query(meta.addr, root, env={QUERY_MIN_ENDPOINT_ROWS: "1"})
+            # One endpoint per CPU of the local Ray, as docs/training.md advises
+            # (LAKE_QUERY_MAX_ENDPOINTS sized to the workers): both sides read them.
+            env = {QUERY_MIN_ENDPOINT_ROWS: "1", QUERY_MAX_ENDPOINTS: str(RAY_CPUS)}
+            query = start_query(meta.addr, root, env=env)
             try:
-                with local_ray(num_cpus=2):
+                with local_ray(num_cpus=RAY_CPUS):
                     return [_ray_read(query.url, rows, quick)]
             finally:
                 query.stop()

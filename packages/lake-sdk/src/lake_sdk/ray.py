@@ -52,9 +52,9 @@ from ray.data.datasource import Datasource, ReadTask  # noqa: E402
 
 __all__ = ["BLOCK_BYTES", "LakeDatasource", "read_lake"]
 
-#: A read task yields a block once this many bytes of batches have arrived
-#: (Query sends 1-4 MB batches; Ray's own target block size is 128 MiB).
-BLOCK_BYTES = 32 * 1024 * 1024
+#: Ray Data's own default ``DataContext.target_max_block_size``: the block
+#: size a read task aims at when Ray's context does not say.
+BLOCK_BYTES = 128 * 1024 * 1024
 
 
 class _Credentials:
@@ -87,8 +87,18 @@ class _Credentials:
         return (_Credentials, (self._token, self.ca_pem, self.server_name))
 
 
-def _read_endpoint(url: str, credentials: _Credentials, endpoint: bytes) -> Iterator[pa.Table]:
-    """Stream one endpoint (a serialized FlightEndpoint) as blocks of about BLOCK_BYTES."""
+def _read_endpoint(
+    url: str, credentials: _Credentials, endpoint: bytes, block_bytes: int
+) -> Iterator[pa.Table]:
+    """Stream one endpoint (a serialized FlightEndpoint) as contiguous blocks.
+
+    A block is yielded once more than ``block_bytes`` have arrived (the
+    context's ``target_max_block_size``: Ray merges smaller outputs of a task
+    into one block and passes a bigger one on as it is), and its columns are
+    combined into one chunk here, in the worker: ``iter_batches`` slices a
+    single-chunk block without copying, but copies every multi-chunk block it
+    slices (Query sends 1-4 MB batches) in the consuming process.
+    """
     point = flight.FlightEndpoint.deserialize(endpoint)
     connection = Connection(url, credentials.options()).at(point.locations)
     pending: list[pa.RecordBatch] = []
@@ -106,13 +116,18 @@ def _read_endpoint(url: str, credentials: _Credentials, endpoint: bytes) -> Iter
                     continue
                 pending.append(batch)
                 size += batch.nbytes
-                if size >= BLOCK_BYTES:
-                    yield pa.Table.from_batches(pending)
+                if size > block_bytes:
+                    yield _contiguous(pending)
                     pending, size = [], 0
         except (flight.FlightError, pa.ArrowException) as exc:
             raise lake_error(exc, trailers) from None
     if pending:
-        yield pa.Table.from_batches(pending)
+        yield _contiguous(pending)
+
+
+def _contiguous(batches: list[pa.RecordBatch]) -> pa.Table:
+    table = pa.Table.from_batches(batches)
+    return table.combine_chunks() if len(batches) > 1 else table
 
 
 class LakeDatasource(Datasource):
@@ -174,6 +189,7 @@ class LakeDatasource(Datasource):
         rows = None if self._rows is None or count == 0 else -(-self._rows // count)
         size = None if self._bytes is None or count == 0 else -(-self._bytes // count)
         url, credentials = self._url, self._credentials
+        block_bytes = getattr(data_context, "target_max_block_size", None) or BLOCK_BYTES
         tasks = []
         for endpoint in self._endpoints:
             metadata = BlockMetadata(
@@ -181,7 +197,7 @@ class LakeDatasource(Datasource):
             )
             tasks.append(
                 ReadTask(
-                    _reader(url, credentials, endpoint),
+                    _reader(url, credentials, endpoint, block_bytes),
                     metadata,
                     schema=self._schema,
                     per_task_row_limit=per_task_row_limit,
@@ -190,9 +206,9 @@ class LakeDatasource(Datasource):
         return tasks
 
 
-def _reader(url: str, credentials: _Credentials, endpoint: bytes) -> Any:
+def _reader(url: str, credentials: _Credentials, endpoint: bytes, block_bytes: int) -> Any:
     def read() -> Iterator[pa.Table]:
-        return _read_endpoint(url, credentials, endpoint)
+        return _read_endpoint(url, credentials, endpoint, block_bytes)
 
     return read
 
