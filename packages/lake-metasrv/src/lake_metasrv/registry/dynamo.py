@@ -16,8 +16,12 @@ single-item writes with one visibility point::
     2. update dir head  version v -> v+1, last_op=<op,op,...>, fence=<epoch>
                         if incarnation matches, version = v, fence <= epoch  <- visible
     3. put ver#<inc>/v+1 (naming every op), mark each op#s/<op> committed
-                                                                 (repairable from the head)
+                        (one BatchWriteItem)                     (repairable from the head)
     4. add 1 to the generation                                   (repairable: bump again)
+
+Steps 3 and 4 are one flush shared by the commits of every table (see
+``_flush_owed``): a commit waits for the next flush that had not started
+when its head moved, so tables committing at once share its requests.
 
 A group is all or none: its operation records are only pending until the one
 head update names them all; a crash before it leaves every one of them
