@@ -339,3 +339,71 @@ async def test_batched_operation_reads_answer_as_one_read_each(
     assert await registry.get_operations(asked) == one_by_one
     assert (ids[-1] in one_by_one) == (seed % 2 == 1 or ids[-1] in committed)
     assert await registry.get_operations([]) == {}
+
+
+@pytest.mark.asyncio
+async def test_commits_of_many_tables_share_their_post_commit_writes(
+    registry: DynamoRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight tables commit at once: their records and generation bumps go in shared requests.
+
+    The first generation bump is held until every head moved, so the other
+    seven commits all wait for the one flush after it. Each commit still
+    returns only once its own records are written and the generation moved.
+    """
+    tables = [TableRef("fleet", f"t{i}") for i in range(8)]
+    for i, table in enumerate(tables):
+        await registry.create_table(record(f"inc-{i}", table))
+    client = registry.client
+    update, batch_write = client.update_item, client.batch_write_item
+    heads_moved, all_moved = 0, asyncio.Event()
+    bumps = writes = 0
+
+    async def counted_update(**kwargs: Any) -> Any:
+        nonlocal heads_moved, bumps
+        if kwargs["UpdateExpression"].startswith("ADD n"):
+            bumps += 1
+            await asyncio.wait_for(all_moved.wait(), 30)
+            return await update(**kwargs)
+        reply = await update(**kwargs)
+        heads_moved += 1
+        if heads_moved == len(tables):
+            all_moved.set()
+        return reply
+
+    async def counted_batch_write(**kwargs: Any) -> Any:
+        nonlocal writes
+        writes += 1
+        return await batch_write(**kwargs)
+
+    monkeypatch.setattr(client, "update_item", counted_update)
+    monkeypatch.setattr(client, "batch_write_item", counted_batch_write)
+
+    async def append(i: int, table: TableRef) -> str:
+        op = new_operation_id()
+        before = await registry.generation()
+        head = await registry.commit_append(
+            AppendCommit(
+                table=table,
+                incarnation=f"inc-{i}",
+                expected_version=0,
+                engine_version=2,
+                operation_id=op,
+                operation_time_ms=operation_time_ms(op),
+                committed_at_ms=2,
+            )
+        )
+        assert head.version == 1
+        # Written before the commit returned: the operation record and the version record.
+        raw = await client.get_item(
+            TableName=registry.table, Key=layout.op_key(op), ConsistentRead=True
+        )
+        assert raw["Item"]["st"] == {"S": "committed"}
+        assert [v.operation_ids for v in await registry.versions(f"inc-{i}")] == [(), (op,)]
+        assert await registry.generation() != before
+        return op
+
+    ops = await asyncio.gather(*(append(i, t) for i, t in enumerate(tables)))
+    assert len(set(ops)) == len(tables)
+    assert (bumps, writes) == (2, 2)
+    assert not registry._unsynced

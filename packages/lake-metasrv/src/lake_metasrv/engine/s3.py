@@ -56,6 +56,8 @@ MANIFEST_TABLE_SCHEMA = {
 }
 #: Retention runs once this many versions accumulated since the last run.
 CLEANUP_EVERY = 16
+#: Connections each boto3 client keeps: one per worker thread that may use it.
+CLIENT_POOL = 32
 
 
 def _outage(location: str, exc: BaseException) -> Unavailable:
@@ -146,6 +148,10 @@ class S3LanceEngine(LanceEngine):
                         # Two attempts in all: an outage surfaces within ~2 timeouts.
                         retries={"total_max_attempts": 2, "mode": "standard"},
                         s3={"addressing_style": "path"},
+                        # Shared by every table's sidecar and digest writers
+                        # (worker threads); botocore's default of 10 would make
+                        # tables committing at once open and drop connections.
+                        max_pool_connections=CLIENT_POOL,
                     ),
                 )
                 self._clients[service] = client

@@ -16,8 +16,12 @@ single-item writes with one visibility point::
     2. update dir head  version v -> v+1, last_op=<op,op,...>, fence=<epoch>
                         if incarnation matches, version = v, fence <= epoch  <- visible
     3. put ver#<inc>/v+1 (naming every op), mark each op#s/<op> committed
-                                                                 (repairable from the head)
+                        (one BatchWriteItem)                     (repairable from the head)
     4. add 1 to the generation                                   (repairable: bump again)
+
+Steps 3 and 4 are one flush shared by the commits of every table (see
+``_flush_owed``): a commit waits for the next flush that had not started
+when its head moved, so tables committing at once share its requests.
 
 A group is all or none: its operation records are only pending until the one
 head update names them all; a crash before it leaves every one of them
@@ -100,9 +104,10 @@ from lake_metasrv.registry.dynamo_layout import (
 )
 from lake_metasrv.registry.dynamo_records import (
     Owed,
+    committed_item,
     operation_record,
     resolve_pending,
-    write_committed,
+    version_item,
     write_version,
 )
 from lake_metasrv.registry.dynamo_table import DynamoTable
@@ -153,6 +158,10 @@ class DynamoRegistry(RegistryStore):
         #: Heads moved by this process whose version/operation records are not yet written.
         self._unsynced: dict[TableRef, Owed] = {}
         self._generation_owed = False
+        #: The post-commit flush not started yet: every commit whose head moved
+        #: since the running one started waits for it (see :meth:`_flush_owed`).
+        self._next_flush: asyncio.Future[None] | None = None
+        self._flushing: asyncio.Task[None] | None = None
         self._faults = fault_points or faults.Faults()
 
     def __repr__(self) -> str:
@@ -177,6 +186,9 @@ class DynamoRegistry(RegistryStore):
             self._registry_id = registry_id
 
     async def close(self) -> None:
+        if self._flushing is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(self._flushing)
         await self.db.close()
 
     # -- generation -------------------------------------------------------------
@@ -209,6 +221,73 @@ class DynamoRegistry(RegistryStore):
             self._generation_owed = True
             log.warning("generation bump failed; retried before the next write", error=repr(exc))
             return None
+
+    async def _flush_owed(self) -> None:
+        """Write what moved heads owe (every table's) and bump the generation, shared.
+
+        Called past a visibility point: when it returns, a flush that started
+        after the caller's head moved has written the caller's version and
+        operation records and added one to the generation (or left what
+        failed owed, as :meth:`_settle` does: retried before the table's next
+        write). Commits of different tables share flushes: a caller joins the
+        next flush, one not started yet, and one runs at a time, so the
+        records of every table that committed meanwhile go in one
+        BatchWriteItem and the one generation item is written once per round
+        instead of once per commit. Every DynamoDB request costs the event
+        loop botocore's work, and that work is what tables committing at once
+        share.
+        """
+        waiting = self._next_flush
+        if waiting is None:
+            waiting = self._next_flush = asyncio.get_running_loop().create_future()
+            if self._flushing is None:
+                self._start_flush()
+        await asyncio.shield(waiting)
+
+    def _start_flush(self) -> None:
+        waiting, self._next_flush = self._next_flush, None
+        assert waiting is not None
+
+        async def flush() -> None:
+            try:
+                await self._flush_once()
+            finally:
+                waiting.set_result(None)
+                self._flushing = None
+                if self._next_flush is not None:
+                    self._start_flush()
+
+        self._flushing = asyncio.ensure_future(flush())
+
+    async def _flush_once(self) -> None:
+        debts: list[tuple[TableRef, Owed]] = []
+        items: dict[tuple[str, str], Any] = {}
+        for ref, debt in list(self._unsynced.items()):
+            owed = [
+                version_item(debt.record, debt.stored_ops, debt.committed_at_ms),
+                *(committed_item(op) for op in debt.committed()),
+            ]
+            keys = [(item["pk"]["S"], item["sk"]["S"]) for item in owed]
+            if any(key in items for key in keys):
+                continue  # one id in two tables' groups: settled by the table's next write
+            items.update(zip(keys, owed, strict=True))
+            debts.append((ref, debt))
+        written, bumped = await asyncio.gather(
+            self.db.put_many(list(items.values())), self._bump_generation(), return_exceptions=True
+        )
+        if isinstance(written, BaseException):
+            log.warning(
+                "post-commit registry writes deferred",
+                tables=len(debts),
+                error=repr(written),
+            )
+        else:
+            for ref, debt in debts:
+                if self._unsynced.get(ref) is debt:
+                    del self._unsynced[ref]
+        if isinstance(bumped, BaseException):
+            self._generation_owed = True
+            log.warning("generation bump failed; retried before the next write", error=repr(bumped))
 
     # -- reads ------------------------------------------------------------------
 
@@ -278,8 +357,27 @@ class DynamoRegistry(RegistryStore):
     async def get_operations(self, operation_ids: Sequence[str]) -> dict[str, OperationRecord]:
         """One batch read for a commit group (each id as :meth:`get_operation` answers it)."""
         ids = list(dict.fromkeys(operation_ids))
+        return await self._operations(await self.db.get_many([op_key(i) for i in ids]))
+
+    async def get_table_and_operations(
+        self, table: TableRef, operation_ids: Sequence[str]
+    ) -> tuple[TableRecord | None, dict[str, OperationRecord]]:
+        """A commit group's first read: the head and the group's operation records, one request.
+
+        One BatchGetItem (strongly consistent) instead of a GetItem beside
+        it: every DynamoDB request costs the event loop botocore's work, and
+        with many tables committing at once that work is what they share.
+        """
+        head_key = dir_key(table)
+        ids = list(dict.fromkeys(operation_ids))
+        items = await self.db.get_many([head_key, *(op_key(i) for i in ids)])
+        head = next((v for v in items if v["pk"] == head_key["pk"]["S"]), None)
+        found = await self._operations([v for v in items if v is not head])
+        return (None if head is None else head_record(head)), found
+
+    async def _operations(self, items: Sequence[dict[str, Any]]) -> dict[str, OperationRecord]:
         found: dict[str, OperationRecord] = {}
-        for values in await self.db.get_many([op_key(i) for i in ids]):
+        for values in items:
             if values.get("st") == "committed":
                 found[values["sk"]] = operation_record(values)
             else:
@@ -323,12 +421,13 @@ class DynamoRegistry(RegistryStore):
                 debt = self._unsynced.get(ref)
                 if debt is None:
                     continue
-                writes = [
-                    write_version(self.db, debt.record, debt.stored_ops, debt.committed_at_ms),
-                    *(write_committed(self.db, op) for op in debt.committed()),
-                ]
-                # Independent single-item puts: one round trip.
-                await asyncio.gather(*writes)
+                # Independent unconditional puts: one BatchWriteItem (per 25 records).
+                await self.db.put_many(
+                    [
+                        version_item(debt.record, debt.stored_ops, debt.committed_at_ms),
+                        *(committed_item(op) for op in debt.committed()),
+                    ]
+                )
                 if self._unsynced.get(ref) is debt:
                     del self._unsynced[ref]
             if self._generation_owed:
@@ -475,14 +574,7 @@ class DynamoRegistry(RegistryStore):
         record = head_record(head)
         self._unsynced[table] = Owed(record, stored_ops, int(head["last_at"]), operations)
         # Past the visibility point: the rest is owed, never a reason to fail.
-        results = await asyncio.gather(
-            self._settle(table), self._bump_or_owe(), return_exceptions=True
-        )
-        for result in results:
-            if isinstance(result, BaseException):
-                log.warning(
-                    "post-commit registry writes deferred", table=str(table), error=repr(result)
-                )
+        await self._flush_owed()
         return record
 
     async def _classify_failed_cas(self, commit: AppendCommit, epoch: int) -> dict[str, Any]:
@@ -548,16 +640,7 @@ class DynamoRegistry(RegistryStore):
             head = await self._classify_failed_maintenance(commit, epoch)
         record = head_record(head)
         self._unsynced[table] = Owed(record, head.get("last_op"), int(head["last_at"]))
-        results = await asyncio.gather(
-            self._settle(table), self._bump_or_owe(), return_exceptions=True
-        )
-        for result in results:
-            if isinstance(result, BaseException):
-                log.warning(
-                    "post-maintenance registry writes deferred",
-                    table=str(table),
-                    error=repr(result),
-                )
+        await self._flush_owed()
         return record
 
     async def _classify_failed_maintenance(

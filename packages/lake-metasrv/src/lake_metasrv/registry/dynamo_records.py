@@ -19,13 +19,15 @@ from lake_metasrv.registry.base import (
     TableRecord,
     split_operation_ids,
 )
-from lake_metasrv.registry.dynamo_layout import dir_key, op_key, ver_key
+from lake_metasrv.registry.dynamo_layout import Item, dir_key, encode, op_key, ver_key
 from lake_metasrv.registry.dynamo_table import DynamoTable
 
 __all__ = [
     "Owed",
+    "committed_item",
     "operation_record",
     "resolve_pending",
+    "version_item",
     "write_committed",
     "write_version",
     "write_version_of",
@@ -117,9 +119,7 @@ async def resolve_pending(db: DynamoTable, pending: dict[str, Any]) -> Operation
     return record
 
 
-async def write_version(
-    db: DynamoTable, record: TableRecord, stored_ops: str | None, at: int
-) -> None:
+def version_item(record: TableRecord, stored_ops: str | None, at: int) -> Item:
     """The version record of ``record``'s version; ``stored_ops``: its appends' ids, joined."""
     values = {
         "ever": record.engine_version,
@@ -130,7 +130,14 @@ async def write_version(
         "loc": record.location,
         "eng": record.engine,
     }
-    await db.put(values, ver_key(record.incarnation, record.version))
+    return {**ver_key(record.incarnation, record.version), **encode(values)}
+
+
+async def write_version(
+    db: DynamoTable, record: TableRecord, stored_ops: str | None, at: int
+) -> None:
+    """Put :func:`version_item`."""
+    await db.call("put_item", Item=version_item(record, stored_ops, at))
 
 
 async def write_version_of(db: DynamoTable, op: OperationRecord, stored_ops: str) -> None:
@@ -147,7 +154,8 @@ async def write_version_of(db: DynamoTable, op: OperationRecord, stored_ops: str
     await db.put(values, ver_key(op.incarnation, op.version))
 
 
-async def write_committed(db: DynamoTable, op: OperationRecord) -> None:
+def committed_item(op: OperationRecord) -> Item:
+    """The operation record of ``op``, committed."""
     values = {
         "st": "committed",
         "ns": op.table.namespace,
@@ -160,4 +168,8 @@ async def write_committed(db: DynamoTable, op: OperationRecord) -> None:
         "op_time": op.operation_time_ms,
         "at": op.committed_at_ms,
     }
-    await db.put(values, op_key(op.operation_id))
+    return {**op_key(op.operation_id), **encode(values)}
+
+
+async def write_committed(db: DynamoTable, op: OperationRecord) -> None:
+    await db.call("put_item", Item=committed_item(op))

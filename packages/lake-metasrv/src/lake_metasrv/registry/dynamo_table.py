@@ -32,12 +32,14 @@ from lake_metasrv.registry.dynamo_layout import (
     s_attr,
 )
 
-__all__ = ["BATCH_GET_KEYS", "DynamoTable"]
+__all__ = ["BATCH_GET_KEYS", "BATCH_WRITE_ITEMS", "DynamoTable"]
 
 log = structlog.get_logger("lake_metasrv.registry.dynamo")
 
 #: DynamoDB's bound on the keys of one BatchGetItem.
 BATCH_GET_KEYS = 100
+#: DynamoDB's bound on the puts of one BatchWriteItem.
+BATCH_WRITE_ITEMS = 25
 #: Rounds of re-asking for keys DynamoDB left unprocessed before giving up.
 BATCH_GET_ROUNDS = 8
 
@@ -146,6 +148,34 @@ class DynamoTable:
 
     async def put(self, values: dict[str, Any], key: Item, **kwargs: Any) -> None:
         await self.call("put_item", Item={**key, **encode(values)}, **kwargs)
+
+    async def put_many(self, items: Sequence[Item]) -> None:
+        """Unconditional puts of whole items (distinct keys), :data:`BATCH_WRITE_ITEMS` a request.
+
+        One BatchWriteItem instead of one PutItem each; items DynamoDB leaves
+        unprocessed (throttling) are sent again, and still unwritten after
+        :data:`BATCH_GET_ROUNDS` rounds are UNAVAILABLE. Each item lands or
+        not on its own (no transaction): only for records that are
+        repairable, written past a visibility point.
+        """
+        await asyncio.gather(
+            *(
+                self._put_batch(items[start : start + BATCH_WRITE_ITEMS])
+                for start in range(0, len(items), BATCH_WRITE_ITEMS)
+            )
+        )
+
+    async def _put_batch(self, items: Sequence[Item]) -> None:
+        writes = [{"PutRequest": {"Item": item}} for item in items]
+        for attempt in range(BATCH_GET_ROUNDS):
+            if self.client is None:
+                raise Internal(f"registry {self.table} is not open")
+            reply = await self.client.batch_write_item(RequestItems={self.table: writes})
+            writes = (reply.get("UnprocessedItems") or {}).get(self.table) or []
+            if not writes:
+                return
+            await asyncio.sleep(0.01 * 2**attempt)
+        raise Unavailable(f"registry table {self.table} kept throttling a batch write; retry")
 
     async def open(self) -> None:
         if self._stack is not None:
