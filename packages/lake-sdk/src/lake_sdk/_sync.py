@@ -512,6 +512,13 @@ class ObjectStore:
         reader = self._runner.run(self.store.open_range(location, start, end))
         return ObjectReader(self._runner, reader)
 
+    def map_range(self, location: DataLocation, start: int, end: int) -> memoryview | None:
+        """Bytes ``start..end`` of a local stage's file, mapped read-only (no copy); None on S3.
+
+        Checked as :meth:`open_range` is; where it is None, read with :meth:`open_range`.
+        """
+        return self._runner.run(self.store.map_range(location, start, end))
+
     def presign_read(self, location: DataLocation, ttl: float | timedelta) -> ReadCapability:
         """A bearer GET capability for one object (S3 stages only)."""
         return self._runner.run(self.store.presign_read(location, ttl))
