@@ -200,7 +200,7 @@ class RangeReader:
             got += n
             head_end = self._buffer.find(b"\r\n\r\n", 0, got)
         status_line, *lines = bytes(view[:head_end]).decode("latin-1").split("\r\n")
-        headers = {}
+        headers: dict[str, str] = {}
         for line in lines:
             name, _, value = line.partition(":")
             headers[name.strip().lower()] = value.strip()
