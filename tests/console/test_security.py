@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import urllib.parse
 
+import pytest
+
 from tests.console.conftest import SCRIPT, TOKENS, Console
-from tools.lake_testing.console import Session
+from tools.lake_testing.console import RangeReader, Session
 
 SQL = "SELECT episode_id, note, video FROM robots.episodes ORDER BY episode_id"
 MIB = 1024 * 1024
@@ -115,3 +117,30 @@ def test_range_reads_are_exact_and_bounded(console: Console) -> None:
     # The token never reached the console's log (access lines carry URLs only).
     assert TOKENS["acme"] not in console.log()
     assert "GET /file?loc=" in console.log()
+
+
+def test_the_benchmarks_range_reader_gets_exactly_what_a_session_gets(console: Console) -> None:
+    """``RangeReader`` (the seek benchmark's client) reads exact bytes on one kept-alive connection."""
+    session = Session(console.url)
+    session.sign_in(TOKENS["acme"])
+    link = _location_link(session)
+    data = console.video.read_bytes()
+    size = len(data)
+    reader = RangeReader(session, 4 * MIB)
+    try:
+        for start, end in ((0, None), (1000, 2000), (size - 10, None), (size // 2, None)):
+            body = reader.get(link, start, end)
+            expected = data[start : min(end or size, start + 4 * MIB)]
+            assert bytes(body) == expected
+            assert (
+                body
+                == session.request(
+                    link, headers={"Range": f"bytes={start}-{'' if end is None else end - 1}"}
+                ).body
+            )
+        # Not a 206 (an unsatisfiable range): refused, and the connection replaced.
+        with pytest.raises(AssertionError, match="expected 206"):
+            reader.get(link, size)
+        assert bytes(reader.get(link, 0, 10)) == data[:10]
+    finally:
+        reader.close()

@@ -1,8 +1,9 @@
 """``lake console`` for tests and benchmarks: start one by pid, and an HTTP session of it.
 
 :class:`Session` is a signed-in session without a browser (urllib, a cookie
-jar, redirects not followed); :class:`ConsoleProcess` a console process,
-stopped by its pid.
+jar, redirects not followed); :class:`RangeReader` its Range requests read
+into one preallocated buffer, as a browser's native stack reads media;
+:class:`ConsoleProcess` a console process, stopped by its pid.
 """
 
 from __future__ import annotations
@@ -123,6 +124,105 @@ class Session:
         reply = self.request("/signin", {"csrf": self.csrf("/signin"), "token": token})
         assert reply.status == 303, reply.text[:500]
         return reply
+
+
+class RangeReader:
+    """Range requests of one signed-in session, read the way a browser's native network stack does.
+
+    A kept-alive connection of its own, the session's cookies as they were
+    when it was made, and each response (status line, headers and body)
+    received with ``recv_into`` straight into one buffer allocated once:
+    no per-request header parsing by ``email``, cookie-jar walk or body
+    copy in Python, which would cost a Python client more than the transfer
+    it measures. :meth:`get` checks the status, ``Content-Range`` and
+    ``Content-Length`` and returns a view of the body in that buffer (valid
+    until the next request).
+    """
+
+    _HEAD_LIMIT = 64 * 1024
+
+    def __init__(self, session: Session, largest_body: int) -> None:
+        probe = urllib.request.Request(session.base + "/")
+        session.jar.add_cookie_header(probe)
+        self._cookie = probe.get_header("Cookie") or ""
+        self._address = (session._host, session._port)
+        self._timeout = session.timeout
+        self._buffer = bytearray(self._HEAD_LIMIT + largest_body)
+        self._sock: socket.socket | None = None
+
+    def close(self) -> None:
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+
+    def _connect(self) -> socket.socket:
+        sock = socket.create_connection(self._address, timeout=self._timeout)
+        sock.settimeout(None)  # kernel timeouts instead: Python's would poll() before every recv
+        limit = struct.pack("ll", int(self._timeout), 0)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, limit)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, limit)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return sock
+
+    def get(self, path: str, start: int, end: int | None = None) -> memoryview:
+        """``Range: bytes=start-[end]`` of ``path``: the 206 response's body."""
+        last = "" if end is None else str(end - 1)
+        request = (
+            f"GET {path} HTTP/1.1\r\nHost: {self._address[0]}:{self._address[1]}\r\n"
+            f"Cookie: {self._cookie}\r\nRange: bytes={start}-{last}\r\n\r\n"
+        ).encode("latin-1")
+        for attempt in (0, 1):
+            reused = self._sock is not None
+            if self._sock is None:
+                self._sock = self._connect()
+            try:
+                return self._exchange(self._sock, request)
+            except (ConnectionResetError, BrokenPipeError, EOFError):
+                self.close()
+                # The console closed an idle connection as this request went out.
+                if not reused or attempt:
+                    raise
+            except BaseException:
+                self.close()
+                raise
+        raise AssertionError("unreachable")
+
+    def _exchange(self, sock: socket.socket, request: bytes) -> memoryview:
+        sock.sendall(request)
+        view = memoryview(self._buffer)
+        got, head_end = 0, -1
+        while head_end < 0:
+            if got >= self._HEAD_LIMIT:
+                raise ValueError("the response headers exceed 64 KiB")
+            n = sock.recv_into(view[got : self._HEAD_LIMIT])
+            if n == 0:
+                raise EOFError("the console closed the connection")
+            got += n
+            head_end = self._buffer.find(b"\r\n\r\n", 0, got)
+        status_line, *lines = bytes(view[:head_end]).decode("latin-1").split("\r\n")
+        headers: dict[str, str] = {}
+        for line in lines:
+            name, _, value = line.partition(":")
+            headers[name.strip().lower()] = value.strip()
+        if status_line.split(" ", 2)[1] != "206":
+            raise AssertionError(f"expected 206, got {status_line!r}")
+        length = int(headers["content-length"])
+        body_start = head_end + 4
+        total = body_start + length
+        if total > len(self._buffer):
+            raise ValueError(f"a {length}-byte body does not fit the reader's buffer")
+        while got < total:
+            n = sock.recv_into(view[got:total])
+            if n == 0:
+                raise EOFError("the console closed the connection mid-body")
+            got += n
+        if got != total:
+            raise AssertionError("the console sent more than its Content-Length")
+        if headers.get("connection", "").lower() == "close":
+            self.close()
+        if "content-range" not in headers:
+            raise AssertionError("a 206 without Content-Range")
+        return view[body_start:total]
 
 
 @dataclass

@@ -36,6 +36,7 @@ from lake_sdk.recordings import MEDIA_TYPE as MCAP_MEDIA_TYPE
 __all__ = [
     "ByteRange",
     "MappedRangeResponse",
+    "PartialResponse",
     "RangeResponse",
     "decode_location",
     "encode_location",
@@ -103,7 +104,25 @@ async def stream(reader: ObjectReader) -> AsyncIterator[bytes]:
         await reader.aclose()
 
 
-class RangeResponse(Response):
+class PartialResponse(Response):
+    """A 206 with the given headers and no body of Starlette's: subclasses send it.
+
+    Starlette's ``Response.__init__`` renders a body; these responses send
+    theirs themselves, so they set only what ``init_headers`` and the
+    server need.
+    """
+
+    def __init__(self, headers: Mapping[str, str], media_type: str) -> None:
+        self.status_code = 206
+        self.media_type = media_type
+        self.background = None
+        self.init_headers(headers)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        raise NotImplementedError
+
+
+class RangeResponse(PartialResponse):
     """A 206 with one range's bytes, sent chunk by chunk as the reader yields them.
 
     Starlette's ``StreamingResponse`` also listens for a disconnect in a task
@@ -115,11 +134,8 @@ class RangeResponse(Response):
     """
 
     def __init__(self, reader: ObjectReader, headers: Mapping[str, str], media_type: str) -> None:
+        super().__init__(headers, media_type)
         self.reader = reader
-        self.status_code = 206
-        self.media_type = media_type
-        self.background = None
-        self.init_headers(headers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         chunks = aiter(self.reader)
@@ -143,7 +159,7 @@ class RangeResponse(Response):
             await self.reader.aclose()
 
 
-class MappedRangeResponse(Response):
+class MappedRangeResponse(PartialResponse):
     """A 206 whose body is a range mapped from a local stage's file (``map_range``).
 
     One body message holding the view: the server writes it to the socket
@@ -152,11 +168,8 @@ class MappedRangeResponse(Response):
     """
 
     def __init__(self, view: memoryview, headers: Mapping[str, str], media_type: str) -> None:
+        super().__init__(headers, media_type)
         self.view: memoryview | None = view
-        self.status_code = 206
-        self.media_type = media_type
-        self.background = None
-        self.init_headers(headers)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         view, self.view = self.view, None
