@@ -11,6 +11,17 @@ version, so Lake may now beat one-version-per-append references):
   one-row appends to a fresh table) against the commit floor server's, same
   driving. Goal: <= 1.5x (a lone append waits for no group).
 
+Beside them, two reports say where ``commit_16_writers`` is bounded:
+
+- ``commit_16_writers_transport_ceiling``: the same 16 writers against
+  :mod:`tools.bench.null_meta`, the real Metasrv answering every checked
+  append at once without committing it, against the same raw loop: the
+  most any commit behind Metasrv's transport (grpcio in Python on both
+  sides, the writers sharing the 2 cores) reaches on this machine.
+- ``commit_16_writers_vs_transport``: Lake against that ceiling: what the
+  commit itself (one fragment, one Lance version, fsyncs, registry) costs
+  on top of receiving the appends.
+
 The older figures below measured one version per append, Lake's contract
 before commit groups; their goals are retired (report only): a Metasrv
 that groups is no longer bound by Lance's per-version rate, and one that
@@ -96,7 +107,7 @@ from tools.bench.harness import (
     timed_threads,
     warmup_for,
 )
-from tools.lake_testing.servers import start_meta
+from tools.lake_testing.servers import LakeProcess, free_port, start_meta
 
 IN_FLIGHT = 8
 #: commit_16_writers: writers appending to one table at once, and rows per append.
@@ -253,6 +264,14 @@ async def _lake_latencies(meta_addr: str, table: TableRef, count: int) -> list[f
         return took
 
 
+def start_null_meta(data_dir: Path, log_dir: Path) -> LakeProcess:
+    """:mod:`tools.bench.null_meta`: Metasrv's transport and checks, no commit."""
+    addr = f"127.0.0.1:{free_port()}"
+    args = ["-m", "tools.bench.null_meta", "--addr", addr, "--data-dir", str(data_dir)]
+    root = str(Path(__file__).resolve().parents[2])
+    return LakeProcess("null-meta", args, addr, log_dir / "null-meta.log", {"PYTHONPATH": root}).start()
+
+
 def _p50_ms(latencies: list[float]) -> float:
     return statistics.median(latencies) * 1000
 
@@ -265,6 +284,7 @@ def run(quick: bool) -> list[Figure]:
     with tempfile.TemporaryDirectory(prefix="lake-bench-commit-") as tmp:
         root = Path(tmp)
         meta = start_meta(root / "data", root)
+        null_meta = start_null_meta(root / "null", root)
         floor = FloorServer(root / "floor")
         try:
             floor.start()
@@ -290,6 +310,14 @@ def run(quick: bool) -> list[Figure]:
                             GROUP_WRITERS,
                         )
                     ),
+                    "null_16": lambda: asyncio.run(
+                        _lake_writers_rate(
+                            null_meta.addr,
+                            TableRef("bench", f"null_{next(rounds)}"),
+                            group_batches,
+                            GROUP_WRITERS,
+                        )
+                    ),
                     "lance_batches": lambda: _lance_batches_rate(
                         root / "batches.lance", group_batches
                     ),
@@ -307,6 +335,7 @@ def run(quick: bool) -> list[Figure]:
             )
         finally:
             floor.stop()
+            null_meta.stop()
             meta.stop()
     lake = samples["lake"]
     return [
@@ -320,6 +349,26 @@ def run(quick: bool) -> list[Figure]:
                 f"{GROUP_WRITERS} writers of {GROUP_ROWS:,}-row appends to one table: >= 3.0 of "
                 "raw sequential Lance appends of the same batches, one version each (stretch 5.0)",
             ),
+            load_1m=samples.load_1m,
+        ),
+        figure(
+            "commit_16_writers_transport_ceiling",
+            samples["null_16"],
+            samples["lance_batches"],
+            unit="appends/s",
+            goal=None,
+            report_only="report: the same 16 writers against Metasrv answering every checked "
+            "append without committing it (tools/bench/null_meta.py): the most any commit "
+            "behind this transport reaches here, against the raw loop",
+            load_1m=samples.load_1m,
+        ),
+        figure(
+            "commit_16_writers_vs_transport",
+            samples["lake_16"],
+            samples["null_16"],
+            unit="appends/s",
+            goal=None,
+            report_only="report: what Lake's commit keeps of that transport ceiling",
             load_1m=samples.load_1m,
         ),
         figure(
