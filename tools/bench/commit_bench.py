@@ -269,7 +269,9 @@ def start_null_meta(data_dir: Path, log_dir: Path) -> LakeProcess:
     addr = f"127.0.0.1:{free_port()}"
     args = ["-m", "tools.bench.null_meta", "--addr", addr, "--data-dir", str(data_dir)]
     root = str(Path(__file__).resolve().parents[2])
-    return LakeProcess("null-meta", args, addr, log_dir / "null-meta.log", {"PYTHONPATH": root}).start()
+    return LakeProcess(
+        "null-meta", args, addr, log_dir / "null-meta.log", {"PYTHONPATH": root}
+    ).start()
 
 
 def _p50_ms(latencies: list[float]) -> float:
