@@ -11,13 +11,16 @@ version, so Lake may now beat one-version-per-append references):
   one-row appends to a fresh table) against the commit floor server's, same
   driving. Goal: <= 1.5x (a lone append waits for no group).
 
-Beside them, two reports say where ``commit_16_writers`` is bounded:
+Beside them, three reports say where the two goals are bounded:
 
 - ``commit_16_writers_transport_ceiling``: the same 16 writers against
   :mod:`tools.bench.null_meta`, the real Metasrv answering every checked
   append at once without committing it, against the same raw loop: the
   most any commit behind Metasrv's transport (grpcio in Python on both
   sides, the writers sharing the 2 cores) reaches on this machine.
+- ``commit_1_writer_vs_durable_floor``: one writer's p50 against the floor
+  server making the fsyncs of Lance's files that Lake makes (``durable``):
+  the floor the 1.5x goal is measured against does no fsync at all.
 - ``commit_16_writers_vs_transport``: Lake against that ceiling: what the
   commit itself (one fragment, one Lance version, fsyncs, registry) costs
   on top of receiving the appends.
@@ -288,8 +291,10 @@ def run(quick: bool) -> list[Figure]:
         meta = start_meta(root / "data", root)
         null_meta = start_null_meta(root / "null", root)
         floor = FloorServer(root / "floor")
+        durable_floor = FloorServer(root / "durable-floor", durable=True)
         try:
             floor.start()
+            durable_floor.start()
             rounds = counter()
             # Every sample starts from a fresh table (or dataset): versions accumulated by
             # earlier samples slow Lance's commits, and must not favour either side.
@@ -331,11 +336,15 @@ def run(quick: bool) -> list[Figure]:
                         )
                     ),
                     "floor_p50": lambda: _p50_ms(floor_latencies(floor.port, latency_count)),
+                    "durable_floor_p50": lambda: _p50_ms(
+                        floor_latencies(durable_floor.port, latency_count)
+                    ),
                 },
                 pairs=pairs_for(quick),
                 warmup=warmup_for(quick),
             )
         finally:
+            durable_floor.stop()
             floor.stop()
             null_meta.stop()
             meta.stop()
@@ -379,6 +388,17 @@ def run(quick: bool) -> list[Figure]:
             samples["floor_p50"],
             unit="ms p50",
             goal=at_most(1.5, "<= 1.5x the commit floor server's one-writer append latency"),
+            load_1m=samples.load_1m,
+        ),
+        figure(
+            "commit_1_writer_vs_durable_floor",
+            samples["lake_p50"],
+            samples["durable_floor_p50"],
+            unit="ms p50",
+            goal=None,
+            report_only="report: against the floor server making the fsyncs of Lance's files "
+            "Lake makes (data files, then the new manifest and transaction files and their "
+            "directories): what durability alone costs of the goal above",
             load_1m=samples.load_1m,
         ),
         figure(
