@@ -301,12 +301,12 @@ def floor_latencies(port: int, count: int) -> list[float]:
 
 
 def _serve(root: str, registry: bool, durable: bool) -> None:
+    if durable and DatasetStorage.is_s3(root):
+        raise SystemExit("--durable is for local roots (S3 writes are durable once acknowledged)")
     storage = DatasetStorage.from_env(dict(os.environ)) if DatasetStorage.is_s3(root) else None
     heads = None
     if registry:
         heads = _Registry(os.environ["AWS_ENDPOINT_URL_DYNAMODB"], os.environ["AWS_REGION"])
-    if durable and storage is not None:
-        raise SystemExit("--durable is for local roots (S3 writes are durable once acknowledged)")
     service = _Service(root, storage, heads, durable)
     print(service.port, flush=True)
     service.serve()
