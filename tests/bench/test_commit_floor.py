@@ -48,6 +48,25 @@ def test_one_writer_latencies_are_one_version_each(tmp_path: Path) -> None:
     assert (dataset.version, dataset.count_rows()) == (6, 5)
 
 
+def test_the_durable_floor_makes_the_same_versions(tmp_path: Path) -> None:
+    root = tmp_path / "floor"
+    with FloorServer(root, durable=True) as floor:
+        floor_rate(floor.port, tables=1, count=6, in_flight=2)
+        took = floor_latencies(floor.port, 3)
+    assert len(took) == 3
+    datasets = _datasets(root)
+    assert sorted((d.version, d.count_rows()) for d in datasets) == [(4, 3), (7, 6)]
+
+
+def test_the_durable_floor_is_for_local_roots(tmp_path: Path) -> None:
+    floor = FloorServer("s3://nowhere/floor", durable=True)
+    try:
+        with pytest.raises(RuntimeError, match="did not start"):
+            floor.start()
+    finally:
+        floor.stop()
+
+
 def test_the_server_is_stopped_by_its_pid(tmp_path: Path) -> None:
     floor = FloorServer(tmp_path / "floor").start()
     port = floor.port

@@ -11,6 +11,20 @@ version, so Lake may now beat one-version-per-append references):
   one-row appends to a fresh table) against the commit floor server's, same
   driving. Goal: <= 1.5x (a lone append waits for no group).
 
+Beside them, three reports say where the two goals are bounded:
+
+- ``commit_16_writers_transport_ceiling``: the same 16 writers against
+  :mod:`tools.bench.null_meta`, the real Metasrv answering every checked
+  append at once without committing it, against the same raw loop: the
+  most any commit behind Metasrv's transport (grpcio in Python on both
+  sides, the writers sharing the 2 cores) reaches on this machine.
+- ``commit_1_writer_vs_durable_floor``: one writer's p50 against the floor
+  server making the fsyncs of Lance's files that Lake makes (``durable``):
+  the floor the 1.5x goal is measured against does no fsync at all.
+- ``commit_16_writers_vs_transport``: Lake against that ceiling: what the
+  commit itself (one fragment, one Lance version, fsyncs, registry) costs
+  on top of receiving the appends.
+
 The older figures below measured one version per append, Lake's contract
 before commit groups; their goals are retired (report only): a Metasrv
 that groups is no longer bound by Lance's per-version rate, and one that
@@ -96,7 +110,7 @@ from tools.bench.harness import (
     timed_threads,
     warmup_for,
 )
-from tools.lake_testing.servers import start_meta
+from tools.lake_testing.servers import LakeProcess, free_port, start_meta
 
 IN_FLIGHT = 8
 #: commit_16_writers: writers appending to one table at once, and rows per append.
@@ -253,6 +267,16 @@ async def _lake_latencies(meta_addr: str, table: TableRef, count: int) -> list[f
         return took
 
 
+def start_null_meta(data_dir: Path, log_dir: Path) -> LakeProcess:
+    """:mod:`tools.bench.null_meta`: Metasrv's transport and checks, no commit."""
+    addr = f"127.0.0.1:{free_port()}"
+    args = ["-m", "tools.bench.null_meta", "--addr", addr, "--data-dir", str(data_dir)]
+    root = str(Path(__file__).resolve().parents[2])
+    return LakeProcess(
+        "null-meta", args, addr, log_dir / "null-meta.log", {"PYTHONPATH": root}
+    ).start()
+
+
 def _p50_ms(latencies: list[float]) -> float:
     return statistics.median(latencies) * 1000
 
@@ -265,9 +289,12 @@ def run(quick: bool) -> list[Figure]:
     with tempfile.TemporaryDirectory(prefix="lake-bench-commit-") as tmp:
         root = Path(tmp)
         meta = start_meta(root / "data", root)
+        null_meta = start_null_meta(root / "null", root)
         floor = FloorServer(root / "floor")
+        durable_floor = FloorServer(root / "durable-floor", durable=True)
         try:
             floor.start()
+            durable_floor.start()
             rounds = counter()
             # Every sample starts from a fresh table (or dataset): versions accumulated by
             # earlier samples slow Lance's commits, and must not favour either side.
@@ -290,6 +317,14 @@ def run(quick: bool) -> list[Figure]:
                             GROUP_WRITERS,
                         )
                     ),
+                    "null_16": lambda: asyncio.run(
+                        _lake_writers_rate(
+                            null_meta.addr,
+                            TableRef("bench", f"null_{next(rounds)}"),
+                            group_batches,
+                            GROUP_WRITERS,
+                        )
+                    ),
                     "lance_batches": lambda: _lance_batches_rate(
                         root / "batches.lance", group_batches
                     ),
@@ -301,12 +336,17 @@ def run(quick: bool) -> list[Figure]:
                         )
                     ),
                     "floor_p50": lambda: _p50_ms(floor_latencies(floor.port, latency_count)),
+                    "durable_floor_p50": lambda: _p50_ms(
+                        floor_latencies(durable_floor.port, latency_count)
+                    ),
                 },
                 pairs=pairs_for(quick),
                 warmup=warmup_for(quick),
             )
         finally:
+            durable_floor.stop()
             floor.stop()
+            null_meta.stop()
             meta.stop()
     lake = samples["lake"]
     return [
@@ -323,11 +363,42 @@ def run(quick: bool) -> list[Figure]:
             load_1m=samples.load_1m,
         ),
         figure(
+            "commit_16_writers_transport_ceiling",
+            samples["null_16"],
+            samples["lance_batches"],
+            unit="appends/s",
+            goal=None,
+            report_only="report: the same 16 writers against Metasrv answering every checked "
+            "append without committing it (tools/bench/null_meta.py): the most any commit "
+            "behind this transport reaches here, against the raw loop",
+            load_1m=samples.load_1m,
+        ),
+        figure(
+            "commit_16_writers_vs_transport",
+            samples["lake_16"],
+            samples["null_16"],
+            unit="appends/s",
+            goal=None,
+            report_only="report: what Lake's commit keeps of that transport ceiling",
+            load_1m=samples.load_1m,
+        ),
+        figure(
             "commit_1_writer_p50",
             samples["lake_p50"],
             samples["floor_p50"],
             unit="ms p50",
             goal=at_most(1.5, "<= 1.5x the commit floor server's one-writer append latency"),
+            load_1m=samples.load_1m,
+        ),
+        figure(
+            "commit_1_writer_vs_durable_floor",
+            samples["lake_p50"],
+            samples["durable_floor_p50"],
+            unit="ms p50",
+            goal=None,
+            report_only="report: against the floor server making the fsyncs of Lance's files "
+            "Lake makes (data files, then the new manifest and transaction files and their "
+            "directories): what durability alone costs of the goal above",
             load_1m=samples.load_1m,
         ),
         figure(

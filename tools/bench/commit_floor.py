@@ -13,8 +13,13 @@ is the most Lake could reach on the same machine and storage:
 - with ``registry=True`` (cloud): then the raw chain's registry step, a
   conditional update of the table's head version in DynamoDB, still under
   the lock: the visibility point every append needs;
+- with ``durable=True`` (local roots): the fsyncs Lake makes of Lance's own
+  files, with Lake's own tracker (:class:`~lake_metasrv.engine.local.LocalWrittenFiles`):
+  the data files before the Lance commit, the new manifest and transaction
+  files and their directories after it; nothing of Lake's own records;
 - not done: authentication, the replay check, row checks, the rest of the
-  registry's records, reference-delta sidecars, digests, fsync, retention.
+  registry's records, reference-delta sidecars, digests, retention (and,
+  unless ``durable``, fsync).
 
 Run it with :class:`FloorServer` (a child process, stopped by its pid) and
 drive it with :func:`floor_rate`. Its root is a local directory or an
@@ -41,6 +46,7 @@ import pyarrow as pa
 import pyarrow.flight as flight
 
 from lake_core.cloud import DatasetStorage
+from lake_metasrv.engine.local import LocalWrittenFiles
 from lake_metasrv.registry.dynamo_layout import REGISTRY_SCHEMA
 from tools.bench.harness import timed_threads
 
@@ -50,6 +56,7 @@ __all__ = ["SCHEMA", "FloorServer", "floor_latencies", "floor_rate", "one_row_ba
 SCHEMA = pa.schema([("id", pa.int64()), ("value", pa.float64())])
 _CREATE = "create"
 _REGISTRY_FLAG = "--registry"
+_DURABLE_FLAG = "--durable"
 
 
 def one_row_batch(row: int) -> pa.RecordBatch:
@@ -102,9 +109,14 @@ class _Service(flight.FlightServerBase):  # type: ignore[misc]
     """DoAction ``create`` makes an empty dataset; DoPut appends its batch as the next version."""
 
     def __init__(
-        self, root: str, storage: DatasetStorage | None, registry: _Registry | None
+        self,
+        root: str,
+        storage: DatasetStorage | None,
+        registry: _Registry | None,
+        durable: bool = False,
     ) -> None:
         super().__init__("grpc://127.0.0.1:0")
+        self._durable = durable
         self._root = root.rstrip("/")
         self._storage = storage
         self._registry = registry
@@ -145,7 +157,12 @@ class _Service(flight.FlightServerBase):  # type: ignore[misc]
         fragments = lance.fragment.write_fragments(
             table, self._datasets[name], storage_options=options
         )
+        written = LocalWrittenFiles(Path(self._root) / f"{name}.lance") if self._durable else None
+        if written is not None:
+            written.sync_data(fragments)
         with self._locks[name]:
+            if written is not None:
+                written.before_commits()
             dataset = self._datasets[name]
             dataset = lance.LanceDataset.commit(
                 dataset,
@@ -153,6 +170,8 @@ class _Service(flight.FlightServerBase):  # type: ignore[misc]
                 read_version=dataset.version,
                 storage_options=options,
             )
+            if written is not None:
+                written.sync_commits()
             self._datasets[name] = dataset
             version = dataset.version - 1  # Lance's version 1 is the empty dataset
             if self._registry is not None:
@@ -164,11 +183,17 @@ class FloorServer:
     """The floor server as a child process: ``with FloorServer(root) as floor: floor.port``."""
 
     def __init__(
-        self, root: str | Path, env: Mapping[str, str] | None = None, *, registry: bool = False
+        self,
+        root: str | Path,
+        env: Mapping[str, str] | None = None,
+        *,
+        registry: bool = False,
+        durable: bool = False,
     ) -> None:
         self.root = str(root)
         self._env = dict(os.environ if env is None else env)
         self._registry = registry
+        self._durable = durable
         self._process: subprocess.Popen[str] | None = None
         self.port = 0
 
@@ -184,6 +209,7 @@ class FloorServer:
                 "tools.bench.commit_floor",
                 self.root,
                 *([_REGISTRY_FLAG] if self._registry else []),
+                *([_DURABLE_FLAG] if self._durable else []),
             ],
             stdout=subprocess.PIPE,
             text=True,
@@ -274,15 +300,17 @@ def floor_latencies(port: int, count: int) -> list[float]:
     return took
 
 
-def _serve(root: str, registry: bool) -> None:
+def _serve(root: str, registry: bool, durable: bool) -> None:
+    if durable and DatasetStorage.is_s3(root):
+        raise SystemExit("--durable is for local roots (S3 writes are durable once acknowledged)")
     storage = DatasetStorage.from_env(dict(os.environ)) if DatasetStorage.is_s3(root) else None
     heads = None
     if registry:
         heads = _Registry(os.environ["AWS_ENDPOINT_URL_DYNAMODB"], os.environ["AWS_REGION"])
-    service = _Service(root, storage, heads)
+    service = _Service(root, storage, heads, durable)
     print(service.port, flush=True)
     service.serve()
 
 
 if __name__ == "__main__":
-    _serve(sys.argv[1], _REGISTRY_FLAG in sys.argv[2:])
+    _serve(sys.argv[1], _REGISTRY_FLAG in sys.argv[2:], _DURABLE_FLAG in sys.argv[2:])

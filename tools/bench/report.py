@@ -139,11 +139,21 @@ Each benchmark module in `tools/bench` starts the real servers it needs
   writers append); sequential and from 8 threads racing (Lake's concurrency); the
   SQLite compare-and-swap loop (WAL, synchronous=FULL) for scale; the commit floor
   server (Flight DoPut, a fragment and a Lance version per append, nothing else)
-  for one writer's latency (`commit_1_writer_p50`).
+  for one writer's latency (`commit_1_writer_p50`), and the same server making
+  the fsyncs of Lance's files that Lake makes (`commit_1_writer_vs_durable_floor`);
+  the real Metasrv answering every checked append without committing it, for
+  the transport's ceiling (`commit_16_writers_transport_ceiling`).
 - Cloud commits: a raw loop of the minimal request chain of one append (data object
   PUT, manifest PUT, manifest-pointer conditional put, registry conditional update)
   against the same SeaweedFS and dynalite; the commit floor server with the chain's
   registry step on 8 tables (`dynamo_commit_8_tables`).
+- Uploads: raw aioboto3 multipart, SHA-256 of the parts in a thread and the same
+  zero-copy part body, same part size and concurrency, same SeaweedFS.
+- Ranged and full reads: raw aioboto3 GETs consumed the same way (1 MiB reads; the
+  full read also SHA-256 over the bytes, as Lake's verified open).
+- Verified open: hashlib SHA-256 over the same file in Lake's local chunk size.
+- Upload memory: a bound (part size x (concurrency + 2) + 100 MiB), not a measurement.
+- Admission: the same workload with 2 clients instead of 16.
 
 ## Retired goals
 
@@ -156,13 +166,6 @@ could not reach on this machine (0.88-0.98, 0.64 and 2.2x). Metasrv now commits
 concurrent appends to one table as one version (a commit group), and the goals
 that replace them measure that: `commit_16_writers`, `commit_1_writer_p50`,
 `dynamo_commit_16_writers_one_table` and `dynamo_commit_8_tables`.
-- Uploads: raw aioboto3 multipart, SHA-256 of the parts in a thread and the same
-  zero-copy part body, same part size and concurrency, same SeaweedFS.
-- Ranged and full reads: raw aioboto3 GETs consumed the same way (1 MiB reads; the
-  full read also SHA-256 over the bytes, as Lake's verified open).
-- Verified open: hashlib SHA-256 over the same file in Lake's local chunk size.
-- Upload memory: a bound (part size x (concurrency + 2) + 100 MiB), not a measurement.
-- Admission: the same workload with 2 clients instead of 16.
 """
 
 

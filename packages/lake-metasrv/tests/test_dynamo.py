@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 import pytest_asyncio
+from structlog.testing import capture_logs
 
 from lake_core.errors import FailedPrecondition, ResourceExhausted, StaleReadVersion
 from lake_core.ids import new_operation_id, operation_time_ms
@@ -407,3 +408,45 @@ async def test_commits_of_many_tables_share_their_post_commit_writes(
     assert len(set(ops)) == len(tables)
     assert (bumps, writes) == (2, 2)
     assert not registry._unsynced
+
+
+@pytest.mark.asyncio
+async def test_a_failed_flush_is_logged_and_the_next_commit_writes_what_it_owed(
+    registry: DynamoRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A flush that fails outside DynamoDB (a bug) neither hangs nor loses the commit's records."""
+    await registry.create_table(record())
+    real, calls = dynamo.version_item, 0
+
+    def fails_once(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("building the version record failed")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(dynamo, "version_item", fails_once)
+    first = new_operation_id()
+    with capture_logs() as logs:
+        head = await asyncio.wait_for(registry.commit_append(commit(0, 2, first)), 30)
+    assert head.version == 1  # the head moved: committed, whatever the flush did
+    warnings = [e for e in logs if e["log_level"] == "warning"]
+    assert [e["event"] for e in warnings] == [
+        "post-commit registry flush failed; retried before the next write"
+    ]
+    assert "building the version record failed" in warnings[0]["error"]
+    assert T in registry._unsynced
+
+    second = new_operation_id()
+    assert (await registry.commit_append(commit(1, 3, second))).version == 2
+    assert not registry._unsynced
+    assert [v.operation_ids for v in await registry.versions("inc-1")] == [
+        (),
+        (first,),
+        (second,),
+    ]
+    for op in (first, second):
+        raw = await registry.client.get_item(
+            TableName=registry.table, Key=layout.op_key(op), ConsistentRead=True
+        )
+        assert raw["Item"]["st"] == {"S": "committed"}

@@ -251,6 +251,14 @@ class DynamoRegistry(RegistryStore):
         async def flush() -> None:
             try:
                 await self._flush_once()
+            except Exception as exc:
+                # Not a DynamoDB failure (those are handled inside): whatever it
+                # owed stays owed, written before each table's next write.
+                self._generation_owed = True
+                log.warning(
+                    "post-commit registry flush failed; retried before the next write",
+                    error=repr(exc),
+                )
             finally:
                 waiting.set_result(None)
                 self._flushing = None
