@@ -192,7 +192,9 @@ class _Noting(LakeDatasource):
 
             return run
 
-        return [ReadTask(noting(i, t.read_fn), t.metadata, schema=t.schema) for i, t in enumerate(tasks)]
+        return [
+            ReadTask(noting(i, t.read_fn), t.metadata, schema=t.schema) for i, t in enumerate(tasks)
+        ]
 
 
 def read_noting(
@@ -237,9 +239,7 @@ def test_concurrency_caps_the_read_tasks_running_at_once(
     assert rows_of(got).equals(samples.expected)
     assert notes[0]["beside"] or notes[1]["beside"], notes
     # ...so capped at one, a task that ever found another running would show it.
-    got, notes = read_noting(
-        monkeypatch, url, tmp_path / "one", False, num_cpus=0, concurrency=1
-    )
+    got, notes = read_noting(monkeypatch, url, tmp_path / "one", False, num_cpus=0, concurrency=1)
     assert rows_of(got).equals(samples.expected)
     assert len(notes) == 7
     assert all(note["beside"] == [] for note in notes), notes
