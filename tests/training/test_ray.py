@@ -7,6 +7,8 @@ statement's own result, row for row, however Ray schedules or retries tasks.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import re
 from collections.abc import Iterator
@@ -19,9 +21,10 @@ import pyarrow.flight as flight
 import pytest
 
 import lake_sdk
-from lake_core.errors import TableNotFound
+from lake_core.errors import InvalidArgument, TableNotFound
 from tests.training.conftest import SAMPLES_SCHEMA, Samples, rows_of
 from tools.lake_testing.ray_local import local_ray
+from tools.lake_testing.waiting import until
 
 ray = pytest.importorskip("ray")  # in the test environment always (hatch.toml); the SDK extra
 from lake_sdk.ray import LakeDatasource, read_lake  # noqa: E402
@@ -150,6 +153,118 @@ def test_a_worker_killed_mid_read_is_retried_and_every_row_arrives_once(
     assert marker.exists(), "the fault never fired: the test proved nothing"
     assert got.num_rows == samples.expected.num_rows
     assert rows_of(got).equals(samples.expected)
+
+
+class _Noting(LakeDatasource):
+    """Lake's read tasks, each noting in ``notes`` what Ray gave it and who ran beside it.
+
+    A task marks itself running (``running-<i>``) for as long as it reads,
+    and writes ``task-<i>.json``: the resources Ray assigned it and the other
+    tasks running as it started. ``meet``: tasks 0 and 1 each wait until the
+    other is running, which only tasks that Ray runs at once can do.
+    """
+
+    def __init__(self, notes: Path, meet: bool, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._notes, self._meet = str(notes), meet
+
+    def get_read_tasks(self, parallelism: int, *args: Any, **kwargs: Any) -> list[Any]:
+        from ray.data.datasource import ReadTask
+
+        tasks = super().get_read_tasks(parallelism, *args, **kwargs)
+        notes, meet = Path(self._notes), self._meet
+
+        def noting(index: int, read: Any) -> Any:
+            def run() -> Iterator[pa.Table]:
+                running = notes / f"running-{index}"
+                running.touch()
+                beside = sorted(p.name for p in notes.glob("running-*") if p != running)
+                held = ray.get_runtime_context().get_assigned_resources()
+                note = {"held": held, "beside": beside}
+                (notes / f"task-{index}.json").write_text(json.dumps(note))
+                if meet and index < 2:
+                    other = notes / f"running-{1 - index}"
+                    until(other.exists, 60, f"read task {1 - index} running beside {index}")
+                try:
+                    yield from read()
+                finally:
+                    running.unlink()
+
+            return run
+
+        return [
+            ReadTask(noting(i, t.read_fn), t.metadata, schema=t.schema) for i, t in enumerate(tasks)
+        ]
+
+
+def read_noting(
+    monkeypatch: pytest.MonkeyPatch, url: str, notes: Path, meet: bool, **options: Any
+) -> tuple[pa.Table, list[dict[str, Any]]]:
+    """``read_lake`` of every row through :class:`_Noting`; the rows and each task's note."""
+    import lake_sdk.ray
+
+    notes.mkdir()
+    with monkeypatch.context() as patch:
+        patch.setattr(lake_sdk.ray, "LakeDatasource", lambda *a, **k: _Noting(notes, meet, *a, **k))
+        got = collect(read_lake(ALL, url=url, **options))
+    taken = sorted(notes.glob("task-*.json"), key=lambda p: int(p.stem.split("-")[1]))
+    return got, [json.loads(p.read_text()) for p in taken]
+
+
+def test_num_cpus_is_what_each_read_task_holds(
+    samples: Samples, ray_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = samples.cluster.query.url
+    got, notes = read_noting(monkeypatch, url, tmp_path / "default", False)
+    assert rows_of(got).equals(samples.expected)
+    assert len(notes) == 7  # one read task per endpoint, whatever the resources
+    assert all(note["held"].get("CPU") == 1.0 for note in notes), notes
+
+    got, notes = read_noting(monkeypatch, url, tmp_path / "none", False, num_cpus=0)
+    assert rows_of(got).equals(samples.expected)
+    assert len(notes) == 7
+    assert all(not note["held"].get("CPU") for note in notes), notes
+
+    got, notes = read_noting(monkeypatch, url, tmp_path / "half", False, num_cpus=0.5)
+    assert rows_of(got).equals(samples.expected)
+    assert all(note["held"].get("CPU") == 0.5 for note in notes), notes
+
+
+def test_concurrency_caps_the_read_tasks_running_at_once(
+    samples: Samples, ray_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = samples.cluster.query.url
+    # Uncapped, tasks that hold no CPU run at once (0 and 1 wait for each other)...
+    got, notes = read_noting(monkeypatch, url, tmp_path / "free", True, num_cpus=0)
+    assert rows_of(got).equals(samples.expected)
+    assert notes[0]["beside"] or notes[1]["beside"], notes
+    # ...so capped at one, a task that ever found another running would show it.
+    got, notes = read_noting(monkeypatch, url, tmp_path / "one", False, num_cpus=0, concurrency=1)
+    assert rows_of(got).equals(samples.expected)
+    assert len(notes) == 7
+    assert all(note["beside"] == [] for note in notes), notes
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"num_cpus": -1},
+        {"num_cpus": math.nan},
+        {"num_cpus": math.inf},
+        {"num_cpus": True},
+        {"num_cpus": "1"},
+        {"concurrency": 0},
+        {"concurrency": 1.5},
+        {"concurrency": True},
+    ],
+)
+def test_bad_resource_options_are_invalid_arguments_before_planning(
+    samples: Samples, ray_dir: Path, options: dict[str, Any]
+) -> None:
+    name = next(iter(options))
+    # No such table: planning would raise TableNotFound, so the check came first.
+    with pytest.raises(InvalidArgument, match=name):
+        read_lake("SELECT * FROM training.no_such_table", url=samples.cluster.query.url, **options)
 
 
 def test_planning_errors_are_lake_errors_in_the_caller(samples: Samples, ray_dir: Path) -> None:

@@ -6,11 +6,14 @@
   SDK's ``Client.scan`` of the same statement reading every endpoint in one
   process. Goal >= 0.5 of the scan's rows/s. Query makes one endpoint per
   CPU of the local Ray (``LAKE_QUERY_MAX_ENDPOINTS=2``, as docs/training.md
-  advises). Both sides plan the statement and read all its endpoints from one
-  replica; Ray's side also builds the dataset, schedules one read task per
-  endpoint on a local Ray (2 CPUs), moves each block through Ray's object
-  store and slices it into 65,536-row batches. docs/training.md ("Ray Data")
-  says where that overhead goes on two cores.
+  advises), and the read tasks reserve no CPU, at most two at once
+  (``num_cpus=0, concurrency=2``, docs/training.md's advice for read tasks,
+  which mostly wait on Query: they start together instead of one at a time
+  in an execution's first second). Both sides plan the statement and read
+  all its endpoints from one replica; Ray's side also builds the dataset,
+  schedules one read task per endpoint on a local Ray (2 CPUs), moves each
+  block through Ray's object store and slices it into 65,536-row batches.
+  docs/training.md ("Ray Data") says where that overhead goes on two cores.
 
 The local Ray is started once, before the first pair, and stopped at the end
 (its start is not timed: a training job pays it once).
@@ -82,9 +85,8 @@ def _ray_read(url: str, rows: int, quick: bool) -> Figure:
     def through_ray() -> float:
         began = time.perf_counter()
         seen = 0
-        for batch in read_lake(SQL, url=url).iter_batches(
-            batch_format="pyarrow", batch_size=BATCH_ROWS
-        ):
+        dataset = read_lake(SQL, url=url, num_cpus=0, concurrency=RAY_CPUS)
+        for batch in dataset.iter_batches(batch_format="pyarrow", batch_size=BATCH_ROWS):
             seen += batch.num_rows
         elapsed = time.perf_counter() - began
         assert seen == rows, f"Ray read {seen} of {rows} rows"

@@ -32,6 +32,7 @@ names, the datasource's ``repr``, Ray's logs or the dataset's ``repr``.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
@@ -223,6 +224,8 @@ def read_lake(
     as_of: int | datetime | None = None,
     columns: Sequence[str] | None = None,
     limit: int | None = None,
+    num_cpus: float | None = None,
+    concurrency: int | None = None,
     ray_remote_args: dict[str, Any] | None = None,
 ) -> ray.data.Dataset:
     """A Ray Dataset of ``sql``'s result, one read task per endpoint of one pinned plan.
@@ -230,18 +233,43 @@ def read_lake(
     ``columns`` keeps only those result columns and ``limit`` at most that
     many rows; both are applied by Query when it plans, so no worker reads
     more. ``as_of`` (a version or an aware datetime) reads every table as of
-    then. ``ray_remote_args`` go to the read tasks (``num_cpus``, ...).
+    then.
+
+    ``num_cpus`` is what each read task reserves (Ray's default: one CPU). A
+    read task mostly waits on Query, which decodes the table, so where CPUs
+    are scarce give it less; with ``num_cpus=0`` the tasks also start at once
+    instead of one at a time while Ray Data still learns the cluster's
+    resources (the first second of an execution). ``concurrency`` caps how
+    many read tasks run at once (say, with ``num_cpus=0``). Neither changes
+    the tasks or their rows. Other ``ray_remote_args`` go to the read tasks
+    as Ray takes them (Ray 2.60 warns that this argument is deprecated).
     """
     statement = _shaped(sql, columns, limit)
+    _check_resources(num_cpus, concurrency)
     source = LakeDatasource(
         statement, url=url, token=token, ca_pem=ca_pem, server_name=server_name, as_of=as_of
     )
+    # Only what was given: Ray warns on any ``ray_remote_args``, even an empty one.
+    options: dict[str, Any] = {}
+    if ray_remote_args:
+        options["ray_remote_args"] = ray_remote_args
     dataset: ray.data.Dataset = ray.data.read_datasource(
         source,
         override_num_blocks=max(1, source.endpoint_count),
-        ray_remote_args=ray_remote_args or {},
+        num_cpus=None if num_cpus is None else float(num_cpus),
+        concurrency=concurrency,
+        **options,
     )
     return dataset
+
+
+def _check_resources(num_cpus: float | None, concurrency: int | None) -> None:
+    if num_cpus is not None and (
+        type(num_cpus) not in (int, float) or not math.isfinite(num_cpus) or num_cpus < 0
+    ):
+        raise InvalidArgument(f"num_cpus must be a number >= 0, got {num_cpus!r}")
+    if concurrency is not None and (type(concurrency) is not int or concurrency < 1):
+        raise InvalidArgument(f"concurrency must be an int >= 1, got {concurrency!r}")
 
 
 def _shaped(sql: str, columns: Sequence[str] | None, limit: int | None) -> str:
