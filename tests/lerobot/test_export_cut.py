@@ -248,9 +248,7 @@ def test_sources_with_b_frames_are_cut_frame_for_frame(
     _assert_same_frames(source, out, picked, all_frames_selected=True, lengths=lengths)
 
 
-def test_open_gops_are_not_cut_at_their_keyframes(
-    shared_lake: LakeCluster, tmp_path: Path
-) -> None:
+def test_open_gops_are_not_cut_at_their_keyframes(shared_lake: LakeCluster, tmp_path: Path) -> None:
     # One stream per file (not LeRobot's way), open GOPs of 6 frames with 2 B-frames: the
     # keyframes at frames 6 and 12 are followed, in decode order, by B-frames shown before
     # them that refer to the GOP before. Episodes of 6 frames each start at a keyframe, but a

@@ -101,7 +101,9 @@ def _write_video(path: Path, episodes: list[list[Any]], spec: DatasetSpec) -> No
     path.parent.mkdir(parents=True, exist_ok=True)
     if not spec.episode_keyframes:
         # One stream (by default with a single keyframe: later episodes do not start at one).
-        _encode(str(path), [p for pictures in episodes for p in pictures], spec.fps, spec.size, spec)
+        _encode(
+            str(path), [p for pictures in episodes for p in pictures], spec.fps, spec.size, spec
+        )
         return
     parts = []
     for pictures in episodes:
