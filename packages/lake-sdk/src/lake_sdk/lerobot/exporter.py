@@ -37,7 +37,6 @@ import asyncio
 import contextlib
 import itertools
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,23 +181,17 @@ def _video_stats(episodes: pa.Table, video_keys: list[str]) -> dict[str, dict[st
 async def _copy_video(client: AsyncClient, location: DataLocation, target: Path) -> None:
     """Stream one object to ``target``, verified (size and SHA-256) before it is renamed there.
 
-    No fsync: an export is a directory of files written for a reader, not a
-    commit; a crash leaves an unfinished export to delete, whatever is synced.
+    ``copy_to`` writes a temporary file beside ``target`` (each chunk written
+    while the next is read and hashed; a local object in one worker-thread
+    call) and renames it only once every byte matched; on a mismatch it is
+    removed. No fsync: an export is a directory of files written for a
+    reader, not a commit; a crash leaves an unfinished export to delete,
+    whatever is synced.
     """
     await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.partial")
     reader = await client.open(location)
     try:
-        out = await asyncio.to_thread(open, temporary, "wb")
-        try:
-            await reader.copy_to(out)
-        finally:
-            await asyncio.to_thread(out.close)
-        await asyncio.to_thread(os.replace, temporary, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            temporary.unlink()
-        raise
+        await reader.copy_to(target, durable=False)
     finally:
         await reader.aclose()
 

@@ -75,7 +75,7 @@ def _encode(target: Any, pictures: list[Any], fps: int, size: int, spec: Dataset
     import av
 
     gop = spec.gop or (2 if spec.episode_keyframes else 1000)
-    options = {"preset": "ultrafast", "g": str(gop), "bf": str(spec.b_frames)}
+    options: dict[str, object] = {"preset": "ultrafast", "g": str(gop), "bf": str(spec.b_frames)}
     if spec.open_gop:
         # Keyframes exactly every ``gop`` frames, so the test knows where they are.
         options["x264-params"] = f"open-gop=1:keyint={gop}:min-keyint={gop}:scenecut=0"
