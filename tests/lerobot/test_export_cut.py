@@ -5,7 +5,9 @@ so no source file is wholly selected. The exported videos must hold exactly
 the selected episodes' frames, decoding (PyAV, frame by frame) to the source's
 pixels at exactly ``from_timestamp + k/fps``; files are packed and cut at
 info.json's ``video_files_size_in_mb``; a file not written LeRobot's way (its
-episodes do not start at keyframes) is copied whole instead.
+episodes do not start at keyframes) is copied whole instead. The same holds
+for sources with B-frames (packets out of presentation order) and open GOPs,
+and for a Lake whose stage is S3 (SeaweedFS).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import pytest
 
 import lake_sdk
 from lake_sdk.lerobot import export_lerobot, import_lerobot
+from tests.files.conftest import S3Lake
 from tests.lerobot.checker import VIDEO_PATH, check_dataset, decoded_frames
 from tools.lake_testing.lerobot import CAMERAS, DatasetSpec, write_dataset
 from tools.lake_testing.plugin import LakeCluster
@@ -62,17 +65,22 @@ def _episode_frames(root: Path, key: str, episode: dict[str, Any]) -> list[tuple
 
 
 def _assert_same_frames(
-    source: Path, out: Path, picked: tuple[int, ...], *, all_frames_selected: bool
+    source: Path,
+    out: Path,
+    picked: tuple[int, ...],
+    *,
+    all_frames_selected: bool,
+    lengths: tuple[int, ...] = LENGTHS,
 ) -> None:
     """Each exported episode decodes to its source episode's frames, at exactly k/fps."""
     before = {e["episode_index"]: e for e in check_dataset(source)["episodes"]}
     after = check_dataset(out)["episodes"]
-    assert [e["length"] for e in after] == [LENGTHS[old] for old in picked]
+    assert [e["length"] for e in after] == [lengths[old] for old in picked]
     for key in CAMERAS:
         for new, old in enumerate(picked):
             got = _episode_frames(out, key, after[new])
             want = _episode_frames(source, key, before[old])
-            assert len(got) == len(want) == LENGTHS[old]
+            assert len(got) == len(want) == lengths[old]
             for k, ((t_got, p_got), (t_want, p_want)) in enumerate(zip(got, want, strict=True)):
                 assert abs(t_got - k / FPS) < 1e-9, (key, new, k, t_got)
                 assert abs(t_want - k / FPS) < 1e-9
@@ -80,7 +88,7 @@ def _assert_same_frames(
         if all_frames_selected:
             # The cut files hold the selected episodes' frames and nothing else.
             videos = sorted(out.glob(f"videos/{key}/*/*.mp4"))
-            assert sum(len(decoded_frames(v)) for v in videos) == sum(LENGTHS[i] for i in picked)
+            assert sum(len(decoded_frames(v)) for v in videos) == sum(lengths[i] for i in picked)
 
 
 def _packet_bytes(source: Path) -> dict[tuple[str, int], int]:
@@ -203,3 +211,106 @@ def test_a_file_whose_episodes_do_not_start_at_keyframes_is_copied_whole(
         episode_1 = check_dataset(out)["episodes"][1]
         assert episode_1[f"videos/{key}/from_timestamp"] == pytest.approx(0.4)
     _assert_same_frames(source, out, picked, all_frames_selected=False)
+
+
+def _packets(path: Path) -> list[tuple[int, int, bool]]:
+    """(pts, dts, keyframe) of an MP4's video packets in decode order."""
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        return [(p.pts, p.dts, p.is_keyframe) for p in container.demux(stream) if p.size]
+
+
+def _has_b_frames(path: Path) -> bool:
+    """Whether some packet is presented before one decoded ahead of it (a B-frame)."""
+    times = [pts for pts, _, _ in _packets(path)]
+    return any(later < max(times[:n]) for n, later in enumerate(times) if n)
+
+
+def test_sources_with_b_frames_are_cut_frame_for_frame(
+    shared_lake: LakeCluster, tmp_path: Path
+) -> None:
+    # Each episode encoded on its own (LeRobot's way) with 2 B-frames and one GOP per episode;
+    # every episode at least 3 frames long, so each has the same decoding delay.
+    lengths = (4, 3, 5, 6, 3, 4)
+    spec = DatasetSpec(lengths=lengths, episodes_per_file=3, fps=FPS, b_frames=2, gop=12)
+    source = write_dataset(tmp_path / "source", spec)
+    for path in source.glob("videos/*/*/*.mp4"):
+        assert _has_b_frames(path), path  # the encoder really reordered frames
+    _import(shared_lake, source, "bframes")
+    picked = (0, 2, 4, 5)
+    out = tmp_path / "out"
+    done = _export(shared_lake, "bframes", picked, out)
+    assert (done.videos_copied, done.videos_cut) == (0, 2)
+    for key in CAMERAS:
+        assert _video_slots(out, key) == [(0, 0)] * 4
+        cut = out / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0)
+        assert _has_b_frames(cut)  # the packets were copied as they are, B-frames and all
+    _assert_same_frames(source, out, picked, all_frames_selected=True, lengths=lengths)
+
+
+def test_open_gops_are_not_cut_at_their_keyframes(shared_lake: LakeCluster, tmp_path: Path) -> None:
+    # One stream per file (not LeRobot's way), open GOPs of 6 frames with 2 B-frames: the
+    # keyframes at frames 6 and 12 are followed, in decode order, by B-frames shown before
+    # them that refer to the GOP before. Episodes of 6 frames each start at a keyframe, but a
+    # cut there would lose or misplace the frames before it; the files are copied whole.
+    lengths = (6, 6, 6, 6, 6, 6)
+    spec = DatasetSpec(
+        lengths=lengths, episodes_per_file=3, fps=FPS, episode_keyframes=False,
+        b_frames=2, gop=6, open_gop=True,
+    )  # fmt: skip
+    source = write_dataset(tmp_path / "source", spec)
+    for path in source.glob("videos/*/*/*.mp4"):
+        packets = _packets(path)
+        keyframe_times = {pts for pts, _, key in packets if key}
+        assert len(keyframe_times) == 3  # frames 0, 6 and 12: every episode starts at one
+        # A packet after the keyframe at frame 6 (in decode order) is shown before it.
+        at_6 = next(n for n, (pts, _, key) in enumerate(packets) if key and pts > 0)
+        assert any(pts < packets[at_6][0] for pts, _, _ in packets[at_6 + 1 :])
+    _import(shared_lake, source, "opengop")
+    picked = (1, 3, 4)
+    out = tmp_path / "out"
+    done = _export(shared_lake, "opengop", picked, out)
+    assert (done.videos_copied, done.videos_cut) == (4, 0)
+    for key in CAMERAS:
+        assert _video_slots(out, key) == [(0, 0), (0, 1), (0, 1)]
+        for file_index in range(2):
+            copied = out / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=file_index)
+            original = source / VIDEO_PATH.format(
+                video_key=key, chunk_index=0, file_index=file_index
+            )
+            assert copied.read_bytes() == original.read_bytes()
+    before = {e["episode_index"]: e for e in check_dataset(source)["episodes"]}
+    after = check_dataset(out)["episodes"]
+    for key in CAMERAS:
+        for new, old in enumerate(picked):
+            got = _episode_frames(out, key, after[new])
+            want = _episode_frames(source, key, before[old])
+            assert len(got) == len(want) == lengths[old]
+            for (t_got, p_got), (t_want, p_want) in zip(got, want, strict=True):
+                assert t_got == pytest.approx(t_want, abs=1e-9)
+                assert np.array_equal(p_got, p_want)
+
+
+def test_cut_and_copied_videos_from_an_s3_stage(s3_lake: S3Lake, tmp_path: Path) -> None:
+    source = write_dataset(tmp_path / "source", _spec())
+    _import(s3_lake.cluster, source, "s3")
+    objects = s3_lake.client().list_objects_v2(Bucket=s3_lake.bucket).get("Contents", [])
+    assert sum(o["Key"].startswith("lake/managed/") for o in objects) >= 4  # the MP4s are on S3
+    read_before = s3_lake.proxy.total
+    # Episodes 3-5 fill source file 1 (copied whole); 0 and 2 are cut out of file 0.
+    picked = (0, 2, 3, 4, 5)
+    out = tmp_path / "out"
+    done = _export(s3_lake.cluster, "s3", picked, out)
+    assert s3_lake.proxy.total > read_before  # the videos were read from S3
+    assert (done.videos_copied, done.videos_cut) == (2, 2)
+    for key in CAMERAS:
+        # Episodes 0 and 2 cut into file 0, source file 1 copied whole as file 1.
+        assert _video_slots(out, key) == [(0, 0), (0, 0), (0, 1), (0, 1), (0, 1)]
+        copied = out / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=1)
+        original = source / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=1)
+        assert copied.read_bytes() == original.read_bytes()
+    _assert_same_frames(source, out, picked, all_frames_selected=False)
+    # Only the cut file holds episodes 0 and 2: nothing else of source file 0.
+    for key in CAMERAS:
+        cut = out / VIDEO_PATH.format(video_key=key, chunk_index=0, file_index=0)
+        assert len(decoded_frames(cut)) == LENGTHS[0] + LENGTHS[2]

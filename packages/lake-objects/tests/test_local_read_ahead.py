@@ -258,3 +258,150 @@ async def test_reads_and_hashes_run_on_one_thread_of_the_readers_own_stopped_at_
             break
         await asyncio.sleep(0.01)
     assert not any(t.name == name for t in threading.enumerate())
+
+
+# -- copy_to: a whole local object copied in one blocking call (read, hash, write overlapped) --
+
+
+class _Recording:
+    """A binary destination that records which threads wrote what, and can fail a write."""
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.data = bytearray()
+        self.writers: set[str] = set()
+        self.fail_at = fail_at
+        self.writes = 0
+
+    def write(self, data: bytes | memoryview) -> int:
+        self.writes += 1
+        if self.fail_at is not None and self.writes == self.fail_at:
+            raise OSError(28, "No space left on device")
+        self.writers.add(threading.current_thread().name)
+        self.data += data
+        return len(data)
+
+
+@pytest.fixture
+def drains(monkeypatch: pytest.MonkeyPatch) -> list[int | None]:
+    """What each HashedFileChunks.drain_into returned (proves the one-call path ran)."""
+    results: list[int | None] = []
+    real = local_module.HashedFileChunks.drain_into
+
+    def recording(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        result = real(self, *args, **kwargs)
+        results.append(result)
+        return result
+
+    monkeypatch.setattr(local_module.HashedFileChunks, "drain_into", recording)
+    return results
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("size", [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK, 7 * CHUNK + 5])
+async def test_copy_to_drains_every_size_verified(
+    tmp_path: Path, size: int, drains: list[int | None]
+) -> None:
+    data = os.urandom(size)
+    store, location, _ = await _stored(tmp_path, data)
+    out = _Recording()
+    reader = await store.open(location)
+    assert await reader.copy_to(out) == size  # type: ignore[arg-type]
+    assert bytes(out.data) == data
+    assert reader.verified
+    assert drains == [size]
+    if size:  # written by the drain's own writer thread, beside the read and hash
+        assert out.writers
+        assert all(n.startswith("lake-verified-write") for n in out.writers)
+    target = tmp_path / "copy.bin"
+    assert await (await store.open(location)).copy_to(target, durable=False) == size
+    assert target.read_bytes() == data
+    assert drains == [size, size]
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+async def test_copy_to_a_path_with_a_flipped_byte_leaves_nothing(
+    tmp_path: Path, where: str, drains: list[int | None]
+) -> None:
+    size = 5 * CHUNK + 5
+    data = bytearray(os.urandom(size))
+    store, location, path = await _stored(tmp_path, bytes(data))
+    data[{"first": 0, "middle": 2 * CHUNK + 9, "last": size - 1}[where]] ^= 0x80
+    path.write_bytes(data)
+    out = tmp_path / "out"
+    out.mkdir()
+    reader = await store.open(location)
+    with pytest.raises(HashMismatch):
+        await reader.copy_to(out / "copy.bin", durable=False)
+    assert not reader.verified
+    assert drains == [size]  # every byte was read and hashed
+    assert list(out.iterdir()) == []  # no copy, no temporary file
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("body_size", "error"),
+    [
+        (2 * CHUNK, PrematureEof),
+        (2 * CHUNK + 1, PrematureEof),
+        (3 * CHUNK + 1, ObjectOverlong),
+        (5 * CHUNK, ObjectOverlong),
+    ],
+)
+async def test_copy_to_wrong_lengths_fail_typed_and_write_nothing_beyond(
+    tmp_path: Path, body_size: int, error: type
+) -> None:
+    data = os.urandom(3 * CHUNK)
+    store, location, path = await _stored(tmp_path, data)
+    path.write_bytes((data * 2)[:body_size])
+    sink = _Recording()
+    with pytest.raises(error):
+        await (await store.open(location)).copy_to(sink)  # type: ignore[arg-type]
+    assert len(sink.data) <= 3 * CHUNK  # never a byte past the declared length
+    out = tmp_path / "out"
+    out.mkdir()
+    with pytest.raises(error):
+        await (await store.open(location)).copy_to(out / "copy.bin")
+    assert list(out.iterdir()) == []
+
+
+@pytest.mark.asyncio
+async def test_copy_to_a_failed_write_stops_the_copy_and_leaves_no_thread(tmp_path: Path) -> None:
+    data = os.urandom(6 * CHUNK)
+    store, location, _ = await _stored(tmp_path, data)
+    sink = _Recording(fail_at=2)
+    reader = await store.open(location)
+    with pytest.raises(OSError, match="No space"):
+        await reader.copy_to(sink)  # type: ignore[arg-type]
+    assert not reader.verified
+    assert not any(t.name.startswith("lake-verified-write") for t in threading.enumerate())
+    assert reader._closed  # the source file was closed after the writer stopped
+
+
+@pytest.mark.asyncio
+async def test_a_cancelled_copy_to_stops_between_pieces_and_closes_after(tmp_path: Path) -> None:
+    data = os.urandom(8 * CHUNK)
+    store, location, _ = await _stored(tmp_path, data)
+    entered, gate = threading.Event(), threading.Event()
+
+    class Blocking(_Recording):
+        def write(self, data: bytes | memoryview) -> int:
+            entered.set()
+            assert gate.wait(10), "the test never opened the gate"
+            return super().write(data)
+
+    sink = Blocking()
+    reader = await store.open(location)
+    copying = asyncio.create_task(reader.copy_to(sink))  # type: ignore[arg-type]
+    assert await asyncio.to_thread(entered.wait, 10)
+    copying.cancel()
+    await asyncio.sleep(0.05)
+    assert not copying.done()  # it waits for the write under way ...
+    assert not reader._closed  # ... before it closes the object's file
+    gate.set()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(copying, 10)
+    assert reader._closed
+    assert not reader.verified
+    assert len(sink.data) < len(data)  # it stopped early
+    assert not any(t.name.startswith("lake-verified-write") for t in threading.enumerate())

@@ -10,10 +10,53 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from concurrent.futures import ThreadPoolExecutor
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import BinaryIO
 
-__all__ = ["FileChunks", "HashedFileChunks"]
+__all__ = ["DRAIN_PIECE", "FileChunks", "HashedFileChunks", "write_all"]
+
+#: Bytes per piece of :meth:`HashedFileChunks.drain_into` (at most; its chunk size if smaller):
+#: big enough that hashlib runs at full speed without the GIL, small enough to stay in cache.
+DRAIN_PIECE = 1024 * 1024
+#: Pieces in flight per drain: one being read and hashed, the ones before it being written.
+DRAIN_DEPTH = 3
+
+
+class _Buffers:
+    """Reused piece buffers (a fresh one costs a page fault per 4 KiB): at most ``keep`` kept."""
+
+    def __init__(self, keep: int) -> None:
+        self._keep = keep
+        self._free: list[bytearray] = []
+        self._lock = threading.Lock()
+
+    def take(self, size: int) -> bytearray:
+        with self._lock:
+            for n, buffer in enumerate(self._free):
+                if len(buffer) == size:
+                    return self._free.pop(n)
+        return bytearray(size)
+
+    def give(self, buffer: bytearray) -> None:
+        with self._lock:
+            if len(self._free) < self._keep:
+                self._free.append(buffer)
+
+
+#: Enough for a few drains at once (an export copies four files at a time).
+_BUFFERS = _Buffers(keep=4 * DRAIN_DEPTH)
+
+
+def write_all(destination: BinaryIO, data: bytes | memoryview) -> None:
+    """Write every byte of ``data`` (a raw file may take fewer at once)."""
+    view = memoryview(data)
+    while view:
+        written = destination.write(view)
+        if written is None or written >= len(view):
+            return
+        view = view[written:]
 
 
 class FileChunks:
@@ -103,6 +146,56 @@ class HashedFileChunks:
             raise StopAsyncIteration
         self._ahead = self._submit()
         return data
+
+    def drain_into(
+        self, destination: BinaryIO, limit: int, stopped: Callable[[], bool] = lambda: False
+    ) -> int | None:
+        """Blocking: copy the file to ``destination``, hashing every byte written; bytes read.
+
+        At most ``limit`` bytes are written; one more is read to tell whether the
+        file is longer (then ``limit + 1`` is returned: the caller fails it).
+        Pieces are read into reused buffers on this thread and hashed here in
+        order, each written by a second thread meanwhile. Returns None, doing
+        nothing, if chunks were already taken by iteration. ``stopped`` is
+        asked between pieces (a cancelled copy ends there, with an error).
+        """
+        started = self._closed or self._eof or self._ahead is not None or self._worker is not None
+        if started or not hasattr(self._file, "readinto"):
+            return None
+        piece = max(1, min(self._chunk_size, DRAIN_PIECE))
+        buffers = [_BUFFERS.take(piece) for _ in range(DRAIN_DEPTH)]
+        writes: list[Future[None] | None] = [None] * DRAIN_DEPTH
+        writer = ThreadPoolExecutor(1, thread_name_prefix="lake-verified-write")
+        total = 0
+        try:
+            n = 0
+            while total < limit:
+                if stopped():
+                    raise InterruptedError("the copy was stopped")
+                slot = n % DRAIN_DEPTH
+                pending = writes[slot]
+                if pending is not None:
+                    pending.result()  # the buffer is free again (and its write succeeded)
+                view = memoryview(buffers[slot])[: min(piece, limit - total)]
+                got = self._file.readinto(view)
+                if not got:
+                    break
+                view = view[:got]
+                writes[slot] = writer.submit(write_all, destination, view)
+                self._hasher.update(view)  # beside the write: both only read the buffer
+                total += got
+                n += 1
+            if total == limit and self._file.read(1):
+                total += 1  # longer than declared: nothing past ``limit`` was written
+            for pending in writes:
+                if pending is not None:
+                    pending.result()
+        finally:
+            writer.shutdown(wait=True)  # no write outlives the call, whatever failed
+            for buffer in buffers:
+                _BUFFERS.give(buffer)
+        self._eof = True
+        return total
 
     def sha256_hexdigest(self) -> str:
         if not self._eof:

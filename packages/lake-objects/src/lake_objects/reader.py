@@ -7,6 +7,13 @@ exactly ``end - start`` bytes. Both raise a typed
 :class:`~lake_objects.errors.ObjectIntegrityError` and never hand out a byte
 beyond the declared length. Memory stays at a chunk or two whatever the size
 (a local whole-object read holds the next chunk read ahead).
+
+``copy_to`` is a pipeline: each chunk is written on a worker thread while
+the next is fetched and hashed, and a whole local object is copied in one
+blocking call (read, hash and write overlapped on two threads:
+:meth:`~lake_objects.file_chunks.HashedFileChunks.drain_into`). Either way
+every byte written is hashed, and a path gets the bytes only once size and
+SHA-256 matched.
 """
 
 from __future__ import annotations
@@ -16,13 +23,15 @@ import contextlib
 import hashlib
 import os
 import secrets
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from types import TracebackType
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 from lake_core.models import DataLocation
 from lake_objects.errors import HashMismatch, InvalidRange, ObjectOverlong, PrematureEof
+from lake_objects.file_chunks import write_all
 
 __all__ = ["CHUNK_SIZE", "ObjectReader", "check_range"]
 
@@ -183,32 +192,106 @@ class ObjectReader:
         data, self._buffer = self._buffer[:size], self._buffer[size:]
         return data
 
-    async def copy_to(self, destination: str | os.PathLike[str] | BinaryIO) -> int:
+    async def copy_to(
+        self, destination: str | os.PathLike[str] | BinaryIO, *, durable: bool = True
+    ) -> int:
         """Drain to a path or binary file, verifying at EOF; returns the bytes written.
 
         A path only ever holds verified bytes: they go to a temporary file
-        beside it, renamed over the path after the check passed. On a hash
-        mismatch or a short read the temporary file is removed and an existing
-        file at the path is left as it was.
+        beside it, renamed over the path after the check passed (fsynced first
+        unless ``durable=False``). On a hash mismatch or a short read the
+        temporary file is removed and an existing file at the path is left as
+        it was. A file object gets the bytes as they come; the error at EOF
+        says they are not the object's.
         """
         if isinstance(destination, str | os.PathLike):
-            return await self._copy_to_path(Path(destination))
+            return await self._copy_to_path(Path(destination), durable)
+        if self._drainable():
+            return await self._blocking(lambda stopped: self._drain(destination, stopped))
+        return await self._pipe(destination)
+
+    def _drainable(self) -> bool:
+        """Whether the chunk source copies itself in one blocking call (a whole local file)."""
+        untouched = self._seen == 0 and not self._buffer and not self._eof and not self._closed
+        return untouched and self.whole and callable(getattr(self._chunks, "drain_into", None))
+
+    def _drain(self, destination: BinaryIO, stopped: Callable[[], bool]) -> int:
+        """Blocking: the chunk source copies itself to ``destination``; then the EOF checks."""
+        drain: Any = getattr(self._chunks, "drain_into")  # noqa: B009 (checked by _drainable)
+        count = drain(destination, self.expected, stopped)
+        if count is None:
+            raise RuntimeError("the object stream was read before it was drained")
+        self._eof = True
+        self._seen = min(count, self.expected)
+        if count > self.expected:
+            raise ObjectOverlong(
+                f"{self._what} is longer than its declared {self.expected} bytes",
+                uri=self.location.uri,
+            )
+        self._finish()
+        return self._seen
+
+    async def _blocking(self, work: Callable[[Callable[[], bool]], int]) -> int:
+        """Run ``work`` (given a stop flag) on a worker thread, then close the stream.
+
+        Cancelled, it asks ``work`` to stop and waits for it before closing,
+        so no thread still reads the object or writes the destination.
+        """
+        stop = threading.Event()
+        running = asyncio.ensure_future(asyncio.to_thread(work, stop.is_set))
+        try:
+            return await asyncio.shield(running)
+        except BaseException:
+            stop.set()
+            try:
+                await asyncio.wait([running])
+            except BaseException:
+                running.add_done_callback(lambda _: asyncio.ensure_future(self.aclose()))
+                raise
+            raise
+        finally:
+            if running.done():
+                if not running.cancelled():
+                    running.exception()  # retrieved: raised above, or the result returned
+                await self.aclose()
+
+    async def _pipe(self, destination: BinaryIO) -> int:
+        """Chunk N is written on a worker thread while N+1 is fetched (and hashed)."""
         written = 0
-        async for chunk in self:
-            await asyncio.to_thread(destination.write, chunk)
-            written += len(chunk)
+        writing: asyncio.Future[None] | None = None
+        try:
+            async for chunk in self:
+                if writing is not None:
+                    await writing
+                writing = asyncio.ensure_future(asyncio.to_thread(write_all, destination, chunk))
+                written += len(chunk)
+            if writing is not None:
+                await writing
+        finally:
+            # Never leave a write running into a file the caller closes or removes next.
+            if writing is not None and not writing.done():
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait([writing])
+            if writing is not None and writing.done() and not writing.cancelled():
+                writing.exception()
         return written
 
-    async def _copy_to_path(self, path: Path) -> int:
+    async def _copy_to_path(self, path: Path, durable: bool) -> int:
         temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.partial")
-        # O_EXCL: never write through someone else's file; 0o666 & umask, as open() would.
-        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
-        fd = await asyncio.to_thread(os.open, temporary, flags, 0o666)
+        if self._drainable():
+            # A whole local object: open, copy, check and rename in one worker-thread call.
+            return await self._blocking(
+                lambda stopped: _publish(
+                    path, temporary, durable, lambda out: self._drain(out, stopped)
+                )
+            )
+        fd = await asyncio.to_thread(_create, temporary)
         try:
             with os.fdopen(fd, "wb") as out:
-                written = await self.copy_to(out)
+                written = await self._pipe(out)
                 await asyncio.to_thread(out.flush)
-                await asyncio.to_thread(os.fsync, out.fileno())
+                if durable:
+                    await asyncio.to_thread(os.fsync, out.fileno())
             await asyncio.to_thread(os.replace, temporary, path)
         except BaseException:
             with contextlib.suppress(FileNotFoundError):
@@ -236,3 +319,26 @@ class ObjectReader:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _create(temporary: Path) -> int:
+    # O_EXCL: never write through someone else's file; 0o666 & umask, as open() would.
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0)
+    return os.open(temporary, flags, 0o666)
+
+
+def _publish(path: Path, temporary: Path, durable: bool, fill: Callable[[BinaryIO], int]) -> int:
+    """Blocking: ``fill`` a new temporary file, then rename it to ``path``; removed on failure."""
+    fd = _create(temporary)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            written = fill(out)
+            out.flush()
+            if durable:
+                os.fsync(out.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+        raise
+    return written

@@ -452,9 +452,12 @@ class ObjectReader:
         while chunk := self.read(1024 * 1024):
             yield chunk
 
-    def copy_to(self, destination: Any) -> int:
-        """Copy the rest to a path or binary file; returns the bytes copied."""
-        return self._runner.run(self._reader.copy_to(destination))
+    def copy_to(self, destination: Any, *, durable: bool = True) -> int:
+        """Copy the rest to a path or binary file; returns the bytes copied.
+
+        A path gets the bytes only once verified (fsynced first unless ``durable=False``).
+        """
+        return self._runner.run(self._reader.copy_to(destination, durable=durable))
 
     def close(self) -> None:
         """Release the connection (reading stops)."""

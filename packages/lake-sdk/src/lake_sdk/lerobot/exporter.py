@@ -24,11 +24,12 @@ indices wrap at ``chunks_size``: :mod:`lake_sdk.lerobot.files`) and
 ``videos/<key>/chunk-C/file-F.mp4`` (indices counted the same way).
 
 Speed: two query round trips whatever the selection (each query names the
-SELECT as a subquery, so none waits for another's answer; at most two run at
-once, a tenant's share of a replica's query memory pools: the frames query
-starts as soon as either of the first two is answered); the MP4s are copied
-(a few at a time) and cut (each camera in its own thread) while the frames
-stream into the data files.
+SELECT as a subquery, so none needs another's answer). The episodes query
+runs first and alone, since the MP4 copies wait for it; the tasks and frames
+queries start together once it answered (at most two run at once, a tenant's
+share of a replica's query memory pools). The MP4s are copied (a few at a
+time) and cut (each camera in its own thread) while the frames stream into
+the data files.
 """
 
 from __future__ import annotations
@@ -37,7 +38,6 @@ import asyncio
 import contextlib
 import itertools
 import json
-import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -182,23 +182,17 @@ def _video_stats(episodes: pa.Table, video_keys: list[str]) -> dict[str, dict[st
 async def _copy_video(client: AsyncClient, location: DataLocation, target: Path) -> None:
     """Stream one object to ``target``, verified (size and SHA-256) before it is renamed there.
 
-    No fsync: an export is a directory of files written for a reader, not a
-    commit; a crash leaves an unfinished export to delete, whatever is synced.
+    ``copy_to`` writes a temporary file beside ``target`` (each chunk written
+    while the next is read and hashed; a local object in one worker-thread
+    call) and renames it only once every byte matched; on a mismatch it is
+    removed. No fsync: an export is a directory of files written for a
+    reader, not a commit; a crash leaves an unfinished export to delete,
+    whatever is synced.
     """
     await asyncio.to_thread(target.parent.mkdir, parents=True, exist_ok=True)
-    temporary = target.with_name(f".{target.name}.partial")
     reader = await client.open(location)
     try:
-        out = await asyncio.to_thread(open, temporary, "wb")
-        try:
-            await reader.copy_to(out)
-        finally:
-            await asyncio.to_thread(out.close)
-        await asyncio.to_thread(os.replace, temporary, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            temporary.unlink()
-        raise
+        await reader.copy_to(target, durable=False)
     finally:
         await reader.aclose()
 
@@ -273,9 +267,9 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
     tasks_ref = TableRef.parse(f"{base}_tasks")
     root = await asyncio.to_thread(_empty_directory, out_dir)
     selection = f"SELECT episode_index FROM ({sql.strip().rstrip(';')}) AS lake_lerobot_selection"
-    # Round trip 1: the frames' schema (info.json), the selected episodes, every task with
-    # whether the selected frames use it. Each query names the selection as a subquery, so
-    # none waits for another. At most two run at once: a
+    # Round trip 1: the frames' schema (info.json) and the selected episodes; then, beside
+    # the frames query, every task with whether the selected frames use it. Each query names
+    # the selection as a subquery, so none needs another's answer. At most two run at once: a
     # tenant holds two of a replica's query memory pools (LAKE_QUERY_MEMORY_POOLS_PER_TENANT).
     # The videos start copying as soon as the episodes and the schema are known.
     schema_reply = asyncio.ensure_future(client.table_schema(frames_ref))
@@ -287,13 +281,18 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
             "ON e.episode_index = s.episode_index ORDER BY e.episode_index"
         )
     )
-    tasks_reply = asyncio.ensure_future(
-        client.query_table(
-            f"SELECT t.task_index, t.task, u.task_index IS NOT NULL AS used FROM {tasks_ref} AS t "
-            f"LEFT JOIN (SELECT DISTINCT task_index FROM {frames_ref} "
-            f"WHERE episode_index IN ({selection})) AS u ON t.task_index = u.task_index"
-        )
+    tasks_sql = (
+        f"SELECT t.task_index, t.task, u.task_index IS NOT NULL AS used FROM {tasks_ref} AS t "
+        f"LEFT JOIN (SELECT DISTINCT task_index FROM {frames_ref} "
+        f"WHERE episode_index IN ({selection})) AS u ON t.task_index = u.task_index"
     )
+
+    async def tasks_after_episodes() -> pa.Table:
+        # Alone, the episodes query answers sooner on a busy Query, and the copies wait for it.
+        await asyncio.wait([episodes_reply])
+        return await client.query_table(tasks_sql)
+
+    tasks_reply = asyncio.ensure_future(tasks_after_episodes())
     limit = asyncio.Semaphore(VIDEO_COPIES)
 
     async def copy(location: DataLocation, target: Path) -> None:
@@ -328,7 +327,7 @@ async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> 
         return dict(zip(cameras, done, strict=True))
 
     async def start_frames() -> AsyncQueryResult:
-        """Round trip 2: the frames query, as soon as one of round trip 1's queries is done."""
+        """Round trip 2: the frames query, as soon as the episodes query is done (tasks too)."""
         await asyncio.wait((episodes_reply, tasks_reply), return_when=asyncio.FIRST_COMPLETED)
         return await client.query(
             f"SELECT * FROM {frames_ref} WHERE episode_index IN ({selection}) "

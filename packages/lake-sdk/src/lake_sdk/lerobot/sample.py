@@ -9,7 +9,8 @@ holding several episodes each (H.264). As LeRobot writes them, each episode
 is encoded on its own and the episodes are concatenated by a stream copy, so
 every episode starts with a keyframe; ``DatasetSpec(episode_keyframes=False)``
 encodes a file's episodes as one stream instead (a file not written LeRobot's
-way). Every frame's picture encodes its episode and frame index, and its state
+way). ``b_frames``, ``gop`` and ``open_gop`` shape the encoder's GOPs (B-frames:
+packets out of presentation order). Every frame's picture encodes its episode and frame index, and its state
 and action values derive from them.
 """
 
@@ -46,6 +47,15 @@ class DatasetSpec:
     video_files_size_in_mb: float = 500
     #: Encode each episode on its own (LeRobot's way); False: one stream per file.
     episode_keyframes: bool = True
+    #: The encoder's B-frames between references (``bf``); 0: I and P frames only. Episodes
+    #: encoded on their own need ``b_frames + 1`` frames or more each (one decoding delay).
+    b_frames: int = 0
+    #: Frames per GOP (``g``); None: 2 per episode, or one GOP per file when
+    #: ``episode_keyframes`` is False.
+    gop: int | None = None
+    #: Open GOPs (x264's ``open-gop``): B-frames after a keyframe in decode order
+    #: may come before it in time and refer to the GOP before it.
+    open_gop: bool = False
 
 
 def _picture(episode: int, frame: int, camera: int, size: int, noise: bool = False) -> Any:
@@ -61,14 +71,19 @@ def _picture(episode: int, frame: int, camera: int, size: int, noise: bool = Fal
     return picture
 
 
-def _encode(target: Any, pictures: list[Any], fps: int, size: int, gop: int) -> None:
+def _encode(target: Any, pictures: list[Any], fps: int, size: int, spec: DatasetSpec) -> None:
     import av
 
+    gop = spec.gop or (2 if spec.episode_keyframes else 1000)
+    options: dict[str, object] = {"preset": "ultrafast", "g": str(gop), "bf": str(spec.b_frames)}
+    if spec.open_gop:
+        # Keyframes exactly every ``gop`` frames, so the test knows where they are.
+        options["x264-params"] = f"open-gop=1:keyint={gop}:min-keyint={gop}:scenecut=0"
     with av.open(target, "w", format="mp4") as out:
         stream = out.add_stream("libx264", rate=fps)
         stream.width = stream.height = size
         stream.pix_fmt = "yuv420p"
-        stream.options = {"preset": "ultrafast", "g": str(gop), "bf": "0"}
+        stream.options = options
         for picture in pictures:
             frame = av.VideoFrame.from_ndarray(picture, format="rgb24")
             for packet in stream.encode(frame):
@@ -77,23 +92,23 @@ def _encode(target: Any, pictures: list[Any], fps: int, size: int, gop: int) -> 
             out.mux(packet)
 
 
-def _write_video(
-    path: Path, episodes: list[list[Any]], fps: int, size: int, episode_keyframes: bool
-) -> None:
+def _write_video(path: Path, episodes: list[list[Any]], spec: DatasetSpec) -> None:
     """One MP4 of several episodes: each encoded alone and concatenated (as LeRobot does)."""
     import io
 
     import av
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    if not episode_keyframes:
-        # One stream with a single keyframe: later episodes do not start at one.
-        _encode(str(path), [p for pictures in episodes for p in pictures], fps, size, 1000)
+    if not spec.episode_keyframes:
+        # One stream (by default with a single keyframe: later episodes do not start at one).
+        _encode(
+            str(path), [p for pictures in episodes for p in pictures], spec.fps, spec.size, spec
+        )
         return
     parts = []
     for pictures in episodes:
         part = io.BytesIO()
-        _encode(part, pictures, fps, size, 2)
+        _encode(part, pictures, spec.fps, spec.size, spec)
         part.seek(0)
         parts.append(part)
     with av.open(str(path), "w", format="mp4") as out:
@@ -184,7 +199,7 @@ def write_dataset(root: Path, spec: DatasetSpec = DatasetSpec()) -> Path:
         pq.write_table(pa.table(rows, schema=frames_schema), data)
         for camera in CAMERAS:
             video = root / VIDEO_PATH.format(video_key=camera, chunk_index=0, file_index=file_index)
-            _write_video(video, pictures[camera], fps, spec.size, spec.episode_keyframes)
+            _write_video(video, pictures[camera], spec)
     meta = root / "meta"
     (meta / "episodes" / "chunk-000").mkdir(parents=True, exist_ok=True)
     pq.write_table(pa.Table.from_pylist(episodes), meta / "episodes/chunk-000/file-000.parquet")
