@@ -15,7 +15,14 @@ import pytest
 
 from tools.lake_testing.dynalite import Dynalite
 from tools.lake_testing.seaweed import SeaweedS3
-from tools.lake_testing.servers import LakeProcess, start_meta, start_query
+from tools.lake_testing.servers import (
+    LakeProcess,
+    meta_process,
+    query_process,
+    restart_together,
+    start_meta,
+    start_together,
+)
 
 
 @dataclass
@@ -32,9 +39,32 @@ class LakeCluster:
         return self.queries[0]
 
     def add_query(self) -> LakeProcess:
-        replica = start_query(self.meta.addr, self.root, env=self.env)
-        self.queries.append(replica)
-        return replica
+        return self.add_queries(1)[0]
+
+    def add_queries(self, count: int) -> list[LakeProcess]:
+        """``count`` more Query replicas, started together."""
+        replicas = [query_process(self.meta.addr, self.root, env=self.env) for _ in range(count)]
+        start_together(*replicas)
+        self.queries.extend(replicas)
+        return replicas
+
+    @classmethod
+    def start(
+        cls,
+        root: Path,
+        env: dict[str, str],
+        queries: int = 1,
+        *,
+        meta_env: dict[str, str] | None = None,
+    ) -> LakeCluster:
+        """A Metasrv on ``root / "data"`` and ``queries`` replicas, all started together.
+
+        Replicas get ``env``; the Metasrv gets ``meta_env`` (default: ``env`` too).
+        """
+        meta = meta_process(root / "data", root, env=env if meta_env is None else meta_env)
+        replicas = [query_process(meta.addr, root, env=env) for _ in range(queries)]
+        start_together(meta, *replicas)
+        return cls(root=root, meta=meta, queries=replicas, env=env)
 
     def replace_meta(self, env: dict[str, str]) -> LakeProcess:
         """A Metasrv with ``env`` added (armed faults, say) in place of ``meta``: same port, same data.
@@ -49,8 +79,7 @@ class LakeCluster:
         port = int(self.meta.addr.rsplit(":", 1)[1])
         replacement = start_meta(self.root / "data", self.root, port=port, env={**self.env, **env})
         try:
-            for replica in self.queries:
-                replica.restart()
+            restart_together(*self.queries)
         except BaseException:
             replacement.stop()
             raise
@@ -78,10 +107,8 @@ def lake_cluster(tmp_path: Path) -> Iterator[LakeCluster]:
         # Query hands SDKs Metasrv's local managed stage (FILE uploads).
         "LAKE_MANAGED_OBJECT_ROOT": str(tmp_path / "data" / "objects"),
     }
-    meta = start_meta(tmp_path / "data", tmp_path, env=env)
-    cluster = LakeCluster(root=tmp_path, meta=meta, env=env)
+    cluster = LakeCluster.start(tmp_path, env)
     try:
-        cluster.add_query()
         yield cluster
     finally:
         cluster.stop()
