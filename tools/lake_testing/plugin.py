@@ -25,6 +25,22 @@ from tools.lake_testing.servers import (
 )
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Every process the tests start keeps its compiled bytecode, under ``.cache/pycache``.
+
+    With ``PYTHONDONTWRITEBYTECODE`` set (as on the CI machine), each of the
+    suite's several hundred server and CLI processes compiled every module it
+    imports from source: well over half of a Metasrv's or Query replica's
+    start-up CPU. Child processes now write and reuse their ``.pyc`` files in
+    one cache directory outside the source trees (``PYTHONPYCACHEPREFIX``), so
+    no ``__pycache__`` appears beside any source, and a changed source is
+    recompiled as always (the ``.pyc`` records its source's mtime and size).
+    A ``PYTHONPYCACHEPREFIX`` already set is kept.
+    """
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ.setdefault("PYTHONPYCACHEPREFIX", str(config.rootpath / ".cache" / "pycache"))
+
+
 @dataclass
 class LakeCluster:
     """One Metasrv and any number of Query replicas, on loopback."""
