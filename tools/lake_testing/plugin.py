@@ -115,15 +115,19 @@ def write_ticket_keys(path: Path) -> Path:
     return path
 
 
+def cluster_env(root: Path) -> dict[str, str]:
+    """``lake_cluster``'s environment: a ticket key ring, the local managed stage."""
+    return {
+        "LAKE_QUERY_TICKET_KEYS_FILE": str(write_ticket_keys(root / "ticket-keys.json")),
+        # Query hands SDKs Metasrv's local managed stage (FILE uploads).
+        "LAKE_MANAGED_OBJECT_ROOT": str(root / "data" / "objects"),
+    }
+
+
 @pytest.fixture
 def lake_cluster(tmp_path: Path) -> Iterator[LakeCluster]:
     """A fresh Metasrv plus one Query replica sharing a ticket key ring."""
-    env = {
-        "LAKE_QUERY_TICKET_KEYS_FILE": str(write_ticket_keys(tmp_path / "ticket-keys.json")),
-        # Query hands SDKs Metasrv's local managed stage (FILE uploads).
-        "LAKE_MANAGED_OBJECT_ROOT": str(tmp_path / "data" / "objects"),
-    }
-    cluster = LakeCluster.start(tmp_path, env)
+    cluster = LakeCluster.start(tmp_path, cluster_env(tmp_path))
     try:
         yield cluster
     finally:
