@@ -16,7 +16,14 @@ import pytest
 import lake_sdk
 from tools.lake_testing.data import EPISODES, EPISODES_SCHEMA, create_table, episodes
 from tools.lake_testing.plugin import write_ticket_keys
-from tools.lake_testing.servers import LakeProcess, start_meta, start_query
+from tools.lake_testing.servers import (
+    LakeProcess,
+    meta_process,
+    query_process,
+    restart_together,
+    start_together,
+    wait_healthy,
+)
 
 SQL = "SELECT episode_id, steps, reward FROM robots.episodes ORDER BY steps"
 #: Runs for seconds (8e9 joined rows over 2,000 loaded), with a one-row result: long
@@ -68,21 +75,44 @@ class AsyncLake:
     meta: LakeProcess
     env: dict[str, str]
     queries: list[LakeProcess] = field(default_factory=list)
+    #: ``meta`` was launched but may not serve yet: the first replicas start beside it.
+    meta_starting: bool = False
 
     @property
     def data_dir(self) -> Path:
         return self.root / "data"
 
+    def wait_meta(self) -> LakeProcess:
+        """``meta``, once it reports SERVING."""
+        if self.meta_starting:
+            wait_healthy(self.meta, 60.0)
+            self.meta_starting = False
+        return self.meta
+
     def add_query(self, env: dict[str, str] | None = None) -> LakeProcess:
-        replica = start_query(
-            self.meta.addr,
-            self.root,
-            env={**self.env, **(env or {})},
-            extra_args=("--data-dir", str(self.data_dir)),
-            probe_token=TOKENS["acme"],
-        )
-        self.queries.append(replica)
-        return replica
+        return self.add_queries(env)[0]
+
+    def add_queries(self, *envs: dict[str, str] | None) -> list[LakeProcess]:
+        """One more replica per ``env`` (its additions to the lake's), started together
+        (and beside ``meta`` if that is still starting)."""
+        replicas = [
+            query_process(
+                self.meta.addr,
+                self.root,
+                env={**self.env, **(env or {})},
+                extra_args=("--data-dir", str(self.data_dir)),
+                probe_token=TOKENS["acme"],
+            )
+            for env in envs or (None,)
+        ]
+        self.queries.extend(replicas)
+        start_together(*([self.meta] if self.meta_starting else []), *replicas)
+        self.meta_starting = False
+        return replicas
+
+    def restart(self, *replicas: LakeProcess) -> None:
+        """Restart ``replicas`` (each a SIGTERM and a new process), started together."""
+        restart_together(*replicas)
 
     def jobs(self) -> list[dict[str, object]]:
         """Every job record in the state directory, as stored."""
@@ -103,12 +133,13 @@ def async_lake(tmp_path: Path) -> Iterator[AsyncLake]:
         "LAKE_QUERY_CATALOG_REFRESH_MS": "200",
         "LAKE_AUTH_PRINCIPALS_FILE": str(_principals(tmp_path / "principals.json")),
     }
-    meta = start_meta(
+    meta = meta_process(
         tmp_path / "data",
         tmp_path,
         env={"LAKE_QUERY_TICKET_KEYS_FILE": env["LAKE_QUERY_TICKET_KEYS_FILE"]},
     )
-    lake = AsyncLake(root=tmp_path, meta=meta, env=env)
+    # Launched, not awaited: the test's first replicas start beside it (add_queries).
+    lake = AsyncLake(root=tmp_path, meta=meta.launch(), env=env, meta_starting=True)
     try:
         yield lake
     finally:
@@ -120,7 +151,7 @@ def loaded(async_lake: AsyncLake) -> Callable[[int], None]:
     """``loaded(rows)``: create the episodes table with that many rows (appends of 1,000)."""
 
     def load(rows: int) -> None:
-        create_table(async_lake.meta.addr, EPISODES, EPISODES_SCHEMA)
+        create_table(async_lake.wait_meta().addr, EPISODES, EPISODES_SCHEMA)
         replica = async_lake.queries[0] if async_lake.queries else async_lake.add_query()
         with client(replica) as sdk:
             for start in range(0, rows, 1000):

@@ -44,9 +44,13 @@ def _ring(path: Path, active: str, keys: list[str]) -> None:
     path.chmod(0o600)
 
 
-def _roll(replica: LakeProcess, ring: Path, active: str, keys: list[str]) -> None:
-    _ring(ring, active, keys)
-    replica.restart()
+def _roll(
+    lake: AsyncLake, replicas: list[LakeProcess], rings: list[Path], active: str, keys: list[str]
+) -> None:
+    """Give each replica its new key ring and restart them (together: nothing runs between)."""
+    for ring in rings:
+        _ring(ring, active, keys)
+    lake.restart(*replicas)
 
 
 def _submit_with_id(replica: LakeProcess, sql: str = SQL) -> flight_pb2.PollInfo:
@@ -83,8 +87,8 @@ def _rotation(
     rings = [lake.root / "ring-first.json", lake.root / "ring-second.json"]
     for ring in rings:
         _ring(ring, "A", ["A"])
-    first, second = (
-        lake.add_query({**env, "LAKE_QUERY_TICKET_KEYS_FILE": str(ring)}) for ring in rings
+    first, second = lake.add_queries(
+        *({**env, "LAKE_QUERY_TICKET_KEYS_FILE": str(ring)} for ring in rings)
     )
     replicas = [first, second]
     loaded(3000)
@@ -110,9 +114,8 @@ def _rotation(
     assert len(stored) == 9
 
     # Preload B everywhere, then activate it on the first replica only: a half-rolled fleet.
-    for replica, ring in zip(replicas, rings, strict=True):
-        _roll(replica, ring, "A", ["A", "B"])
-    _roll(first, rings[0], "B", ["A", "B"])
+    _roll(lake, replicas, rings, "A", ["A", "B"])
+    _roll(lake, [first], rings[:1], "B", ["A", "B"])
 
     for replica in replicas:
         with client(replica) as acme:
@@ -138,7 +141,7 @@ def _rotation(
     assert _claims(replicas, JOB_ID) == 1
 
     # Finish the activation; a slot freed by an A-era job goes to a B-era one, and no more.
-    _roll(second, rings[1], "B", ["A", "B"])
+    _roll(lake, [second], rings[1:], "B", ["A", "B"])
     with client(second) as acme:
         assert acme.jobs.cancel(early[0]) is True
         late = wait_finished(acme, acme.jobs.submit(SQL))
@@ -149,8 +152,7 @@ def _rotation(
             acme.jobs.submit(SQL)
 
     # Retire A: its jobs fail typed, through either handle and on a retry; B's still serve.
-    for replica, ring in zip(replicas, rings, strict=True):
-        _roll(replica, ring, "B", ["B"])
+    _roll(lake, replicas, rings, "B", ["B"])
     with client(first) as acme:
         for held in (full, refreshed):
             with pytest.raises(lake_sdk.FailedPrecondition, match="submit the query again"):

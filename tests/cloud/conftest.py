@@ -30,7 +30,7 @@ from tests.cloud.balancer import Balancer
 from tools.lake_testing.dynalite import Dynalite
 from tools.lake_testing.plugin import write_ticket_keys
 from tools.lake_testing.seaweed import SeaweedS3
-from tools.lake_testing.servers import LakeProcess, free_port
+from tools.lake_testing.servers import LakeProcess, free_port, start_together
 from tools.lake_testing.tls import TestCA
 
 META_NAME = "lake-meta.test"
@@ -67,6 +67,11 @@ class CloudLake:
     # -- processes ---------------------------------------------------------------
 
     def start_meta(self, env: dict[str, str] | None = None, port: int | None = None) -> LakeProcess:
+        return self._meta_process(env, port).start()
+
+    def _meta_process(
+        self, env: dict[str, str] | None = None, port: int | None = None
+    ) -> LakeProcess:
         addr = f"127.0.0.1:{port or free_port()}"
         name = f"meta-{addr.rsplit(':', 1)[1]}"
         process = LakeProcess(
@@ -80,13 +85,36 @@ class CloudLake:
         process.ca_pem = self.ca.cert_pem
         process.server_name = META_NAME
         self.metas.append(process)
-        return process.start()
+        return process
 
     def start_balancer(self) -> Balancer:
         self.balancer = Balancer([m.addr for m in self.metas]).start()
         return self.balancer
 
     def start_query(self) -> LakeProcess:
+        return self.start_queries(1)[0]
+
+    def start_queries(self, count: int) -> list[LakeProcess]:
+        """``count`` Query replicas behind the balancer, started together."""
+        replicas = [self._query_process() for _ in range(count)]
+        start_together(*replicas)
+        return replicas
+
+    def start_meta_and_query(self) -> tuple[LakeProcess, LakeProcess]:
+        """One Metasrv (the leader once it serves), the balancer to it, one Query replica.
+
+        Started together: the replica binds and reports NOT_SERVING until its
+        first catalog snapshot arrives through the balancer, so it serves once
+        the Metasrv leads.
+        """
+        meta = self._meta_process()
+        self.start_balancer()
+        query = self._query_process()
+        start_together(meta, query)
+        self.wait_for_leader()
+        return meta, query
+
+    def _query_process(self) -> LakeProcess:
         assert self.balancer is not None, "start the balancer first"
         addr = f"127.0.0.1:{free_port()}"
         name = f"query-{addr.rsplit(':', 1)[1]}"
@@ -106,7 +134,7 @@ class CloudLake:
         )
         process.probe_token = self.tokens["fleet"]
         self.queries.append(process)
-        return process.start()
+        return process
 
     def stop(self) -> None:
         for process in [*self.queries, *self.metas]:

@@ -75,10 +75,7 @@ def test_s3_data_files_are_recorded_verified_and_never_served_corrupt(
     make_cloud_lake,
 ) -> None:
     lake = make_cloud_lake()
-    lake.start_meta()
-    lake.wait_for_leader()
-    lake.start_balancer()
-    plain = lake.start_query()
+    _, plain = lake.start_meta_and_query()
     lake.admin(lambda c: c.create_table(TABLE, SCHEMA))
     with lake.sdk(plain) as client:
         assert client.append_batches(TABLE, [rows(0)]) == 1
@@ -129,10 +126,7 @@ def test_s3_outage_during_verify_is_unavailable(make_cloud_lake, tmp_path: Path)
     s3 = SeaweedS3(tmp_path / "own-s3").start()  # this test pauses it
     try:
         lake = make_cloud_lake(s3=s3)
-        lake.start_meta()
-        lake.wait_for_leader()
-        lake.start_balancer()
-        query = lake.start_query()
+        _, query = lake.start_meta_and_query()
         lake.admin(lambda c: c.create_table(TABLE, SCHEMA))
         with lake.sdk(query) as client:
             client.append_batches(TABLE, [rows(0)])

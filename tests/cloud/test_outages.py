@@ -33,10 +33,7 @@ def test_s3_unreachable_is_unavailable_promptly_then_recovers(
     s3 = SeaweedS3(tmp_path / "own-s3").start()  # this test pauses it: not the shared server
     try:
         lake = make_cloud_lake(s3=s3, meta_env={"LAKE_SHUTDOWN_GRACE_MS": "1000"})
-        meta = lake.start_meta()
-        lake.wait_for_leader()
-        lake.start_balancer()
-        query = lake.start_query()
+        meta, query = lake.start_meta_and_query()
         lake.admin(lambda c: c.create_table(EPISODES, EPISODES_SCHEMA))
         acknowledged: dict[str, tuple[int, int]] = {}
         failures: list[LakeError] = []
@@ -119,10 +116,7 @@ def test_s3_unreachable_is_unavailable_promptly_then_recovers(
 
 def test_dynalite_restart_between_two_appends_loses_nothing(make_cloud_lake) -> None:
     lake = make_cloud_lake()
-    meta = lake.start_meta()
-    lake.wait_for_leader()
-    lake.start_balancer()
-    query = lake.start_query()
+    meta, query = lake.start_meta_and_query()
     lake.admin(lambda c: c.create_table(EPISODES, EPISODES_SCHEMA))
     acknowledged: dict[str, tuple[int, int]] = {}
     failures: list[LakeError] = []

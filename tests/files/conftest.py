@@ -18,7 +18,6 @@ from tools.lake_testing.faults import fault_env, reset_process_faults
 from tools.lake_testing.plugin import LakeCluster, write_ticket_keys
 from tools.lake_testing.s3proxy import S3Proxy
 from tools.lake_testing.seaweed import SeaweedS3
-from tools.lake_testing.servers import start_meta
 
 EPISODES = TableRef("robots", "episodes")
 EPISODES_SCHEMA = pa.schema([pa.field("episode_id", pa.utf8()), file_field("video")])
@@ -90,11 +89,9 @@ def s3_lake(
     for key, value in {**aws, **fault_env(f"{faults.UPLOAD_PART_SIZE}={5 * MIB}")}.items():
         monkeypatch.setenv(key, value)
     faults.configure()  # this process is the SDK: its new uploads use 5 MiB parts
-    meta = start_meta(tmp_path / "data", tmp_path, env=env)
-    cluster = LakeCluster(root=tmp_path, meta=meta, env=env)
+    cluster = LakeCluster.start(tmp_path, env)
     try:
-        cluster.add_query()
-        create_table(meta.addr, EPISODES, EPISODES_SCHEMA)
+        create_table(cluster.meta.addr, EPISODES, EPISODES_SCHEMA)
         yield S3Lake(cluster, s3_server, s3_bucket, proxy)
     finally:
         reset_process_faults()

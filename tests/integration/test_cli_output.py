@@ -25,7 +25,6 @@ from lake_core.filetype import file_field
 from lake_core.names import TableRef
 from tools.lake_testing.data import create_table
 from tools.lake_testing.plugin import LakeCluster, write_ticket_keys
-from tools.lake_testing.servers import start_meta
 
 SHOTS = TableRef("robots", "shots")
 LAKE = [sys.executable, "-c", "from lake_core.cli import main; main()"]
@@ -49,9 +48,8 @@ def shots(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeCluster]:
         QUERY_TICKET_KEYS_FILE: str(write_ticket_keys(root / "ticket-keys.json")),
         MANAGED_OBJECT_ROOT: str(root / "data" / "objects"),
     }
-    cluster = LakeCluster(root=root, meta=start_meta(root / "data", root, env=env), env=env)
+    cluster = LakeCluster.start(root, env)
     try:
-        cluster.add_query()
         schema = pa.schema(
             [pa.field("shot_id", pa.utf8()), pa.field("reward", pa.float64()), file_field("video")]
         )

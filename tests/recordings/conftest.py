@@ -18,7 +18,6 @@ from lake_sdk.recordings import recordings_schema
 from tests.files.conftest import S3Lake, s3_lake  # noqa: F401  (the S3 fixture, reused)
 from tools.lake_testing.data import create_table
 from tools.lake_testing.plugin import LakeCluster, write_ticket_keys
-from tools.lake_testing.servers import start_meta
 
 RECORDINGS_SCHEMA = recordings_schema(["robot_id:utf8", "site:utf8", "shift:int64"])
 _names = itertools.count()
@@ -53,9 +52,8 @@ def shared_lake(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeCluste
         "LAKE_QUERY_TICKET_KEYS_FILE": str(write_ticket_keys(root / "ticket-keys.json")),
         "LAKE_MANAGED_OBJECT_ROOT": str(root / "data" / "objects"),
     }
-    cluster = LakeCluster(root=root, meta=start_meta(root / "data", root, env=env), env=env)
+    cluster = LakeCluster.start(root, env)
     try:
-        cluster.add_query()
         yield cluster
     finally:
         cluster.stop()

@@ -28,7 +28,6 @@ from lake_core.config import (
 from lake_core.proto import flight_sql_pb2
 from tools.lake_testing.data import EPISODES, EPISODES_SCHEMA, create_table, episodes
 from tools.lake_testing.plugin import LakeCluster, write_ticket_keys
-from tools.lake_testing.servers import start_meta
 from tools.lake_testing.waiting import until
 
 ROWS = 5
@@ -42,13 +41,7 @@ def cluster(root: Path, min_age_secs: int) -> LakeCluster:
         LANCE_RETAIN_VERSIONS: "2",
         LANCE_RETAIN_MIN_AGE_SECS: str(min_age_secs),
     }
-    running = LakeCluster(root=root, meta=start_meta(root / "data", root, env=env), env=env)
-    try:
-        running.add_query()
-    except BaseException:
-        running.stop()
-        raise
-    return running
+    return LakeCluster.start(root, env)
 
 
 def statement(sql: str) -> flight.FlightDescriptor:

@@ -31,7 +31,6 @@ from lake_core.config import COMPACTION, LANCE_RETAIN_MIN_AGE_SECS, LANCE_RETAIN
 from lake_core.proto import flight_sql_pb2
 from tools.lake_testing.data import EPISODES, EPISODES_SCHEMA, create_table, episodes
 from tools.lake_testing.plugin import LakeCluster, write_ticket_keys
-from tools.lake_testing.servers import start_meta
 
 ROWS = 5
 TABLE = "lake.robots.episodes"
@@ -87,13 +86,7 @@ def cluster(root: Path, env: dict[str, str]) -> LakeCluster:
         COMPACTION: "off",
         **env,
     }
-    running = LakeCluster(root=root, meta=start_meta(root / "data", root, env=env), env=env)
-    try:
-        running.add_query()
-    except BaseException:
-        running.stop()
-        raise
-    return running
+    return LakeCluster.start(root, env)
 
 
 @pytest.fixture(scope="module")

@@ -74,8 +74,7 @@ def samples(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Samples]:
         bulk_load(
             cluster.meta.addr, SAMPLES, SAMPLES_SCHEMA, SAMPLE_ROWS, sample_rows, writers=WRITERS
         )
-        cluster.add_query()
-        cluster.add_query()
+        cluster.add_queries(2)
         expected = pa.Table.from_batches([sample_rows(0, SAMPLE_ROWS)])
         yield Samples(cluster, expected)
     finally:

@@ -15,7 +15,30 @@ import pytest
 
 from tools.lake_testing.dynalite import Dynalite
 from tools.lake_testing.seaweed import SeaweedS3
-from tools.lake_testing.servers import LakeProcess, start_meta, start_query
+from tools.lake_testing.servers import (
+    LakeProcess,
+    meta_process,
+    query_process,
+    restart_together,
+    start_meta,
+    start_together,
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every process the tests start keeps its compiled bytecode, under ``.cache/pycache``.
+
+    With ``PYTHONDONTWRITEBYTECODE`` set (as on the CI machine), each of the
+    suite's several hundred server and CLI processes compiled every module it
+    imports from source: well over half of a Metasrv's or Query replica's
+    start-up CPU. Child processes now write and reuse their ``.pyc`` files in
+    one cache directory outside the source trees (``PYTHONPYCACHEPREFIX``), so
+    no ``__pycache__`` appears beside any source, and a changed source is
+    recompiled as always (the ``.pyc`` records its source's mtime and size).
+    A ``PYTHONPYCACHEPREFIX`` already set is kept.
+    """
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    os.environ.setdefault("PYTHONPYCACHEPREFIX", str(config.rootpath / ".cache" / "pycache"))
 
 
 @dataclass
@@ -32,9 +55,32 @@ class LakeCluster:
         return self.queries[0]
 
     def add_query(self) -> LakeProcess:
-        replica = start_query(self.meta.addr, self.root, env=self.env)
-        self.queries.append(replica)
-        return replica
+        return self.add_queries(1)[0]
+
+    def add_queries(self, count: int) -> list[LakeProcess]:
+        """``count`` more Query replicas, started together."""
+        replicas = [query_process(self.meta.addr, self.root, env=self.env) for _ in range(count)]
+        start_together(*replicas)
+        self.queries.extend(replicas)
+        return replicas
+
+    @classmethod
+    def start(
+        cls,
+        root: Path,
+        env: dict[str, str],
+        queries: int = 1,
+        *,
+        meta_env: dict[str, str] | None = None,
+    ) -> LakeCluster:
+        """A Metasrv on ``root / "data"`` and ``queries`` replicas, all started together.
+
+        Replicas get ``env``; the Metasrv gets ``meta_env`` (default: ``env`` too).
+        """
+        meta = meta_process(root / "data", root, env=env if meta_env is None else meta_env)
+        replicas = [query_process(meta.addr, root, env=env) for _ in range(queries)]
+        start_together(meta, *replicas)
+        return cls(root=root, meta=meta, queries=replicas, env=env)
 
     def replace_meta(self, env: dict[str, str]) -> LakeProcess:
         """A Metasrv with ``env`` added (armed faults, say) in place of ``meta``: same port, same data.
@@ -49,8 +95,7 @@ class LakeCluster:
         port = int(self.meta.addr.rsplit(":", 1)[1])
         replacement = start_meta(self.root / "data", self.root, port=port, env={**self.env, **env})
         try:
-            for replica in self.queries:
-                replica.restart()
+            restart_together(*self.queries)
         except BaseException:
             replacement.stop()
             raise
@@ -70,18 +115,20 @@ def write_ticket_keys(path: Path) -> Path:
     return path
 
 
+def cluster_env(root: Path) -> dict[str, str]:
+    """``lake_cluster``'s environment: a ticket key ring, the local managed stage."""
+    return {
+        "LAKE_QUERY_TICKET_KEYS_FILE": str(write_ticket_keys(root / "ticket-keys.json")),
+        # Query hands SDKs Metasrv's local managed stage (FILE uploads).
+        "LAKE_MANAGED_OBJECT_ROOT": str(root / "data" / "objects"),
+    }
+
+
 @pytest.fixture
 def lake_cluster(tmp_path: Path) -> Iterator[LakeCluster]:
     """A fresh Metasrv plus one Query replica sharing a ticket key ring."""
-    env = {
-        "LAKE_QUERY_TICKET_KEYS_FILE": str(write_ticket_keys(tmp_path / "ticket-keys.json")),
-        # Query hands SDKs Metasrv's local managed stage (FILE uploads).
-        "LAKE_MANAGED_OBJECT_ROOT": str(tmp_path / "data" / "objects"),
-    }
-    meta = start_meta(tmp_path / "data", tmp_path, env=env)
-    cluster = LakeCluster(root=tmp_path, meta=meta, env=env)
+    cluster = LakeCluster.start(tmp_path, cluster_env(tmp_path))
     try:
-        cluster.add_query()
         yield cluster
     finally:
         cluster.stop()

@@ -12,13 +12,24 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-__all__ = ["LakeProcess", "free_port", "start_meta", "start_query", "wait_healthy"]
+__all__ = [
+    "LakeProcess",
+    "free_port",
+    "meta_process",
+    "query_process",
+    "restart_together",
+    "start_meta",
+    "start_query",
+    "start_together",
+    "wait_healthy",
+]
 
 
 #: How a server process is launched from ``-m MODULE ARGS``: as ``python -m`` does,
@@ -191,6 +202,25 @@ def wait_healthy(process: LakeProcess, timeout_s: float) -> None:
     )
 
 
+def meta_process(
+    data_dir: Path,
+    log_dir: Path,
+    *,
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    probe_token: str | None = None,
+    ca_pem: bytes | None = None,
+    server_name: str | None = None,
+) -> LakeProcess:
+    """A Metasrv process, not started yet (see :func:`start_together`)."""
+    addr = f"127.0.0.1:{port or free_port()}"
+    args = ["-m", "lake_metasrv", "--addr", addr, "--data-dir", str(data_dir)]
+    name = f"meta-{addr.rsplit(':', 1)[1]}"
+    process = LakeProcess(name, args, addr, log_dir / f"{name}.log", dict(env or {}))
+    process.probe_token, process.ca_pem, process.server_name = probe_token, ca_pem, server_name
+    return process
+
+
 def start_meta(
     data_dir: Path,
     log_dir: Path,
@@ -201,12 +231,38 @@ def start_meta(
     ca_pem: bytes | None = None,
     server_name: str | None = None,
 ) -> LakeProcess:
+    return meta_process(
+        data_dir,
+        log_dir,
+        port=port,
+        env=env,
+        probe_token=probe_token,
+        ca_pem=ca_pem,
+        server_name=server_name,
+    ).start()
+
+
+def query_process(
+    meta_addr: str,
+    log_dir: Path,
+    *,
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    metadata_url: str | None = None,
+    probe_token: str | None = None,
+    ca_pem: bytes | None = None,
+    server_name: str | None = None,
+    extra_args: tuple[str, ...] = (),
+) -> LakeProcess:
+    """A Query replica, not started yet; ``metadata_url`` (e.g. ``https://...``) overrides
+    ``http://meta_addr``."""
     addr = f"127.0.0.1:{port or free_port()}"
-    args = ["-m", "lake_metasrv", "--addr", addr, "--data-dir", str(data_dir)]
-    name = f"meta-{addr.rsplit(':', 1)[1]}"
+    metadata = metadata_url or f"http://{meta_addr}"
+    args = ["-m", "lake_query", "--addr", addr, "--metadata-addr", metadata, *extra_args]
+    name = f"query-{addr.rsplit(':', 1)[1]}"
     process = LakeProcess(name, args, addr, log_dir / f"{name}.log", dict(env or {}))
     process.probe_token, process.ca_pem, process.server_name = probe_token, ca_pem, server_name
-    return process.start()
+    return process
 
 
 def start_query(
@@ -222,10 +278,51 @@ def start_query(
     extra_args: tuple[str, ...] = (),
 ) -> LakeProcess:
     """A Query replica; ``metadata_url`` (e.g. ``https://...``) overrides ``http://meta_addr``."""
-    addr = f"127.0.0.1:{port or free_port()}"
-    metadata = metadata_url or f"http://{meta_addr}"
-    args = ["-m", "lake_query", "--addr", addr, "--metadata-addr", metadata, *extra_args]
-    name = f"query-{addr.rsplit(':', 1)[1]}"
-    process = LakeProcess(name, args, addr, log_dir / f"{name}.log", dict(env or {}))
-    process.probe_token, process.ca_pem, process.server_name = probe_token, ca_pem, server_name
-    return process.start()
+    return query_process(
+        meta_addr,
+        log_dir,
+        port=port,
+        env=env,
+        metadata_url=metadata_url,
+        probe_token=probe_token,
+        ca_pem=ca_pem,
+        server_name=server_name,
+        extra_args=extra_args,
+    ).start()
+
+
+def start_together(*processes: LakeProcess, timeout_s: float = 60.0) -> None:
+    """Launch every process at once, then wait until each reports SERVING.
+
+    A server's start-up is mostly single-threaded imports, so on two cores a
+    Metasrv and its Query replicas start in about the time of the slowest one
+    instead of the sum. A Query replica started beside its Metasrv binds and
+    reports NOT_SERVING until its first catalog snapshot arrives (``lake
+    query``'s documented start-up order), so when this returns every process
+    is as ready as one started after the other. A process already launched
+    (a Metasrv a fixture launched for the test's first replicas) is only
+    waited for. If any fails to start, every one is stopped before the error
+    propagates.
+    """
+    _launch_and_wait([p for p in processes if p.proc is None], processes, timeout_s)
+
+
+def restart_together(*processes: LakeProcess, timeout_s: float = 60.0) -> None:
+    """Stop every process (as :meth:`LakeProcess.stop`), then start them all together."""
+    for process in processes:
+        process.stop()
+    _launch_and_wait(processes, processes, timeout_s)
+
+
+def _launch_and_wait(
+    launch: Sequence[LakeProcess], processes: Sequence[LakeProcess], timeout_s: float
+) -> None:
+    try:
+        for process in launch:
+            process.launch()
+        for process in processes:
+            wait_healthy(process, timeout_s)
+    except BaseException:
+        for process in processes:
+            process.stop()
+        raise

@@ -28,7 +28,6 @@ from lake_core.proto import flight_grpc
 from lake_core.proto import flight_pb2 as pb
 from lake_core.proto import flight_sql_pb2 as sql_pb
 from tools.lake_testing.plugin import LakeCluster
-from tools.lake_testing.servers import start_meta
 
 from .test_amplification import DOUBLING_12, LINEAR_400, doubling
 
@@ -79,9 +78,8 @@ def _hwm(pid: int) -> int:
 @pytest.fixture
 def cluster(tmp_path: Path) -> Iterator[LakeCluster]:
     env = {"LAKE_QUERY_MEMORY_LIMIT_BYTES": str(MEMORY_LIMIT)}
-    lake = LakeCluster(root=tmp_path, meta=start_meta(tmp_path / "data", tmp_path), env=env)
+    lake = LakeCluster.start(tmp_path, env, meta_env={})
     try:
-        lake.add_query()
         yield lake
     finally:
         lake.stop()

@@ -37,7 +37,6 @@ from lake_core.proto import flight_pb2 as pb
 from lake_core.proto import flight_sql_pb2 as sql_pb
 from tools.lake_testing.nesting import FORMS, HANGS, nest, nested_statement
 from tools.lake_testing.plugin import LakeCluster
-from tools.lake_testing.servers import start_meta
 
 pytestmark = pytest.mark.slow
 
@@ -325,10 +324,8 @@ def fuzz_cluster(tmp_path: Path) -> Iterator[LakeCluster]:
         # A statement the nesting guard missed fails the run instead of hanging it.
         "LAKE_QUERY_PLANNING_TIMEOUT_MS": "10000",
     }
-    meta = start_meta(tmp_path / "data", tmp_path)
-    cluster = LakeCluster(root=tmp_path, meta=meta, env=env)
+    cluster = LakeCluster.start(tmp_path, env, meta_env={})
     try:
-        cluster.add_query()
         yield cluster
     finally:
         cluster.stop()
@@ -407,9 +404,9 @@ def test_concurrent_memory_heavy_queries_share_the_replicas_memory(tmp_path: Pat
         "LAKE_QUERY_MEMORY_LIMIT_BYTES": str(SMALL_MEMORY),
         "LAKE_QUERY_QUEUE_TIMEOUT_MS": "200",
     }
-    cluster = LakeCluster(root=tmp_path, meta=start_meta(tmp_path / "data", tmp_path), env=env)
+    cluster = LakeCluster.start(tmp_path, env, meta_env={})
     try:
-        query = cluster.add_query()
+        query = cluster.query
 
         async def scenario() -> tuple[list[tuple[grpc.StatusCode, str]], int]:
             async with MetaClient(f"http://{cluster.meta.addr}") as meta:

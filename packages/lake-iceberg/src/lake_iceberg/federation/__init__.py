@@ -13,9 +13,20 @@ Parts:
 - :mod:`~lake_iceberg.federation.plugin`: the ``lake.query.plugins`` entry point.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 from lake_iceberg.federation.config import FederationConfig
 from lake_iceberg.federation.counters import CountingCounters, FederationCounters, NullCounters
-from lake_iceberg.federation.provider import CATALOG, IcebergFederation, IcebergTable
+
+if TYPE_CHECKING:
+    from lake_iceberg.federation.provider import CATALOG, IcebergFederation, IcebergTable
+
+#: Imported on first use: the provider pulls in pyiceberg (about a quarter of a Query
+#: replica's start-up), and Query loads this package's plug-in entry point whether or
+#: not federation is configured.
+_PROVIDER = frozenset({"CATALOG", "IcebergFederation", "IcebergTable"})
 
 __all__ = [
     "CATALOG",
@@ -26,3 +37,11 @@ __all__ = [
     "IcebergTable",
     "NullCounters",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PROVIDER:
+        from lake_iceberg.federation import provider
+
+        return getattr(provider, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

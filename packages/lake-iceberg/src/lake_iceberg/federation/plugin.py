@@ -9,13 +9,20 @@ and calls ``start()`` (the bounded namespace checks) before serving.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from lake_iceberg.federation.config import FederationConfig
-from lake_iceberg.federation.provider import IcebergFederation
+
+if TYPE_CHECKING:
+    from lake_iceberg.federation.provider import IcebergFederation
 
 __all__ = ["plugin"]
 
 
 def plugin(env: Mapping[str, str]) -> IcebergFederation | None:
     config = FederationConfig.from_env(env)
-    return None if config is None else IcebergFederation(config)
+    if config is None:
+        return None  # not configured: the provider (and pyiceberg) is never imported
+    from lake_iceberg.federation.provider import IcebergFederation
+
+    return IcebergFederation(config)
