@@ -76,7 +76,7 @@ def test_leader_sigkill_mid_stream_the_follower_takes_over_and_nothing_is_lost(
 ) -> None:
     lake = make_cloud_lake()  # the real 10 s lease
     leader = two_node_lake(lake)
-    replicas = [lake.start_query(), lake.start_query()]
+    replicas = lake.start_queries(2)
     lake.admin(lambda c: c.create_table(EPISODES, EPISODES_SCHEMA))
 
     # Enough that both writers are mid-stream when the leader dies (6 acknowledged).

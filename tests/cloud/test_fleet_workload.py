@@ -75,8 +75,8 @@ def gc_env(lake: CloudLake) -> dict[str, str]:
 
 
 def run_fleet(lake: CloudLake, tmp_path: Path, *, kill_leader: LakeProcess | None) -> None:
-    a = endpoint(lake, "A", lake.start_query())
-    b = endpoint(lake, "B", lake.start_query())
+    started_a, started_b = lake.start_queries(2)
+    a, b = endpoint(lake, "A", started_a), endpoint(lake, "B", started_b)
     created = lake.admin(lambda c: c.create_table(TABLE, SCHEMA)).entry.descriptor.version
     workload = Workload(a, b, FleetShape())
     started = time.monotonic()

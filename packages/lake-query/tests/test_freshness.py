@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 
@@ -58,6 +59,31 @@ async def test_an_unconfirmed_committed_version_is_unavailable(catalog: LocalCat
     catalog.fail = True
     # A stale view whose refresh fails is still planned on...
     await catch_up(cache, {}, ADMIN, 5)
-    # ...but a client's own commit that cannot be confirmed is a retryable refusal.
-    with pytest.raises(Unavailable, match=r"robots\.rewards"):
-        await catch_up(cache, {REWARDS: 5}, ADMIN, 5)
+    # ...but a client's own commit that cannot be confirmed, tried again until the
+    # timeout, is a retryable refusal.
+    calls = catalog.calls
+    started = time.monotonic()
+    with pytest.raises(Unavailable, match=r"robots\.rewards.*tries in 0.5 s"):
+        await catch_up(cache, {REWARDS: 5}, ADMIN, 0.5)
+    assert 0.4 <= time.monotonic() - started < 5
+    assert catalog.calls - calls >= 3  # 0.05, 0.1, 0.2 s apart
+
+
+@pytest.mark.asyncio
+async def test_a_committed_version_waits_out_a_catalog_outage(catalog: LocalCatalog) -> None:
+    """A leader takeover: the refresh fails for a while, then the commit is confirmed."""
+    cache = CatalogCache(catalog, refresh_interval_s=3600)
+    await cache.refresh()
+    catalog.append("robots.rewards", rewards(10**6, 1))
+    catalog.fail = True
+    calls = catalog.calls
+
+    async def recover() -> None:
+        await asyncio.sleep(0.3)
+        catalog.fail = False
+
+    recovery = asyncio.create_task(recover())
+    await catch_up(cache, {REWARDS: 2}, ADMIN, 5)
+    await recovery
+    assert behind(cache, {REWARDS: 2}, ADMIN) == []
+    assert catalog.calls - calls >= 2  # failed at least once, then confirmed
