@@ -71,6 +71,14 @@ def test_containerfile_is_multi_stage_non_root_with_explicit_entrypoints() -> No
         ["/opt/lake/bin/lake", "query"],
     ]
     assert "COPY --from=build" in runtime  # only the built virtualenv crosses over
+    # Bytecode compiled at build time, valid whatever mtimes COPY leaves: a read-only root
+    # file system with PYTHONDONTWRITEBYTECODE would otherwise recompile at every start.
+    build = text.split("AS build", 1)[1].split("AS runtime", 1)[0]
+    assert re.search(
+        r"python -m compileall -q --invalidation-mode unchecked-hash /opt/lake/lib$",
+        build,
+        re.MULTILINE,
+    )
     assert not re.search(r"^(ADD|ENV|ARG) .*(SECRET|TOKEN|PASSWORD|KEY)=", text, re.MULTILINE)
 
 
