@@ -154,6 +154,10 @@ Each benchmark module in `tools/bench` starts the real servers it needs
 - Verified open: hashlib SHA-256 over the same file in Lake's local chunk size.
 - Upload memory: a bound (part size x (concurrency + 2) + 100 MiB), not a measurement.
 - Admission: the same workload with 2 clients instead of 16.
+- LeRobot export: `shutil.copytree` of the source dataset (the same files, no checks);
+  and, for the least any verified export costs (`lerobot_export_floor`), one Query
+  round trip then the dataset's MP4s read, SHA-256 hashed and written by two threads
+  in plain Python.
 
 ## Retired goals
 
