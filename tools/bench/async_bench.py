@@ -1,8 +1,9 @@
 """Durable async export against the least any durable result costs, same run.
 
 ``async_export``: a 4-million-row, 4-column result (``bench.wide``) through
-submit -> poll -> DoGet of every part (the SDK's ``client.jobs.submit``,
-``client.jobs.poll`` and part streams), every batch read by the client. Its
+submit -> wait -> DoGet of every part (the SDK's ``client.jobs.submit`` and
+``client.jobs.wait``, whose polls the replica holds until the job ends, and
+part streams), every batch read by the client. Its
 reference is the ceiling issue 12 measured, recomputed in every round:
 storing the same rows durably (``floor`` below) and then serving stored
 parts (``serve``, measured in the same durable run, from the poll that
@@ -28,7 +29,7 @@ least any durable store of the same 4 million rows costs on this disk, one
 Arrow IPC file written from memory and fsynced, against the same
 interactive run.
 
-``async_export_first_batch_ms``: from the poll that reports ``done`` to the
+``async_export_first_batch_ms``: from the wait that reports ``done`` to the
 first batch of the first part in the client. Goal: p50 <= 50 ms (a bound,
 not a measured reference).
 """
@@ -131,12 +132,8 @@ def run(quick: bool) -> list[Figure]:
 
             def durable() -> float:
                 began = time.perf_counter()
-                handle = sdk.jobs.submit(SQL)
-                while handle.state not in ("done", "failed", "cancelled"):
-                    time.sleep(0.005)
-                    handle = sdk.jobs.poll(handle)
-                if handle.state != "done":
-                    raise RuntimeError(f"async export ended {handle.state}: {handle.error}")
+                # The SDK's own wait: each poll held by the replica until the job ends.
+                handle = sdk.jobs.wait(sdk.jobs.submit(SQL))
                 done_at = time.perf_counter()
                 got = 0
                 for index, ticket in enumerate(handle._endpoints):

@@ -18,7 +18,9 @@ from lake_core.names import TableRef
 __all__ = [
     "APPEND_COMMAND_TYPE",
     "ASYNC_JOB_ID_HEADER",
+    "ASYNC_MAX_POLL_WAIT_MS",
     "ASYNC_STATES_HEADER",
+    "ASYNC_WAIT_HEADER",
     "INGEST_COMMAND_TYPE",
     "INGEST_END",
     "MAX_APPEND_BYTES",
@@ -71,6 +73,12 @@ ASYNC_JOB_ID_HEADER = "lake-async-job-id"
 #: ``FlightInfo.app_metadata``: a failed or cancelled job then answers the poll instead
 #: of failing it, so the poll's own errors (a foreign or tampered handle) stay apart.
 ASYNC_STATES_HEADER = "lake-async-states"
+#: Request header of a PollFlightInfo of a job handle: wait up to this many milliseconds
+#: (decimal) for the job to finish before answering, instead of answering at once. The
+#: replica holds at most ``ASYNC_MAX_POLL_WAIT_MS``; without the header a poll never waits.
+ASYNC_WAIT_HEADER = "lake-async-wait-ms"
+#: The longest a replica holds one poll, whatever the header asks.
+ASYNC_MAX_POLL_WAIT_MS = 5_000
 
 
 class WireModel(BaseModel):

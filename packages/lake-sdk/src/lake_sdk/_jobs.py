@@ -54,6 +54,8 @@ MAX_HANDLE_BYTES = 16 * 1024
 HANDLE_VERSION = 1
 #: Submission attempts, all with one job id (a lost reply never runs the SQL twice).
 SUBMIT_ATTEMPTS = 4
+#: How long each poll of ``wait`` asks the replica to hold it (it holds at most 5 s).
+WAIT_POLL_MS = 1_000
 
 AsyncState = Literal["pending", "running", "done", "cancelled", "failed"]
 _STATES = ("pending", "running", "done", "cancelled", "failed")
@@ -199,8 +201,10 @@ class JobCalls:
                 self._channel = grpc.insecure_channel(endpoint.target, channel_options)
         return self._channel
 
-    def _metadata(self, job_id: str | None) -> list[tuple[str, str]]:
+    def _metadata(self, job_id: str | None, wait_ms: int = 0) -> list[tuple[str, str]]:
         metadata = [WANTS_CODES, (protocol.ASYNC_STATES_HEADER, "1")]
+        if wait_ms > 0:
+            metadata.append((protocol.ASYNC_WAIT_HEADER, str(wait_ms)))
         token = self._connection.options.bearer_token
         if token is not None:
             metadata.append(("authorization", f"Bearer {token.reveal()}"))
@@ -211,7 +215,7 @@ class JobCalls:
         return metadata
 
     def _poll_call(
-        self, descriptor: flight_pb2.FlightDescriptor, job_id: str | None
+        self, descriptor: flight_pb2.FlightDescriptor, job_id: str | None, wait_ms: int = 0
     ) -> flight_pb2.PollInfo:
         call = self._open().unary_unary(
             _POLL,
@@ -223,7 +227,7 @@ class JobCalls:
         with client_span(_POLL, {**_DB, "db.operation.name": operation}) as headers:
             try:
                 info: flight_pb2.PollInfo = call(
-                    descriptor, metadata=[*self._metadata(job_id), *headers], timeout=60
+                    descriptor, metadata=[*self._metadata(job_id, wait_ms), *headers], timeout=60
                 )
             except grpc.RpcError as exc:
                 trailers = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
@@ -231,9 +235,9 @@ class JobCalls:
         return info
 
     async def _poll(
-        self, descriptor: flight_pb2.FlightDescriptor, job_id: str | None
+        self, descriptor: flight_pb2.FlightDescriptor, job_id: str | None, wait_ms: int = 0
     ) -> tuple[JobHandle, pa.Schema]:
-        info = await asyncio.to_thread(self._poll_call, descriptor, job_id)
+        info = await asyncio.to_thread(self._poll_call, descriptor, job_id, wait_ms)
         return _handle(info, descriptor.cmd if job_id is None else b"")
 
     async def submit(self, sql: str) -> tuple[JobHandle, pa.Schema]:
@@ -252,26 +256,36 @@ class JobCalls:
                 await asyncio.sleep(0.2 * (attempt + 1))
         raise Internal("unreachable")
 
-    async def poll(self, handle: JobHandle) -> tuple[JobHandle, pa.Schema]:
+    async def poll(self, handle: JobHandle, wait_ms: int = 0) -> tuple[JobHandle, pa.Schema]:
         if not isinstance(handle, JobHandle):
             raise InvalidArgument("jobs.poll needs a JobHandle")
         descriptor = flight_pb2.FlightDescriptor(
             type=flight_pb2.FlightDescriptor.CMD, cmd=handle.capability
         )
-        return await self._poll(descriptor, None)
+        return await self._poll(descriptor, None, wait_ms)
 
     async def wait(self, handle: JobHandle) -> tuple[JobHandle, pa.Schema]:
-        """Poll until the job is finished; raise its error when it failed or was cancelled."""
+        """Poll until the job is finished; raise its error when it failed or was cancelled.
+
+        Each poll asks the replica to hold it until the job finishes (at most
+        :data:`WAIT_POLL_MS`): the replica answers the moment its worker
+        records the end, with one call a second instead of one every few
+        milliseconds. A replica that does not hold polls (older, or another
+        Flight SQL server) answers at once, and the polls back off as before.
+        """
         delay = self._poll_interval_s
         while True:
-            handle, schema = await self.poll(handle)
+            began = time.monotonic()
+            handle, schema = await self.poll(handle, WAIT_POLL_MS)
             if handle.state == "done":
                 return handle, schema
             if handle.error is not None:
                 raise handle.error
-            await asyncio.sleep(delay)
-            # Short first polls, then slower: completion is seen within ~25% of the run.
-            delay = min(1.0, delay * 1.25)
+            if time.monotonic() - began < WAIT_POLL_MS / 2000:
+                # Answered early while still running: a replica that does not hold polls.
+                await asyncio.sleep(delay)
+                # Short first polls, then slower: completion is seen within ~25% of the run.
+                delay = min(1.0, delay * 1.25)
 
     async def cancel(self, handle: JobHandle) -> bool:
         """CancelFlightInfo; True when the job is (now) cancelled."""
@@ -361,6 +375,17 @@ class AsyncJobs:
         """
         handle, schema = await self._calls.wait(handle)
         return AsyncJobResult(self._connection, handle, schema)
+
+    async def wait(self, handle: JobHandle) -> JobHandle:
+        """Wait until the job is done (through any replica); the final handle, to read later.
+
+        Raises the job's error if it failed or was cancelled. The replica holds
+        each poll until the job ends (up to a second), so the end is seen as
+        soon as it is recorded, with about one call a second. Cancelling the
+        wait leaves the job running.
+        """
+        finished, _ = await self._calls.wait(handle)
+        return finished
 
     async def poll(self, handle: JobHandle) -> JobHandle:
         """One non-blocking poll: the refreshed handle (``state``, and ``error`` if failed)."""

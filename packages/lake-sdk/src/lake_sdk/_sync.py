@@ -364,6 +364,10 @@ class Jobs:
         """Wait for a submitted job (through any replica) and stream its result."""
         return JobResult(self._runner, self._runner.run(self._jobs.resume(handle)))
 
+    def wait(self, handle: JobHandle) -> JobHandle:
+        """Wait until the job is done; the final handle. Raises its error if it failed."""
+        return self._runner.run(self._jobs.wait(handle))
+
     def poll(self, handle: JobHandle) -> JobHandle:
         """One non-blocking poll: the refreshed handle (``state``, and ``error`` if failed)."""
         return self._runner.run(self._jobs.poll(handle))

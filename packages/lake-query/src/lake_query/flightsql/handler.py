@@ -105,6 +105,15 @@ _ACTIONS = {
 T = TypeVar("T")
 
 
+def _poll_wait_s(header: str | None) -> float:
+    """Seconds a poll may be held (``lake-async-wait-ms``); 0 for none, InvalidArgument if bad."""
+    if header is None:
+        return 0.0
+    if not (header.isascii() and header.isdigit()) or len(header) > 9:
+        raise InvalidArgument(f"{protocol.ASYNC_WAIT_HEADER} must be whole milliseconds")
+    return min(int(header), protocol.ASYNC_MAX_POLL_WAIT_MS) / 1000
+
+
 class QueryHandler(FlightHandler):
     """The Flight SQL handler of one Query replica.
 
@@ -343,7 +352,12 @@ class QueryHandler(FlightHandler):
             headers = {key: str(value) for key, value in context.invocation_metadata() or ()}
             states = headers.get(protocol.ASYNC_STATES_HEADER) == "1"
             if descriptor.type == pb.FlightDescriptor.CMD and is_handle(descriptor.cmd):
-                return await self.async_queries.poll(descriptor.cmd, principal, states=states)
+                return await self.async_queries.poll(
+                    descriptor.cmd,
+                    principal,
+                    states=states,
+                    wait_s=_poll_wait_s(headers.get(protocol.ASYNC_WAIT_HEADER)),
+                )
             return await self.async_queries.submit(
                 descriptor,
                 principal,

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hmac
 import json
@@ -40,6 +41,7 @@ from lake_core.errors import (
 )
 from lake_core.principal import Principal
 from lake_core.proto import flight_pb2 as pb
+from lake_core.protocol import ASYNC_MAX_POLL_WAIT_MS
 from lake_core.schemas import schema_from_base64, schema_to_base64, schema_to_ipc
 from lake_core.telemetry.propagation import durable_context
 from lake_core.tickets import TicketSealer
@@ -67,6 +69,8 @@ __all__ = ["PART", "AsyncQueries", "is_handle", "open_stores"]
 PART = "ap"
 #: Messages a part's reader thread runs ahead of the network.
 PART_PREFETCH = 2
+#: A held poll reads its job's record again at least this often (a job another replica runs).
+POLL_RECHECK_S = 0.1
 
 #: Plans a descriptor for a principal: (result schema, the pinned statement).
 Plan = Callable[[pb.FlightDescriptor, Principal], Awaitable[tuple[pa.Schema, QuerySpec]]]
@@ -225,15 +229,28 @@ class AsyncQueries:
         return await self._answer(record, body, principal, states)
 
     async def poll(
-        self, handle: bytes, principal: Principal, *, states: bool = False
+        self, handle: bytes, principal: Principal, *, states: bool = False, wait_s: float = 0.0
     ) -> pb.PollInfo:
+        """The job's state; with ``wait_s`` > 0, held until it finishes or that long passes.
+
+        A held poll wakes as soon as this replica's worker writes the job's
+        record and reads it again at least every :data:`POLL_RECHECK_S` (a
+        job another replica runs); the checks are made again on every read.
+        """
         job_id = self._seal.open_handle(handle, principal)
-        found = await self._jobs.get(job_id)
-        if found is None or found[0].expired():
-            raise NotFound("the async query is unknown or has expired")
-        record = found[0]
-        if not self._seal.owns(record, principal):
-            raise PermissionDenied("the async query belongs to another caller")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + min(max(wait_s, 0.0), ASYNC_MAX_POLL_WAIT_MS / 1000)
+        while True:
+            found = await self._jobs.get(job_id)
+            if found is None or found[0].expired():
+                raise NotFound("the async query is unknown or has expired")
+            record = found[0]
+            if not self._seal.owns(record, principal):
+                raise PermissionDenied("the async query belongs to another caller")
+            left = deadline - loop.time()
+            if record.state not in ("pending", "running") or left <= 0:
+                break
+            await self._jobs.written(job_id, min(left, POLL_RECHECK_S))
         return await self._answer(record, self._seal.open_body(record), principal, states)
 
     async def _answer(

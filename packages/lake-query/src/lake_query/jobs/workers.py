@@ -114,6 +114,8 @@ class Jobs:
 
     def __init__(self, store: StateStore) -> None:
         self.store = store
+        #: Per job some poll waits on: set (and dropped) when this process next writes its record.
+        self._written: dict[str, asyncio.Event] = {}
 
     async def get(self, job_id: str) -> tuple[JobRecord, int] | None:
         found = await self.store.read(JOBS, job_id)
@@ -122,7 +124,26 @@ class Jobs:
         return JobRecord.model_validate(found[0]), found[1]
 
     async def swap(self, record: JobRecord, revision: int, new: JobRecord) -> bool:
-        return await self.store.write(JOBS, record.job_id, new.model_dump(mode="json"), revision)
+        written = await self.store.write(JOBS, record.job_id, new.model_dump(mode="json"), revision)
+        if written:
+            event = self._written.pop(record.job_id, None)
+            if event is not None:
+                event.set()
+        return written
+
+    async def written(self, job_id: str, timeout_s: float) -> None:
+        """Return once this process writes the job's record again, or after ``timeout_s``.
+
+        Only this process's writes wake it (a worker here finishing the job);
+        a record another replica writes is seen by reading it again, which
+        the caller does when this returns either way.
+        """
+        event = self._written.setdefault(job_id, asyncio.Event())
+        try:
+            await asyncio.wait_for(event.wait(), timeout_s)
+        except TimeoutError:
+            if self._written.get(job_id) is event and not event.is_set():
+                del self._written[job_id]  # no entry outlives its waiters for long
 
     async def update(
         self, job_id: str, change: Callable[[JobRecord], JobRecord | None]
