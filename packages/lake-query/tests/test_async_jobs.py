@@ -13,7 +13,7 @@ from lake_core.errors import ConfigError, DataCorrupted, FailedPrecondition, Res
 from lake_core.principal import Principal
 from lake_core.schemas import schema_to_base64
 from lake_core.tickets import TicketKeyRing, TicketSealer
-from lake_query.jobs.model import JobBody, JobRecord, JobSeal
+from lake_query.jobs.model import JobBody, JobSeal
 from lake_query.jobs.quotas import ExecutionLease, TenantSlots
 from lake_query.jobs.results import LocalResults
 from lake_query.jobs.service import AsyncQueries
@@ -21,7 +21,7 @@ from lake_query.jobs.settings import AsyncSettings
 from lake_query.jobs.store import ACTIVE, JOBS, LocalStateStore
 from lake_query.jobs.workers import Jobs, WorkerPool
 from lake_query.planning import QuerySpec
-from tools.lake_testing.jobs import ONE_COLUMN, GatedExecute
+from tools.lake_testing.jobs import ONE_COLUMN, GatedExecute, job_record
 
 ON = {"LAKE_ASYNC_QUERIES": "true"}
 
@@ -78,26 +78,12 @@ def _seal(ring: TicketKeyRing) -> JobSeal:
     return JobSeal(TicketSealer(ring, "t/job", 3600), TicketSealer(ring, "t/handle", 3600), ring)
 
 
-def _record(job_id: str, tenant: str, state: str = "pending") -> JobRecord:
-    now = time.time()
-    return JobRecord(
-        job_id=job_id,
-        tenant_key=tenant,
-        request_digest="d",
-        sealed="",
-        state=state,  # type: ignore[arg-type]
-        submitted_at=now,
-        expires_at=now + 3600,
-        max_result_bytes=1 << 30,
-    )
-
-
 def test_slots_refuse_past_the_limit_and_reconcile_finished_jobs(tmp_path: Path) -> None:
     async def go() -> None:
         store = LocalStateStore(tmp_path)
         slots = TenantSlots(store, 2)
         for job_id in ("a" * 32, "b" * 32):
-            await store.write(JOBS, job_id, _record(job_id, "t1").model_dump(mode="json"), None)
+            await store.write(JOBS, job_id, job_record(job_id, "t1").model_dump(mode="json"), None)
             await slots.reserve("t1", job_id)
         await slots.reserve("t1", "a" * 32)  # a retry of the same job holds no second slot
         with pytest.raises(ResourceExhausted) as refused:
@@ -105,7 +91,7 @@ def test_slots_refuse_past_the_limit_and_reconcile_finished_jobs(tmp_path: Path)
         assert "t1" not in str(refused.value)
         await slots.reserve("t2", "c" * 32)  # other tenants are unaffected
         # A failed job's slot is reclaimed by reconciliation; a running one's never is.
-        failed = _record("b" * 32, "t1", "failed")
+        failed = job_record("b" * 32, "t1", "failed")
         found = await store.read(JOBS, "b" * 32)
         assert found is not None
         await store.write(JOBS, "b" * 32, failed.model_dump(mode="json"), found[1])
@@ -164,7 +150,7 @@ def test_workers_go_round_robin_across_tenants_without_parking_slots(tmp_path: P
                 max_result_bytes=1 << 20,
             )
             job_id = f"{n:032x}"
-            record = _record(job_id, seal.tenant_key(principal)).model_copy(
+            record = job_record(job_id, seal.tenant_key(principal)).model_copy(
                 update={"sealed": seal.seal_body(body)}
             )
             await store.write(ACTIVE, job_id, {}, None)
@@ -204,7 +190,7 @@ def test_jobs_past_their_retention_are_swept_with_their_results_and_slots(tmp_pa
         )
         old, fresh = "a" * 32, "b" * 32
         for job_id, age in ((old, 7200.0), (fresh, 0.0)):
-            record = _record(job_id, "t1", "done").model_copy(
+            record = job_record(job_id, "t1", "done").model_copy(
                 update={"expires_at": time.time() + 3600 - age}
             )
             await store.write(JOBS, job_id, record.model_dump(mode="json"), None)
@@ -254,7 +240,7 @@ def test_a_result_stored_by_an_older_version_or_damaged_polls_as_such(tmp_path: 
             "parts": [{"name": "part-00000.arrows", "bytes": 8, "rows": 1, "sha256": "0" * 64}],
         }
         await results.write_once(f"{job_id}/1/manifest.json", json.dumps(old).encode())
-        record = _record(job_id, seal.tenant_key(principal), "done").model_copy(
+        record = job_record(job_id, seal.tenant_key(principal), "done").model_copy(
             update={"sealed": seal.seal_body(body), "manifest": f"{job_id}/1/manifest.json"}
         )
         await state.write(JOBS, job_id, record.model_dump(mode="json"), None)

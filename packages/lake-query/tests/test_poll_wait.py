@@ -11,9 +11,9 @@ import pytest
 from lake_core.errors import InvalidArgument
 from lake_core.protocol import ASYNC_MAX_POLL_WAIT_MS
 from lake_query.flightsql.handler import _poll_wait_s
-from lake_query.jobs.model import JobRecord
 from lake_query.jobs.store import JOBS, LocalStateStore
 from lake_query.jobs.workers import Jobs
+from tools.lake_testing.jobs import job_record
 
 
 def test_the_wait_header_is_whole_milliseconds_capped_at_the_replicas_limit() -> None:
@@ -27,26 +27,12 @@ def test_the_wait_header_is_whole_milliseconds_capped_at_the_replicas_limit() ->
             _poll_wait_s(bad)
 
 
-def _record(job_id: str, state: str) -> JobRecord:
-    now = time.time()
-    return JobRecord(
-        job_id=job_id,
-        tenant_key="t",
-        request_digest="d",
-        sealed="x",
-        state=state,  # type: ignore[arg-type]
-        submitted_at=now,
-        expires_at=now + 3600,
-        max_result_bytes=1 << 20,
-    )
-
-
 def test_a_waiter_wakes_when_this_process_writes_the_record_and_not_before(
     tmp_path: Path,
 ) -> None:
     async def main() -> None:
         jobs = Jobs(LocalStateStore(tmp_path))
-        record = _record("a" * 32, "running")
+        record = job_record("a" * 32, state="running")
         assert await jobs.store.write(JOBS, record.job_id, record.model_dump(mode="json"), None)
         found = await jobs.get(record.job_id)
         assert found is not None
