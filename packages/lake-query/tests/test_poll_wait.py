@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from pathlib import Path
 
@@ -54,6 +55,14 @@ def test_a_waiter_wakes_when_this_process_writes_the_record_and_not_before(
         assert time.monotonic() - began < 0.5
         assert not other.done()  # another job's waiter is not woken
         await other
+
+        # A waiter whose caller hung up (cancelled) leaves no entry behind.
+        hung_up = asyncio.ensure_future(jobs.written(record.job_id, 5.0))
+        await asyncio.sleep(0.05)
+        hung_up.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await hung_up
+        assert not jobs._written
 
         # A failed compare-and-swap is not a write: nobody wakes.
         waiter = asyncio.ensure_future(jobs.written(record.job_id, 0.3))

@@ -142,8 +142,12 @@ class Jobs:
         try:
             await asyncio.wait_for(event.wait(), timeout_s)
         except TimeoutError:
+            pass
+        finally:
+            # Timed out or cancelled (the caller hung up): no entry outlives its waiters for
+            # long. Another waiter of the same event then wakes at its own timeout and reads.
             if self._written.get(job_id) is event and not event.is_set():
-                del self._written[job_id]  # no entry outlives its waiters for long
+                del self._written[job_id]
 
     async def update(
         self, job_id: str, change: Callable[[JobRecord], JobRecord | None]
