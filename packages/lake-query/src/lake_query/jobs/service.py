@@ -248,7 +248,7 @@ class AsyncQueries:
             if not self._seal.owns(record, principal):
                 raise PermissionDenied("the async query belongs to another caller")
             left = deadline - loop.time()
-            if record.state not in ("pending", "running") or left <= 0:
+            if record.terminal or left <= 0:
                 break
             await self._jobs.written(job_id, min(left, POLL_RECHECK_S))
         return await self._answer(record, self._seal.open_body(record), principal, states)
