@@ -119,8 +119,9 @@ hatch run python -m tools.bench.report RUN.jsonl   # this page from saved JSON l
 ```
 
 A full run takes well over an hour on this 2-core machine with nothing else
-running (74 minutes for all but four modules on 2026-12-05; more under load) and needs ~25 GiB free in the temp directory. Run it
-on an otherwise idle machine: the load column says whether it was.
+running (67 minutes for all but four modules on 2026-12-05; more under load)
+and needs ~25 GiB free in the temp directory. Run it on an otherwise idle
+machine: the load column says whether it was.
 Each benchmark module in `tools/bench` starts the real servers it needs
 (Metasrv, Query, SeaweedFS, dynalite) on loopback and stops them by pid.
 
