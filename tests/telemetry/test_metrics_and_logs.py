@@ -205,6 +205,59 @@ def test_redaction_masks_tokens_presigned_urls_and_sql() -> None:
     assert pa is not None
 
 
+def test_redaction_fast_path_matches_the_patterns_on_generated_text() -> None:
+    """The one-search pre-check never skips text a secret pattern would change."""
+    import random
+
+    from lake_core.logs import _SECRET_PATTERNS, _scrub
+
+    def slow(text: str) -> str:
+        for pattern in _SECRET_PATTERNS:
+            text = pattern.sub(lambda m: (m.group(1) + "?***") if m.lastindex else "***", text)
+        return text
+
+    pieces = ["Bearer ", "BEARER\t", "bearer", "lk_", "LK_", "lk_abcdefgh12", "?", "https://h/k",
+              "X-Amz-Signature=ab", "sig=1", "signature=", "aws_secret_access_key=", "AWS_SESSION_TOKEN:",
+              "aws_", " ", "'", '"', ",", "=", "x", "k\u212a", "\u017f", "plain words", "/p?q=1"]  # fmt: skip
+    rng = random.Random(20261205)
+    for _ in range(20_000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randrange(1, 8)))
+        assert _scrub(text) == slow(text), text
+
+
+def test_records_below_the_level_are_dropped_before_the_processors(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import logging
+
+    import structlog
+
+    from lake_core import logs
+
+    seen: list[str] = []
+
+    def spy(_: object, method: str, event: dict[str, object]) -> dict[str, object]:
+        seen.append(method)
+        return event
+
+    monkeypatch.setattr(logs, "add_trace_ids", spy)
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level)
+    config = structlog.get_config()
+    try:  # console: json would also wrap this process's stdout and stderr
+        logs.configure_logging(logging.INFO, {}, log_format="console")
+        log = structlog.get_logger("lake.test.levels")
+        log.debug("hidden", sql="SELECT 1")
+        log.info("shown")
+        assert seen == ["info"]
+        logs.configure_logging(logging.DEBUG, {}, log_format="console")
+        structlog.get_logger("lake.test.levels.debug").debug("shown at debug")
+        assert seen == ["info", "debug"]
+    finally:
+        root.handlers[:], root.level = saved
+        structlog.configure(**config)
+
+
 @pytest.mark.parametrize(
     ("raw", "host", "port"), [("127.0.0.1:9090", "127.0.0.1", 9090), ("[::1]:9464", "::1", 9464)]
 )
