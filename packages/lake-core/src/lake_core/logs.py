@@ -88,12 +88,17 @@ def log_settings(
     return fmt, _LEVELS[raw_level] if raw_level else default_level
 
 
-def _scrub(text: str) -> str:
-    if _SECRET_HINT.search(text) is None:
-        return text
+def _substitute(text: str) -> str:
+    """Every secret pattern masked in ``text``: the rule ``_scrub`` applies."""
     for pattern in _SECRET_PATTERNS:
         text = pattern.sub(lambda m: (m.group(1) + "?***") if m.lastindex else "***", text)
     return text
+
+
+def _scrub(text: str) -> str:
+    if _SECRET_HINT.search(text) is None:
+        return text
+    return _substitute(text)
 
 
 def redact(_: Any, method: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
