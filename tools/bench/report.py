@@ -120,8 +120,9 @@ hatch run python -m tools.bench.report RUN.jsonl   # this page from saved JSON l
 
 A full run takes well over an hour on this 2-core machine with nothing else
 running (72 minutes for every module on 2026-12-05, the registrar's 17 and
-GC's 12 the longest; more under load) and needs ~25 GiB free in the temp directory. Run it on an otherwise idle
-machine: the load column says whether it was.
+GC's 12 the longest; more under load) and needs ~25 GiB free in the temp
+directory. Run it on an otherwise idle machine: the load column says whether it
+was.
 Each benchmark module in `tools/bench` starts the real servers it needs
 (Metasrv, Query, SeaweedFS, dynalite) on loopback and stops them by pid.
 
