@@ -168,6 +168,48 @@ async def test_sigkill_during_append_stream(tmp_path: Path, client_factory: Any)
 
 
 @pytest.mark.asyncio
+async def test_a_new_client_reaches_a_restarted_metasrv_at_once(tmp_path: Path) -> None:
+    """A client made after Metasrv came back connects, whatever older clients' state.
+
+    gRPC shares connections between channels of one target and options: a new
+    client used to inherit an older client's failed connection to the killed
+    process and fail fast ("Connection refused") until that one's reconnect
+    backoff ran out, though the new process was already serving.
+    """
+    meta = start_meta(tmp_path / "data", tmp_path)
+    with running(meta):
+        old = MetaClient(meta.url, timeout_s=20, max_reconnect_backoff_ms=5_000)
+        try:
+            await old.create_table(TABLE, SCHEMA)
+            await append(old, new_operation_id(), rows_for("before", 1))
+            for _ in range(3):
+                await asyncio.to_thread(meta.kill)
+                restarted = asyncio.Event()
+
+                async def retry_until(restarted: asyncio.Event) -> None:
+                    # An old client retrying through the outage, its backoff growing.
+                    while not restarted.is_set():
+                        with contextlib.suppress(LakeError):
+                            await append(old, new_operation_id(), rows_for("outage", 1))
+                        await asyncio.sleep(0.05)
+
+                retrying = asyncio.create_task(retry_until(restarted))
+                await asyncio.sleep(3)  # long enough for a backoff of seconds
+                await asyncio.to_thread(meta.start)
+                new = MetaClient(meta.url, timeout_s=20, max_reconnect_backoff_ms=5_000)
+                try:
+                    op = new_operation_id()
+                    result = await append(new, op, rows_for(op, 1))
+                    assert not result.replayed
+                finally:
+                    restarted.set()
+                    await retrying
+                    await new.close()
+        finally:
+            await old.close()
+
+
+@pytest.mark.asyncio
 @pytest.mark.parametrize(
     "point", ["before_lance_commit", "after_lance_commit", "after_registry_commit"]
 )

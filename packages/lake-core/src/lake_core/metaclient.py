@@ -58,6 +58,10 @@ class MetaClient:
             ("grpc.initial_reconnect_backoff_ms", 100),
             ("grpc.min_reconnect_backoff_ms", 100),
             ("grpc.max_reconnect_backoff_ms", max_reconnect_backoff_ms),
+            # Its own connections: gRPC otherwise shares one per target and options
+            # process-wide, so a new client made after Metasrv came back inherited an
+            # older client's failed connection and failed fast until its backoff ended.
+            ("grpc.use_local_subchannel_pool", 1),
         ]
         if server_name:
             options.append(("grpc.ssl_target_name_override", server_name))

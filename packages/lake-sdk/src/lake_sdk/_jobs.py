@@ -191,7 +191,12 @@ class JobCalls:
             if endpoint is None:
                 raise InvalidArgument(f"not a Lake endpoint: {self._connection.url!r}")
             options = self._connection.options
-            channel_options = [("grpc.max_receive_message_length", 64 * 1024 * 1024)]
+            channel_options = [
+                ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                # Its own connections, not a process-wide shared one that another
+                # client left in reconnect backoff (see lake_core.metaclient).
+                ("grpc.use_local_subchannel_pool", 1),
+            ]
             if endpoint.tls:
                 credentials = grpc.ssl_channel_credentials(root_certificates=options.ca_pem)
                 if options.server_name:
