@@ -397,8 +397,8 @@ def run(quick: bool) -> list[Figure]:
             unit="ms p50",
             goal=None,
             report_only="report: against the floor server making the fsyncs of Lance's files "
-            "Lake makes (data files, then the new manifest and transaction files and their "
-            "directories): what durability alone costs of the goal above",
+            "Lake makes (data files, new manifest and transaction files and their directories, "
+            "in one pass after the Lance commit): what durability alone costs of the goal above",
             load_1m=samples.load_1m,
         ),
         figure(

@@ -14,9 +14,9 @@ is the most Lake could reach on the same machine and storage:
   conditional update of the table's head version in DynamoDB, still under
   the lock: the visibility point every append needs;
 - with ``durable=True`` (local roots): the fsyncs Lake makes of Lance's own
-  files, with Lake's own tracker (:class:`~lake_metasrv.engine.local.LocalWrittenFiles`):
-  the data files before the Lance commit, the new manifest and transaction
-  files and their directories after it; nothing of Lake's own records;
+  files, with Lake's own tracker (:class:`~lake_metasrv.engine.local.LocalWrittenFiles`),
+  in Lake's one pass after the Lance commit: the data files, the new manifest
+  and transaction files, and their directories; nothing of Lake's own records;
 - not done: authentication, the replay check, row checks, the rest of the
   registry's records, reference-delta sidecars, digests, retention (and,
   unless ``durable``, fsync).
@@ -158,8 +158,6 @@ class _Service(flight.FlightServerBase):  # type: ignore[misc]
             table, self._datasets[name], storage_options=options
         )
         written = LocalWrittenFiles(Path(self._root) / f"{name}.lance") if self._durable else None
-        if written is not None:
-            written.sync_data(fragments)
         with self._locks[name]:
             if written is not None:
                 written.before_commits()
@@ -171,7 +169,7 @@ class _Service(flight.FlightServerBase):  # type: ignore[misc]
                 storage_options=options,
             )
             if written is not None:
-                written.sync_commits()
+                written.sync_commits(fragments)
             self._datasets[name] = dataset
             version = dataset.version - 1  # Lance's version 1 is the empty dataset
             if self._registry is not None:

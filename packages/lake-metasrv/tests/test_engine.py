@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 import lance
@@ -15,6 +16,7 @@ from lake_core.ids import new_operation_id
 from lake_core.models import incarnation_metadata, incarnation_of
 from lake_core.protocol import AppendCommand
 from lake_metasrv.commits import CommitCoordinator
+from lake_metasrv.engine import local as local_engine
 
 
 def command(kit: Any, **fields: Any) -> AppendCommand:
@@ -69,6 +71,52 @@ async def test_unregistered_lance_version_never_becomes_visible(
     for v in history:
         table = await coordinator.engine.read(current.location, v.engine_version)
         assert "ep-1000" not in table.column("episode_id").to_pylist()
+
+
+@pytest.mark.asyncio
+async def test_a_version_is_durable_in_one_fsync_pass_before_the_registry_moves(
+    coordinator: CommitCoordinator, kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every file a group's version adds is fsync'd, together, before it is registered.
+
+    The group's data files go in the same pass as the new manifest and
+    transaction files (one round of fsyncs per commit, not one for the data
+    and another for the manifest); the registry moves only after it.
+    """
+    events: list[tuple[str, set[Path]]] = []
+    real_fsync = local_engine.fsync_together
+
+    def recording(files: Any = (), dirs: Any = ()) -> None:
+        files, dirs = list(files), list(dirs)
+        real_fsync(files, dirs)
+        events.append(("fsync", {Path(f) for f in [*files, *dirs]}))
+
+    monkeypatch.setattr(local_engine, "fsync_together", recording)
+    real_commit = coordinator.registry.commit_append
+
+    async def registering(commit: Any) -> Any:
+        events.append(("registry", set()))
+        return await real_commit(commit)
+
+    monkeypatch.setattr(coordinator.registry, "commit_append", registering)
+    record = await coordinator.create_table(kit.episodes, kit.schema)
+    events.clear()
+    results = await asyncio.gather(*(append(coordinator, kit, 3, start=10 * i) for i in range(4)))
+    described = await coordinator.describe_table(kit.episodes)
+    assert set(results) == {described.version}  # one group, one version
+    dataset = lance.dataset(record.location, version=described.engine_version)
+    root = Path(record.location)
+    data_files = {
+        root / "data" / data_file.path
+        for fragment in dataset.get_fragments()
+        for data_file in fragment.metadata.files
+    }
+    assert data_files
+    assert [kind for kind, _ in events] == ["fsync", "registry"]
+    synced = events[0][1]
+    assert data_files <= synced
+    assert any(path.parent.name == "_versions" for path in synced)  # the new manifest
+    assert {root / "data", root / "_versions"} <= synced  # their directory entries
 
 
 @pytest.mark.asyncio

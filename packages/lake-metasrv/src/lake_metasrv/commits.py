@@ -558,16 +558,18 @@ class CommitCoordinator:
     ) -> int:
         """Write the group's rows as one fragment, then commit every fragment as one version.
 
-        The data files' digests are recorded while Lance commits. Both run
-        to the end before this returns, even when one fails: nothing of a
-        failed group may still be writing when the next one starts.
+        The fragment's data file is fsync'd with the new manifest, in the
+        commit's one fsync pass. The data files' digests are recorded while
+        Lance commits. Both run to the end before this returns, even when
+        one fails: nothing of a failed group may still be writing when the
+        next one starts.
         """
         prepared = [queued.prepared for queued in staged if queued.prepared is not None]
         rows = [queued.checked.data for queued in staged if queued.prepared is None]
         if rows:
             data = rows[0] if len(rows) == 1 else pa.concat_tables(rows)
             written = await self.engine.prepare(
-                record.location, record.incarnation, record.engine_version, data
+                record.location, record.incarnation, record.engine_version, data, sync=False
             )
             prepared.append(written)
         digests, committed = await asyncio.gather(

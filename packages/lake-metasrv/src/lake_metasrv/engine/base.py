@@ -178,20 +178,29 @@ class LanceEngine(abc.ABC):
         self, location: str, incarnation: str, registered_version: int, data: pa.Table
     ) -> int:
         """Append ``data`` on top of the registered version; return the new Lance version."""
-        prepared = await self.prepare(location, incarnation, registered_version, data)
+        prepared = await self.prepare(location, incarnation, registered_version, data, sync=False)
         return await self.commit_group(location, incarnation, registered_version, [prepared])
 
     async def prepare(
-        self, location: str, incarnation: str, registered_version: int, data: pa.Table
+        self,
+        location: str,
+        incarnation: str,
+        registered_version: int,
+        data: pa.Table,
+        *,
+        sync: bool = True,
     ) -> PreparedAppend:
-        """Write ``data`` as fragments (durable, in no version yet), outside any table lock.
+        """Write ``data`` as fragments (in no version yet), outside any table lock.
 
         Until a commit references them the files are invisible; Lance's
         cleanup leaves recent unreferenced files alone, so a concurrent
-        retention pass cannot take them.
+        retention pass cannot take them. With ``sync=False`` the data files
+        are not fsync'd here but by :meth:`commit_group`, in the same pass
+        as the manifest (for rows written just before their commit: one
+        round of fsyncs instead of two).
         """
         return await asyncio.to_thread(
-            self._prepare, location, incarnation, registered_version, data
+            self._prepare, location, incarnation, registered_version, data, sync
         )
 
     def prepare_stream(
@@ -214,6 +223,7 @@ class LanceEngine(abc.ABC):
         incarnation: str,
         registered_version: int,
         data: pa.Table | pa.RecordBatchReader,
+        sync: bool = True,
     ) -> PreparedAppend:
         owner, cached = self._datasets.get(location, ("", None))
         try:
@@ -224,10 +234,11 @@ class LanceEngine(abc.ABC):
             fragments = lance.fragment.write_fragments(
                 data, target, storage_options=self.storage_options(location)
             )
-            self.written_files(location).sync_data(fragments)
+            if sync:
+                self.written_files(location).sync_data(fragments)
         except (ValueError, OSError, pa.ArrowException) as exc:
             raise self.storage_error(location, exc) from None
-        return PreparedAppend(incarnation, fragments)
+        return PreparedAppend(incarnation, fragments, synced=sync)
 
     async def commit_group(
         self,
@@ -243,7 +254,9 @@ class LanceEngine(abc.ABC):
         appends written together, and any append written before it queued);
         ``operation_ids`` are recorded in the version's transaction
         properties (``lake.operation_ids``), where ``t$versions`` reads them.
-        One manifest commit and one fsync pass; returns the new Lance version.
+        One manifest commit and one fsync pass (the new manifest and
+        transaction files, their directories, and the data files of appends
+        prepared with ``sync=False``); returns the new Lance version.
         """
         return await asyncio.to_thread(
             self._commit_group, location, incarnation, registered_version, prepared, operation_ids
@@ -261,10 +274,13 @@ class LanceEngine(abc.ABC):
         written = self.written_files(location)
         written.before_commits()
         fragments: list[Any] = []
+        unsynced: list[Any] = []
         for append in prepared:
             if append.incarnation != incarnation:
                 raise Internal(f"fragments written for another incarnation of {location}")
             fragments.extend(append.fragments)
+            if not append.synced:
+                unsynced.extend(append.fragments)
         properties = {OPERATION_IDS_PROPERTY: ",".join(operation_ids)} if operation_ids else {}
         try:
             base = self._open(location, incarnation, registered_version)
@@ -280,7 +296,8 @@ class LanceEngine(abc.ABC):
                 committed = self._restore_then_commit(
                     location, base.version, committed, operation, properties
                 )
-            written.sync_commits()  # nothing may be registered that might not survive a crash
+            # Nothing may be registered that might not survive a crash.
+            written.sync_commits(unsynced)
         except BaseException as exc:
             self._datasets.pop(location, None)
             if isinstance(exc, ValueError | OSError | pa.ArrowException):
@@ -399,10 +416,13 @@ def _transaction(read_version: int, operation: Any, properties: dict[str, str]) 
 
 @dataclass(frozen=True)
 class PreparedAppend:
-    """An append's rows written as durable fragments that no version references yet."""
+    """An append's rows written as fragments that no version references yet."""
 
     incarnation: str
     fragments: list[Any]
+    #: Whether the data files are durable already; if not, the commit that
+    #: references them makes them durable with its manifest.
+    synced: bool = True
 
 
 class WrittenFiles(abc.ABC):
@@ -417,8 +437,9 @@ class WrittenFiles(abc.ABC):
         """Make the data files of ``fragments`` durable."""
 
     @abc.abstractmethod
-    def sync_commits(self) -> None:
-        """Make the commits' new manifests, transactions and directory entries durable."""
+    def sync_commits(self, fragments: Iterable[Any] = ()) -> None:
+        """Make the commits' new manifests, transactions and directory entries durable,
+        and the data files of ``fragments`` (written without :meth:`sync_data`)."""
 
 
 def reclaim_old_versions(

@@ -18,7 +18,7 @@ import lance
 import pyarrow as pa
 import structlog
 
-from lake_core.durable import fsync_dir, fsync_file, fsync_together, fsync_written_since
+from lake_core.durable import fsync_dir, fsync_together, fsync_written_since
 from lake_core.errors import InvalidSchema
 from lake_core.models import incarnation_metadata
 from lake_core.names import TableRef
@@ -154,12 +154,18 @@ class LocalWrittenFiles(WrittenFiles):
 
     def sync_data(self, fragments: Iterable[Any]) -> None:
         """The data files themselves (their directory entries: :meth:`sync_commits`)."""
-        for fragment in fragments:
-            for data_file in fragment.files:
-                fsync_file(str(self.dataset / "data" / data_file.path))
+        fsync_together(self._data_files(fragments))
 
-    def sync_commits(self) -> None:
-        """New manifests and transactions, and every directory entry, once per group.
+    def _data_files(self, fragments: Iterable[Any]) -> list[Path]:
+        return [
+            self.dataset / "data" / data_file.path
+            for fragment in fragments
+            for data_file in fragment.files
+        ]
+
+    def sync_commits(self, fragments: Iterable[Any] = ()) -> None:
+        """New manifests and transactions, every directory entry, and the data files
+        of ``fragments`` (written without :meth:`sync_data`), once per group.
 
         All fsync'd at once (:func:`fsync_together`): only the set must be
         durable before the registry moves, not any order within it.
@@ -169,6 +175,7 @@ class LocalWrittenFiles(WrittenFiles):
             for name in self._LISTED
             for entry in _names(self.dataset / name) - self._before.get(name, set())
         ]
+        files += self._data_files(fragments)
         dirs = [self.dataset / name for name in ("data", *self._LISTED)]
         dirs = [directory for directory in dirs if directory.is_dir()]
         if not self._had_data_dir:  # the first append created data/

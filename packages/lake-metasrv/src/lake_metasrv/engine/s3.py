@@ -74,7 +74,7 @@ class NothingToSync(WrittenFiles):
     def sync_data(self, fragments: Iterable[Any]) -> None:
         pass
 
-    def sync_commits(self) -> None:
+    def sync_commits(self, fragments: Iterable[Any] = ()) -> None:
         pass
 
 
