@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Sequence
+import struct
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -16,11 +17,13 @@ import pyarrow.flight as fl
 import pytest
 
 from lake_core import integrity, protocol, status
-from lake_core.errors import AlreadyExists, NotFound, PermissionDenied
+from lake_core.errors import AlreadyExists, InvalidArgument, NotFound, PermissionDenied
+from lake_core.flight.encoding import encode_stream
 from lake_core.ids import new_operation_id
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.principal import Principal
+from lake_core.proto import flight_pb2 as pb
 from lake_core.schemas import schema_from_base64, schema_to_base64
 from lake_metasrv.commits import CommitCoordinator
 
@@ -131,6 +134,81 @@ async def test_bad_appends_are_invalid_argument_and_write_nothing(
         (await served.coordinator.describe_table(kit.episodes)).incarnation
     )
     assert [v.version for v in history] == [0]
+
+
+def _damaged_batch_header(kit: Any, damage: str) -> tuple[pb.FlightData, pb.FlightData]:
+    """A schema message, and a batch message whose header was damaged (``damage``).
+
+    ``lengths``: the first bit flip that pyarrow itself reads as a batch whose
+    buffers disagree with its header (it reads, but does not validate);
+    ``flatbuffer``: a header pyarrow cannot parse at all.
+    """
+    schema_message, batch_message = (
+        pb.FlightData.FromString(raw) for raw in encode_stream(kit.schema, [kit.make_batch(100)])
+    )
+    header = batch_message.data_header
+    if damage == "flatbuffer":
+        return schema_message, pb.FlightData(
+            data_header=header[: len(header) // 2]
+            + bytes([header[len(header) // 2] ^ 0xFF])
+            + header[len(header) // 2 + 1 :],
+            data_body=batch_message.data_body,
+        )
+    for at in range(len(header)):
+        for bit in range(8):
+            flipped = bytearray(header)
+            flipped[at] ^= 1 << bit
+            pad = -len(flipped) % 8
+            framed = b"".join(
+                [
+                    b"\xff\xff\xff\xff",
+                    struct.pack("<i", len(flipped) + pad),
+                    flipped,
+                    bytes(pad),
+                    batch_message.data_body,
+                ]
+            )
+            try:
+                read = pa.ipc.read_record_batch(
+                    pa.ipc.read_message(pa.py_buffer(framed)), kit.schema
+                )
+            except (pa.ArrowException, OSError):
+                continue
+            try:
+                read.validate(full=True)
+            except pa.ArrowInvalid:
+                return schema_message, pb.FlightData(
+                    data_header=bytes(flipped), data_body=batch_message.data_body
+                )
+    raise AssertionError("no bit flip gave a batch that reads but does not validate")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize("damage", ["lengths", "flatbuffer"])
+async def test_a_damaged_batch_is_invalid_argument_and_writes_nothing(
+    served: Any, kit: Any, damage: str
+) -> None:
+    """Arrow data that does not hold together is the sender's mistake, refused before any check.
+
+    Before, the first case reached the row checks and Lance's writer (which
+    read past its buffers) and the second raised an untyped OSError: both were
+    answered as an internal server error.
+    """
+    await create(served, kit)
+    schema_message, batch_message = _damaged_batch_header(kit, damage)
+    command = protocol.AppendCommand(table=kit.episodes, operation_id=new_operation_id())
+    schema_message.flight_descriptor.CopyFrom(
+        pb.FlightDescriptor(type=pb.FlightDescriptor.CMD, cmd=protocol.encode(command))
+    )
+
+    async def messages() -> AsyncIterator[pb.FlightData]:
+        yield schema_message
+        yield batch_message
+
+    async with MetaClient(served.url) as client:
+        with pytest.raises(InvalidArgument, match="invalid Arrow IPC data"):
+            await client.append_messages(messages())
+    assert await version(served.coordinator, kit) == 0
 
 
 @pytest.mark.asyncio
