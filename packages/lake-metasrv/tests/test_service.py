@@ -190,9 +190,9 @@ async def test_a_damaged_batch_is_invalid_argument_and_writes_nothing(
 ) -> None:
     """Arrow data that does not hold together is the sender's mistake, refused before any check.
 
-    Before, the first case reached the row checks and Lance's writer (which
-    read past its buffers) and the second raised an untyped OSError: both were
-    answered as an internal server error.
+    Before, the first case went unchecked to the row checks and Lance's
+    writer, and the second raised an untyped OSError: both were answered as an
+    internal server error.
     """
     await create(served, kit)
     schema_message, batch_message = _damaged_batch_header(kit, damage)
