@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import lance
 import pyarrow as pa
@@ -172,6 +173,24 @@ def test_future_and_reclaimed_versions_fail_explicitly(history: LocalCatalog) ->
     listing = rows(planner, 'SELECT * FROM lake.robots."episodes$versions"')
     head = history.entries[TableRef("robots", "episodes")].descriptor.engine_version
     assert listing.column("engine_version").to_pylist() == [head]
+
+
+def test_a_version_near_the_head_reads_no_older_manifest(history: LocalCatalog) -> None:
+    """Planning walks back from the head only as far as the selector asks.
+
+    Listing every retained version read each manifest on every plan (seconds
+    per plan at thousands of versions) and failed with an untyped "Not found"
+    when retention deleted one between the listing and the read. An unreadable
+    old manifest stands in for both: a plan that does not need it must not read it.
+    """
+    planner = Planner(history.resolve, history.refs)
+    location = history.entries[TableRef("robots", "episodes")].descriptor.location
+    oldest = sorted((Path(location) / "_versions").glob("*.manifest"))[-1]  # Lance version 1
+    oldest.write_bytes(b"not a manifest")
+    assert ids(rows(planner, 'SELECT * FROM lake.robots."episodes@v3"')) == list(range(6))
+    assert ids(rows(planner, 'SELECT * FROM lake.robots."episodes@v2"')) == list(range(5))
+    listing = rows(planner, 'SELECT version FROM lake.robots."episodes$versions"')
+    assert sorted(listing.column("version").to_pylist()) == [2, 3, 3]  # down to it
 
 
 def test_an_instant_before_the_table_existed_is_invalid_after_reclaiming(

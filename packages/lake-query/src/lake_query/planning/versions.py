@@ -172,21 +172,26 @@ def _committed_at(info: dict[str, Any]) -> datetime:
 
 
 def history(dataset: Any, head: TableDescriptor) -> Iterator[RetainedVersion]:
-    """The retained versions at or before ``head``, newest first.
+    """The retained versions at or before ``head``, newest first, read as far as asked.
 
-    ``dataset`` is the table opened at ``head.engine_version``.
+    ``dataset`` is the table opened at ``head.engine_version``. Each step reads
+    one version's manifest and transaction, so resolving a version near the
+    head costs a few reads whatever the table retains (listing every version,
+    as Lance's ``versions()`` does, read every retained manifest on each plan,
+    and failed with "Not found" when retention deleted one meanwhile). A version
+    that retention reclaimed ends the walk.
     """
-    retained = {int(info["version"]): info for info in dataset.versions()}
     current, version = head.engine_version, head.version
     # Lance's read_transaction borrows its dataset mutably: on the pinned dataset that
     # concurrent queries share, any of them touching it meanwhile fails with "Already
-    # borrowed". This walk reads through a handle of its own.
-    own = dataset.checkout_version(head.engine_version) if current in retained else dataset
-    while current in retained and version >= 0:
+    # borrowed". This walk reads through handles of its own.
+    while version >= 0:
         try:
+            own = dataset.checkout_version(current)
+            info = own.get_version()
             transaction = own.read_transaction(current)
         except (OSError, ValueError):
-            return  # reclaimed while we walked
+            return  # reclaimed (before or while we walked)
         if transaction is None:
             return
         operation = transaction.operation
@@ -200,10 +205,10 @@ def history(dataset: Any, head: TableDescriptor) -> Iterator[RetainedVersion]:
             properties = transaction.transaction_properties or {}
             held = tuple(i for i in properties.get(_OPERATION_IDS_PROPERTY, "").split(",") if i)
         elif isinstance(operation, lance.LanceOperation.Overwrite):
-            kind, added = "create", int(retained[current]["metadata"].get("total_rows", 0))
+            kind, added = "create", int(info["metadata"].get("total_rows", 0))
         else:
             kind, added = "maintenance", 0
-        yield RetainedVersion(version, current, _committed_at(retained[current]), kind, added, held)
+        yield RetainedVersion(version, current, _committed_at(info), kind, added, held)
         if kind == "create":
             return
         if kind in _NEW_LAKE_VERSION:
