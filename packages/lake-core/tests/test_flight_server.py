@@ -79,6 +79,10 @@ def _many_types_table() -> pa.Table:
 Put = tuple[pb.FlightDescriptor | None, pa.Schema, list[pa.RecordBatch], list[bytes]]
 
 
+class Panic(BaseException):
+    """What pyo3 raises for a Rust panic (Lance's): a BaseException, not an Exception."""
+
+
 class ToyHandler(FlightHandler):
     """Serves named tables via DoGet and records what DoPut receives."""
 
@@ -104,6 +108,8 @@ class ToyHandler(FlightHandler):
             return
         if name == "boom":
             raise RuntimeError("secret internal detail")
+        if name == "panic":
+            raise Panic("a Rust panic's secret detail")
         if name == "with-metadata":
             batch = pa.record_batch({"x": [1, 2]})
             yield encode_stream(batch.schema, []).__next__()
@@ -288,6 +294,23 @@ async def test_unexpected_error_is_internal_and_not_leaked(
     assert "secret" not in str(excinfo.value)
     assert "internal server error" in str(excinfo.value)
     assert any("secret internal detail" in (r.exc_text or "") for r in caplog.records)
+
+
+@pytest.mark.asyncio
+async def test_a_panic_is_answered_as_internal() -> None:
+    """A foreign BaseException (a Rust panic inside a handler) answers the call:
+    an ``except Exception`` let it through and the client waited forever."""
+    async with running(ToyHandler({})) as (_, uri):
+
+        def panic() -> None:
+            with _client(uri) as client:
+                options = fl.FlightCallOptions(timeout=20)
+                client.do_get(fl.Ticket(b"panic"), options).read_all()
+
+        with pytest.raises(fl.FlightInternalError) as excinfo:
+            await in_thread(panic)
+    assert "internal server error" in str(excinfo.value)
+    assert "secret" not in str(excinfo.value)
 
 
 @pytest.mark.asyncio

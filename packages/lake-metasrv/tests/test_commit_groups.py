@@ -103,6 +103,48 @@ async def test_a_refused_append_leaves_its_group_committed(
 
 
 @pytest.mark.asyncio
+async def test_rows_lance_refuses_fail_only_their_own_append(
+    coordinator: CommitCoordinator, kit: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An append whose rows pass the checks but which Lance refuses in the group's
+    write does not take the group down: its appends go again, each alone."""
+    await coordinator.create_table(kit.episodes, kit.schema)
+    real = coordinator.engine.prepare
+
+    async def prepare(location: str, incarnation: str, version: int, data: Any, **kw: Any) -> Any:
+        if "ep-100" in data.column("episode_id").to_pylist():
+            raise OSError("LanceError(Arrow): Invalid argument error: refused")
+        return await real(location, incarnation, version, data, **kw)
+
+    monkeypatch.setattr(coordinator.engine, "prepare", prepare)
+    good = [command(kit) for _ in range(3)]
+    bad = command(kit)
+    async with lock_held(coordinator, kit) as queued:
+        tasks = [
+            asyncio.ensure_future(coordinator.append(c, kit.schema, [kit.make_batch(1, start)]))
+            for c, start in [(good[0], 0), (bad, 100), (good[1], 1), (good[2], 2)]
+        ]
+        await queued(4)
+    results = await settle(tasks)
+    assert isinstance(results[1], OSError)
+    assert sorted(r.version for r in results if isinstance(r, AppendResult)) == [1, 2, 3]
+    record = await coordinator.describe_table(kit.episodes)
+    table = await coordinator.engine.read(record.location, record.engine_version)
+    assert sorted(table.column("episode_id").to_pylist()) == ["ep-0", "ep-1", "ep-2"]
+    assert await coordinator.registry.get_operation(bad.operation_id) is None
+    # The next group forms as before.
+    async with lock_held(coordinator, kit) as queued:
+        tasks = [
+            asyncio.ensure_future(
+                coordinator.append(command(kit), kit.schema, [kit.make_batch(1, i)])
+            )
+            for i in (3, 4)
+        ]
+        await queued(2)
+    assert [r.version for r in await settle(tasks)] == [4, 4]  # type: ignore[union-attr]
+
+
+@pytest.mark.asyncio
 async def test_only_one_conditional_append_holds_a_version(
     coordinator: CommitCoordinator, kit: Any
 ) -> None:

@@ -67,6 +67,7 @@ No code decides an error's class or retryability from its message.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar, Final
 
@@ -129,6 +130,7 @@ __all__ = [
     "UploadInProgress",
     "VersionReclaimed",
     "error_from_wire",
+    "is_failure",
     "wire_code",
     "wire_trailers",
 ]
@@ -461,6 +463,18 @@ _AMBIGUOUS_FOR_COMMITS: Final = frozenset(
         grpc.StatusCode.CANCELLED,
     }
 )
+
+
+def is_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure to report, not control flow (cancellation, exit).
+
+    Every ``Exception`` is; so is a foreign ``BaseException`` such as pyo3's
+    ``PanicException`` (a Rust panic in Lance), which an ``except Exception``
+    lets through: an RPC it escaped from was never answered.
+    """
+    return isinstance(exc, Exception) or not isinstance(
+        exc, asyncio.CancelledError | KeyboardInterrupt | SystemExit | GeneratorExit
+    )
 
 
 def wire_trailers(error: LakeError) -> tuple[tuple[str, str], ...]:

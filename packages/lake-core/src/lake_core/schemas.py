@@ -12,6 +12,7 @@ from lake_core.names import validate_identifier
 
 __all__ = [
     "COLUMN_TYPES",
+    "arriving_schema",
     "check_exact_schema",
     "parse_column_spec",
     "schema_from_base64",
@@ -120,3 +121,44 @@ def check_exact_schema(expected: pa.Schema, actual: pa.Schema, table: object) ->
                 f"append to {table}: column ({_describe(got)}) does not match "
                 f"the table's ({_describe(want)})"
             )
+
+
+#: Other layouts of the same values, as pandas (large_string) and polars (string_view)
+#: send them over ADBC, where a client cannot choose them (bulk ingest takes them;
+#: ``append_batches`` keeps the specification's exact schema).
+_SAME_VALUES: dict[pa.DataType, tuple[pa.DataType, ...]] = {
+    pa.utf8(): (pa.large_utf8(), pa.string_view()),
+    pa.binary(): (pa.large_binary(), pa.binary_view()),
+}
+
+
+def arriving_schema(expected: pa.Schema, actual: pa.Schema, table: object) -> pa.Schema | None:
+    """None if ``actual`` is exactly the table's schema; else the schema to cast arriving
+    batches to (the table's), where each difference only spells the same values.
+
+    Accepted: a string or binary column in another layout (``large_string``,
+    ``string_view``, ...), or dictionary-encoded; a column declared nullable
+    where the table's is not (its values are checked for nulls:
+    :func:`lake_core.values.check_not_null`), or the reverse. FILE columns and
+    everything else must match exactly (:func:`check_exact_schema` says what differs).
+    """
+    if len(expected) == len(actual) and all(
+        _same_values(want, got) for want, got in zip(expected, actual, strict=True)
+    ):
+        if all(
+            want.type.equals(got.type, check_metadata=False) and want.nullable == got.nullable
+            for want, got in zip(expected, actual, strict=True)
+        ):
+            return None
+        return expected
+    check_exact_schema(expected, actual, table)
+    return None
+
+
+def _same_values(want: pa.Field, got: pa.Field) -> bool:
+    if want.name != got.name or is_file_field(want) != is_file_field(got):
+        return False
+    if is_file_field(want):
+        return bool(want.type.equals(got.type)) and want.nullable == got.nullable
+    kind = got.type.value_type if pa.types.is_dictionary(got.type) else got.type
+    return kind.equals(want.type) or kind in _SAME_VALUES.get(want.type, ())

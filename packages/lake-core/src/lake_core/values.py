@@ -43,7 +43,7 @@ import pyarrow.compute as pc
 
 from lake_core.errors import InvalidAppend
 
-__all__ = ["check_batches", "check_values", "integer_range"]
+__all__ = ["check_batches", "check_not_null", "check_values", "integer_range"]
 
 #: struct formats that pack a double to the float type, failing on overflow.
 _PACK = {16: "<e", 32: "<f"}
@@ -262,3 +262,90 @@ def check_batches(
                 row, why = found
                 raise _refuse(table, field, offset + row, column[row].as_py(), why)
         offset += batch.num_rows
+
+
+def check_not_null(
+    table: object,
+    table_schema: pa.Schema,
+    batches: Sequence[pa.RecordBatch],
+    *,
+    first_row: int = 0,
+) -> None:
+    """Raise InvalidAppend at the first null a non-nullable field of the table holds.
+
+    Nested fields count where their parent value is present (a struct's child,
+    a list's items). The batches are in the table's column order (their schema
+    checked first). Lance refuses such rows only when it writes them, for a
+    whole commit group at once; this refuses the one append, naming the row.
+    """
+    strict = [(i, field) for i, field in enumerate(table_schema) if _strict(field)]
+    if not strict:
+        return
+    offset = first_row
+    for batch in batches:
+        for index, field in strict:
+            row = _first_null(batch.column(index), field, None)
+            if row is not None:
+                raise InvalidAppend(
+                    f"row {offset + row}, column {field.name!r} of {table}: a null where "
+                    f"the table's field does not allow one ({field.type})"
+                )
+        offset += batch.num_rows
+
+
+def _strict(field: pa.Field) -> bool:
+    """Whether ``field`` or a field nested in it refuses nulls."""
+    if not field.nullable:
+        return True
+    t = field.type
+    if pa.types.is_struct(t):
+        return any(_strict(t.field(i)) for i in range(t.num_fields))
+    if _is_list(t):
+        return _strict(t.value_field)
+    return False
+
+
+def _is_list(t: pa.DataType) -> bool:
+    return bool(pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t))
+
+
+def _first_null(array: pa.Array, field: pa.Field, live: pa.BooleanArray | None) -> int | None:
+    """The first index of ``array`` breaking ``field``'s nullability (counting only
+    ``live`` positions when given), or None."""
+    if not field.nullable and array.null_count:
+        nulls = array.is_null()
+        if live is not None:
+            nulls = pc.and_(nulls, live)
+        found = pc.index(nulls, True).as_py()
+        if found >= 0:
+            return int(found)
+    t = field.type
+    if pa.types.is_struct(t) and _strict(field):
+        present = array.is_valid() if array.null_count else None
+        if live is not None:
+            present = live if present is None else pc.and_(present, live)
+        for i in range(t.num_fields):
+            if _strict(t.field(i)):
+                row = _first_null(array.field(i), t.field(i), present)
+                if row is not None:
+                    return row
+    elif _is_list(t) and _strict(t.value_field):
+        # flatten() keeps the items of present lists only; live positions were
+        # applied above for the lists themselves.
+        item = _first_null(array.flatten(), t.value_field, None)
+        if item is not None:
+            return _list_of_item(array, item)
+    return None
+
+
+def _list_of_item(array: pa.Array, item: int) -> int:
+    """The list (row) holding flattened item ``item``: an error path, read row by row."""
+    seen = 0
+    for row, value in enumerate(array):
+        if not value.is_valid:
+            continue
+        size = len(value.values)
+        if item < seen + size:
+            return row
+        seen += size
+    return max(len(array) - 1, 0)

@@ -28,7 +28,7 @@ from lake_core.names import TableRef
 from lake_core.protocol import MAX_APPEND_ROWS, AppendCommand, AppendResult
 from lake_core.schemas import check_exact_schema
 from lake_core.telemetry import series
-from lake_core.values import check_batches
+from lake_core.values import check_batches, check_not_null
 from lake_metasrv.engine.base import PreparedAppend
 from lake_metasrv.registry.base import OperationRecord, TableRecord
 from lake_metasrv.sidecars.base import file_uris
@@ -37,6 +37,7 @@ from lake_objects.scope import TenantScope
 __all__ = [
     "CheckedRows",
     "Queued",
+    "cast_arriving",
     "check_read_version",
     "check_rows",
     "check_shape",
@@ -128,15 +129,35 @@ def check_rows(
     batches: Sequence[pa.RecordBatch],
     scope: TenantScope,
 ) -> CheckedRows:
-    """Exact schema; FILE cells well-formed and inside the tenant's stage. No I/O."""
+    """Exact schema, no null where a field allows none; FILE cells well-formed and inside
+    the tenant's stage. No I/O."""
     table_schema = record.schema
     check_batches(record.table, table_schema, batches)  # value-changing columns, by row
     check_exact_schema(table_schema, schema, record.table)
+    check_not_null(record.table, table_schema, batches)
     data = conform(batches, schema, table_schema)
     adds = file_uris(data, table_schema)
     for uri in adds:
         scope.check(uri)
     return CheckedRows(data, adds, record.incarnation)
+
+
+def cast_arriving(batch: pa.RecordBatch, target: pa.Schema, table: object) -> pa.RecordBatch:
+    """``batch`` in the table's layout (an ingest's ``arriving_schema``); InvalidAppend if
+    it cannot be."""
+    try:
+        columns = [_cast_column(c, f.type) for c, f in zip(batch.columns, target, strict=True)]
+        return pa.RecordBatch.from_arrays(columns, schema=target)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+        raise InvalidAppend(f"append to {table}: {exc}") from None
+
+
+def _cast_column(column: pa.Array, kind: pa.DataType) -> pa.Array:
+    if pa.types.is_dictionary(column.type):
+        # Decoded after its values are cast: pyarrow cannot take from string_view values.
+        values = column.dictionary.cast(kind)
+        column = pa.DictionaryArray.from_arrays(column.indices, values).dictionary_decode()
+    return column if column.type.equals(kind) else column.cast(kind)
 
 
 def check_shape(batches: Sequence[pa.RecordBatch]) -> int:

@@ -47,11 +47,13 @@ import structlog
 from lake_core import faults
 from lake_core.errors import (
     Aborted,
+    CommitStateUnknown,
     InvalidAppend,
     OperationExpired,
     TableExists,
     TableNotFound,
     Unavailable,
+    is_failure,
 )
 from lake_core.ids import new_operation_id, operation_time_ms, parse_operation_id
 from lake_core.names import TableRef
@@ -142,6 +144,8 @@ class CommitCoordinator:
         #: Set whenever an append is queued (only awaited under a test-only fault setting).
         self._arrived = asyncio.Event()
         self._retained_at: dict[TableRef, float] = {}
+        #: Appends whose group's rows Lance refused: each is retried in a group of its own.
+        self._alone: set[str] = set()
         #: Each table as this coordinator last read or wrote it (a hint: appends
         #: prepare against it, and the committer checks them against the registry).
         self._seen: dict[TableRef, TableRecord] = {}
@@ -407,14 +411,20 @@ class CommitCoordinator:
                     try:
                         retry = await self._commit_group(table, group)
                     except BaseException as exc:
-                        # A bug, or cancellation at shutdown: nobody may wait forever.
-                        error = (
-                            exc
-                            if isinstance(exc, Exception)
-                            else Unavailable(
-                                "Metasrv is shutting down; retry with the same operation id"
+                        # A bug (a Rust panic is a BaseException too), or cancellation
+                        # at shutdown: nobody may wait forever.
+                        error: BaseException = exc
+                        if not isinstance(exc, Exception):
+                            error = (
+                                CommitStateUnknown(
+                                    f"append to {table} failed inside the storage engine; "
+                                    "retry with the same operation id"
+                                )
+                                if is_failure(exc)
+                                else Unavailable(
+                                    "Metasrv is shutting down; retry with the same operation id"
+                                )
                             )
-                        )
                         for queued in group:
                             fail(queued, error)
                         raise
@@ -439,9 +449,14 @@ class CommitCoordinator:
 
     def _next_group(self, queue: deque[Queued]) -> list[Queued]:
         """The appends queued now, up to the group bounds (at least one)."""
+        if queue and queue[0].command.operation_id in self._alone:
+            self._alone.discard(queue[0].command.operation_id)
+            return [queue.popleft()]
         group: list[Queued] = []
         rows = 0
         while queue and len(group) < self.config.group_max_appends:
+            if queue[0].command.operation_id in self._alone:
+                break
             # Rows written by the committer count; fragments written before
             # queueing (an ingest) are committed as they are.
             more = queue[0].rows if queue[0].prepared is None else 0
@@ -501,10 +516,18 @@ class CommitCoordinator:
             self._write_and_commit(record, version, staged, ids),
             return_exceptions=True,
         )
+        if isinstance(outcome, _RowsRefused) and not isinstance(beside, BaseException):
+            # Lance refused the group's rows together, though each append passed its
+            # checks: one of them is bad in a way the checks missed. Each goes again
+            # alone, so it fails by itself and the others commit (a version apiece).
+            log.warning("group rows refused; retrying its appends alone", table=str(table))
+            self._alone.update(q.command.operation_id for q in staged)
+            return [*staged, *retry]
         for failure in (beside, outcome):
             if isinstance(failure, BaseException):
+                error = failure.error if isinstance(failure, _RowsRefused) else failure
                 for queued in staged:
-                    fail(queued, failure)
+                    fail(queued, error)
                 return retry
         assert isinstance(outcome, int)
         self._faults.crash(faults.AFTER_LANCE_COMMIT)
@@ -568,9 +591,14 @@ class CommitCoordinator:
         rows = [queued.checked.data for queued in staged if queued.prepared is None]
         if rows:
             data = rows[0] if len(rows) == 1 else pa.concat_tables(rows)
-            written = await self.engine.prepare(
-                record.location, record.incarnation, record.engine_version, data, sync=False
-            )
+            try:
+                written = await self.engine.prepare(
+                    record.location, record.incarnation, record.engine_version, data, sync=False
+                )
+            except Exception as exc:
+                if len(rows) > 1:
+                    raise _RowsRefused(exc) from exc
+                raise
             prepared.append(written)
         digests, committed = await asyncio.gather(
             asyncio.to_thread(self._record_digests, record, version, prepared),
@@ -721,6 +749,14 @@ class CommitCoordinator:
         task.add_done_callback(self._tasks.discard)
         task.add_done_callback(_log_abandoned)
         return await asyncio.shield(task)
+
+
+class _RowsRefused(Exception):
+    """Writing several appends' rows together failed (``error``): retry them alone."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
 
 
 def _log_abandoned(task: asyncio.Task[Any]) -> None:

@@ -4,7 +4,8 @@ A Query replica forwards a Flight SQL ``CommandStatementIngest`` here as a
 DoPut whose descriptor is an :class:`~lake_core.protocol.IngestCommand`.
 The stream is checked and written as it arrives, with bounded memory:
 
-    authorize (the caller did); the table exists; the stream's schema is exact
+    authorize (the caller did); the table exists; the stream's schema is the
+      table's, or the same values in another layout (``arriving_schema``)
     each batch, on one writer thread: value checks, FILE cells well-formed
       and inside the tenant's managed-stage prefix (``check_rows``' rules),
       then into Lance fragments (``engine.prepare_stream``: Lance rolls files
@@ -44,9 +45,9 @@ from lake_core.flight.encoding import FlightDataDecoder, InvalidFlightData
 from lake_core.names import TableRef
 from lake_core.principal import Principal
 from lake_core.proto import flight_pb2 as pb
-from lake_core.schemas import check_exact_schema
-from lake_core.values import check_batches
-from lake_metasrv.appends import CheckedRows, conform, observed_append
+from lake_core.schemas import arriving_schema
+from lake_core.values import check_batches, check_not_null
+from lake_metasrv.appends import CheckedRows, cast_arriving, conform, observed_append
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.engine.base import PreparedAppend
 from lake_metasrv.registry.base import TableRecord
@@ -203,12 +204,14 @@ class Ingests:
         if decoder.schema is None:
             raise InvalidAppend("an ingest stream needs an Arrow schema")
         record = await self._table(command.table)
-        check_exact_schema(record.schema, decoder.schema, command.table)
+        target = arriving_schema(record.schema, decoder.schema, command.table)
         scope = coordinator.stage.scope(principal.tenant_id)
         feed = _Feed(FEED_BATCHES, asyncio.get_running_loop())
         checked = _Checked()
-        schema = decoder.schema
-        writer = _on_own_thread(lambda: self._write(record, schema, feed, checked, scope))
+        schema = decoder.schema if target is None else target
+        writer = _on_own_thread(
+            lambda: self._write(record, schema, target is not None, feed, checked, scope)
+        )
         rows = 0
         try:
             for batch in pending:
@@ -295,17 +298,21 @@ class Ingests:
         self,
         record: TableRecord,
         wire_schema: pa.Schema,
+        cast: bool,
         feed: _Feed,
         checked: _Checked,
         scope: TenantScope,
     ) -> PreparedAppend:
-        """The writer thread: check each batch, write it into fragments."""
+        """The writer thread: check each batch (cast to ``wire_schema`` first if ``cast``),
+        write it into fragments."""
         table_schema = record.schema
 
         def conformed() -> Iterator[pa.RecordBatch]:
-            for batch in feed.batches():
+            for arrived in feed.batches():
                 try:
+                    batch = cast_arriving(arrived, wire_schema, record.table) if cast else arrived
                     check_batches(record.table, table_schema, [batch], first_row=checked.rows)
+                    check_not_null(record.table, table_schema, [batch], first_row=checked.rows)
                     data = conform([batch], wire_schema, table_schema)
                     for uri in file_uris(data, table_schema):
                         if uri not in checked.adds:

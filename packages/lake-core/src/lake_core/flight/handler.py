@@ -17,7 +17,14 @@ from typing import Any, NoReturn, TypeAlias, TypeVar
 
 import grpc
 
-from lake_core.errors import CODES_HEADER, Internal, LakeError, Unimplemented, wire_trailers
+from lake_core.errors import (
+    CODES_HEADER,
+    Internal,
+    LakeError,
+    Unimplemented,
+    is_failure,
+    wire_trailers,
+)
 from lake_core.proto import flight_pb2 as pb
 from lake_core.protocol import MAX_MESSAGE_BYTES
 
@@ -72,7 +79,9 @@ def _unary(
             return await fn(request, context)
         except grpc.aio.AbortError:
             raise
-        except Exception as exc:
+        except BaseException as exc:
+            if not is_failure(exc):
+                raise
             await abort_for_exception(context, exc, method)
 
     return behavior
@@ -115,7 +124,9 @@ def _streaming(
                 yield item
         except grpc.aio.AbortError:
             raise
-        except Exception as exc:
+        except BaseException as exc:
+            if not is_failure(exc):
+                raise
             if drain_requests:
                 await _drain(request)
             await abort_for_exception(context, exc, method)
