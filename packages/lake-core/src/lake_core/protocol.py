@@ -23,6 +23,8 @@ __all__ = [
     "ASYNC_WAIT_HEADER",
     "INGEST_COMMAND_TYPE",
     "INGEST_END",
+    "INGEST_END_BY_MARKER",
+    "INGEST_END_OPTION",
     "MAX_APPEND_BYTES",
     "MAX_APPEND_ROWS",
     "MAX_MESSAGE_BYTES",
@@ -194,6 +196,13 @@ class IngestCommand(WireModel):
 
 #: ``app_metadata`` of the last FlightData of an ingest stream: the sender finished it.
 INGEST_END = b"lake.ingest.end"
+#: Flight SQL ingest option (``CommandStatementIngest.options``) of a client that ends
+#: its stream itself, with value :data:`INGEST_END_BY_MARKER`: its last message is a
+#: metadata-only FlightData whose ``app_metadata`` is :data:`INGEST_END`. A stream
+#: closed without it was cut short and commits nothing. Without the option (ADBC),
+#: Query takes the client's close as the end.
+INGEST_END_OPTION = "lake.end"
+INGEST_END_BY_MARKER = "marker"
 
 
 class IngestResult(WireModel):

@@ -17,6 +17,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.flight as flight
 
+from lake_core import protocol
 from lake_core.errors import InvalidArgument
 from lake_core.ids import parse_operation_id
 from lake_core.names import TableRef
@@ -92,7 +93,11 @@ def slices(reader: pa.RecordBatchReader, limit: int = SLICE_BYTES) -> Iterator[p
 
 
 def ingest_descriptor(table: TableRef, operation_id: str, pack: Any) -> flight.FlightDescriptor:
-    """The DoPut descriptor of an append-mode ingest asking for Lake's result (with the version)."""
+    """The DoPut descriptor of an append-mode ingest asking for Lake's result (with the version).
+
+    Its stream ends with the end marker (:data:`~lake_core.protocol.INGEST_END_OPTION`),
+    so a stream the SDK closes after its reader failed commits nothing.
+    """
     parse_operation_id(operation_id)
     command = flight_sql_pb2.CommandStatementIngest(
         table_definition_options=_Options(
@@ -101,6 +106,10 @@ def ingest_descriptor(table: TableRef, operation_id: str, pack: Any) -> flight.F
         ),
         table=table.name,
         schema=table.namespace,
-        options={"lake.result": "lake", "lake.operation_id": operation_id},
+        options={
+            "lake.result": "lake",
+            "lake.operation_id": operation_id,
+            protocol.INGEST_END_OPTION: protocol.INGEST_END_BY_MARKER,
+        },
     )
     return flight.FlightDescriptor.for_command(pack(command))

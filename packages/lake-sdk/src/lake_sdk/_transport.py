@@ -25,6 +25,7 @@ and ``AsyncClient(url, transport=...)`` takes another, such as the in-memory
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import threading
 from abc import ABC, abstractmethod
@@ -448,7 +449,7 @@ class Connection(Transport):
         from lake_sdk._ingest import slices
 
         return self._do_put(
-            descriptor, reader.schema, slices(reader), protocol.IngestResult, "ingest"
+            descriptor, reader.schema, slices(reader), protocol.IngestResult, "ingest", end=True
         )
 
     def _do_put(
@@ -458,16 +459,30 @@ class Connection(Transport):
         batches: Iterable[pa.RecordBatch],
         result: type[_Result],
         what: str,
+        *,
+        end: bool = False,
     ) -> _Result:
-        """One DoPut: send ``batches``, then decode Query's one reply as ``result``."""
+        """One DoPut: send ``batches``, then decode Query's one reply as ``result``.
+
+        With ``end`` (an ingest), the batches are followed by the end marker
+        (:data:`~lake_core.protocol.INGEST_END`). If sending fails (the caller's
+        reader raised, say), that exception is raised and the close's own error
+        dropped: pyarrow's writer cannot cancel the call, but the stream it
+        closes lacks the marker, so an ingest commits nothing.
+        """
         writer, replies = self._client.do_put(descriptor, schema)
         try:
             for batch in batches:
                 writer.write_batch(batch)
+            if end:
+                writer.write_metadata(protocol.INGEST_END)
             writer.done_writing()
             metadata = replies.read()
-        finally:
-            writer.close()
+        except BaseException:
+            with contextlib.suppress(Exception):
+                writer.close()
+            raise
+        writer.close()
         if metadata is None:
             raise LakeError(f"Query acknowledged the {what} without a result")
         return protocol.decode(result, metadata.to_pybytes())

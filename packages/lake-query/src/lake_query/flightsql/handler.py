@@ -483,7 +483,13 @@ class QueryHandler(FlightHandler):
     ) -> AsyncIterator[pb.PutResult]:
         principal = caller()
         first = await anext(messages, None)
-        if first is None or not first.HasField("flight_descriptor"):
+        if first is None:
+            # What ADBC's adbc_ingest sends for an empty table or reader: not even its command.
+            raise InvalidArgument(
+                "DoPut carried no descriptor and no data: an ingest of zero rows "
+                "(ADBC sends no message for one) has nothing to append"
+            )
+        if not first.HasField("flight_descriptor"):
             raise InvalidArgument("DoPut needs a descriptor on its first message")
         command = wire.put_command(first.flight_descriptor.cmd)
         if isinstance(command, protocol.AppendCommand):

@@ -11,7 +11,10 @@ credentials: :meth:`Ingests._create`): Metasrv checks, writes and commits
 the whole stream as one append (:mod:`lake_metasrv.ingest`), as the same
 principal. The last message Query sends is the end marker: a client that
 goes away mid-stream cancels the forwarded call before it, so nothing
-commits.
+commits. A client that ends its stream itself (the SDK: ingest option
+:data:`~lake_core.protocol.INGEST_END_OPTION`) closes it with its own end
+marker; closed without it, the stream was cut short and Query forwards no
+marker, so Metasrv refuses it (``Aborted``). Other clients' close is the end.
 
 The reply is the ``DoPutUpdateResult`` ADBC reads (``record_count``), or,
 when the command's options ask for it (``lake.result=lake``, the SDK), Lake's
@@ -133,13 +136,22 @@ class Ingests:
             pb.FlightDescriptor(type=pb.FlightDescriptor.CMD, cmd=protocol.encode(lake))
         )
 
+        # With the option, the client's own last message says it finished; else its close does.
+        marked = command.options.get(protocol.INGEST_END_OPTION) == protocol.INGEST_END_BY_MARKER
+
         async def forwarded() -> AsyncIterator[pb.FlightData]:
             yield head
+            finished = first.app_metadata == protocol.INGEST_END
             async for message in messages:
+                finished = message.app_metadata == protocol.INGEST_END
+                if marked and finished and not (message.data_header or message.data_body):
+                    continue
                 if message.app_metadata:
                     message.app_metadata = b""  # only Query ends the stream
                 yield message
-            yield pb.FlightData(app_metadata=protocol.INGEST_END)
+            if finished or not marked:
+                yield pb.FlightData(app_metadata=protocol.INGEST_END)
+            # Else the stream was cut short: Metasrv refuses it (Aborted), commits nothing.
 
         # Metasrv authorizes again, as this principal (lake_core.auth).
         result = await self._sink.ingest_messages(forwarded(), on_behalf_of=principal)
