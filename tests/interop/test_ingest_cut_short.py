@@ -25,25 +25,11 @@ from lake_core.errors import Aborted
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2
 from lake_sdk._errors import TrailerCapture, calling, lake_error
+from tests.interop.test_adbc_ingest import SCHEMA, T, count, rows
 from tools.lake_testing.data import create_table, describe_version
 from tools.lake_testing.plugin import LakeCluster
 
-T = TableRef("fleet", "samples")
-SCHEMA = pa.schema([pa.field("id", pa.int64()), pa.field("value", pa.float64())])
 _Options = flight_sql_pb2.CommandStatementIngest.TableDefinitionOptions
-
-
-def rows(start: int, count: int) -> pa.Table:
-    ids = pa.array(range(start, start + count), pa.int64())
-    return pa.table({"id": ids, "value": ids.cast(pa.float64())})
-
-
-def count(url: str, table: TableRef = T) -> int:
-    with flightsql.connect(url) as conn, conn.cursor() as cur:
-        cur.execute(f"SELECT count(*) FROM {table.namespace}.{table.name}")
-        value = cur.fetchone()
-    assert value is not None
-    return int(value[0])
 
 
 Mode = Literal["append", "create", "create_append"]
