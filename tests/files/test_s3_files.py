@@ -361,3 +361,21 @@ async def test_cancelled_upload_is_aborted(s3_lake: S3Lake) -> None:
         store = await client.object_store()
         assert store.requests["AbortMultipartUpload"] == 1
     assert s3_lake.open_uploads() == []
+
+
+async def test_a_file_truncated_while_uploading_is_not_stored(
+    s3_lake: S3Lake, tmp_path: Path
+) -> None:
+    """Its torn bytes were completed as an object whose DataLocation then verified."""
+    source = write_random(tmp_path / "src.bin", 16 * MIB, 7)
+
+    def truncate(progress) -> None:  # type: ignore[no-untyped-def]
+        if progress.done == 5 * MIB:  # after the first part
+            source.write_bytes(b"x" * MIB)
+
+    async with await LakeClient.connect(s3_lake.url) as client:
+        store = await client.object_store()
+        with pytest.raises(InvalidUpload, match="changed while it was uploaded"):
+            await store.upload(FileUpload.from_path(source, "video/mp4"), progress=truncate)
+        rows = await client.query_table("SELECT count(*) AS n FROM robots.episodes")
+    assert rows.column("n")[0].as_py() == 0

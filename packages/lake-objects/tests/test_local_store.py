@@ -7,6 +7,7 @@ import io
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -183,6 +184,32 @@ def test_checkpoints_are_versioned_checked_and_locked(tmp_path: Path) -> None:
     file.unlock()
     other.lock()
     other.unlock(remove=True)
+
+
+@pytest.mark.parametrize("change", ["truncate", "grow", "rewrite"])
+@pytest.mark.asyncio
+async def test_a_file_changed_while_uploading_is_not_stored(tmp_path: Path, change: str) -> None:
+    """Its torn bytes were stored as a complete object, which then verified on every read."""
+    store = _store(tmp_path)
+    source = tmp_path / "src.bin"
+    source.write_bytes(os.urandom(16 * 1024 * 1024))
+
+    def meddle(progress: Any) -> None:
+        if progress.done == 4 * 1024 * 1024:  # after the first chunk
+            if change == "truncate":
+                os.truncate(source, 1024 * 1024)
+            elif change == "grow":
+                with open(source, "ab") as out:
+                    out.write(b"more")
+            else:
+                with open(source, "r+b") as out:
+                    out.seek(8 * 1024 * 1024)
+                    out.write(b"\0" * 4096)
+                os.utime(source, ns=(1, 1))
+
+    with pytest.raises(InvalidUpload, match="changed while it was uploaded"):
+        await store.upload(FileUpload.from_path(source, "video/mp4"), progress=meddle)
+    assert list((tmp_path / "objects" / "tenants" / "acme" / "objects").iterdir()) == []
 
 
 @pytest.mark.asyncio

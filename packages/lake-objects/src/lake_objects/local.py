@@ -76,6 +76,7 @@ class LocalObjectStore(ManagedObjectStore):
                 size += len(data)
                 if progress is not None:
                     progress(UploadProgress(upload.name, size, total))
+            upload.check_unchanged(size)
             await asyncio.to_thread(_sync_close, out)
             try:
                 await asyncio.to_thread(os.replace, tmp, self._path(name))

@@ -278,10 +278,13 @@ class S3ObjectStore(ManagedObjectStore):
             if len(first[0][0]) < self.part_size:
                 data = first.pop()[0]
                 size = len(data)
+                upload.check_unchanged(size)
                 await self.put_small(client, key, uri, data)
                 tracker.add(size)
             else:
                 size = await self._multipart(client, key, uri, reader, first, tracker)
+                # Completed, but never referenced if it is refused: GC reclaims it.
+                upload.check_unchanged(size)
         finally:
             source.close()
         tracker.finish()

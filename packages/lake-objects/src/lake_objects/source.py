@@ -70,6 +70,8 @@ class FileUpload:
         self.path = path
         self._reader = reader
         self._consumed = False
+        #: The file as validate() found it (None for a reader).
+        self._identity: SourceIdentity | None = None
         self.name = name or (os.path.basename(path) if path else "stream")
 
     def __repr__(self) -> str:
@@ -104,7 +106,8 @@ class FileUpload:
         """Check the source before any upload starts; the size when it is known."""
         if self.path is not None:
             try:
-                return SourceIdentity.of(self.path).size
+                self._identity = SourceIdentity.of(self.path)
+                return self._identity.size
             except OSError as exc:
                 raise InvalidUpload(
                     f"upload source {self.path!r} is not readable: {exc.strerror}"
@@ -112,6 +115,27 @@ class FileUpload:
         if self._consumed:
             raise InvalidUpload("a reader-backed FileUpload can be uploaded only once")
         return None
+
+    def check_unchanged(self, size: int) -> None:
+        """After reading a file: InvalidUpload unless ``size`` bytes were read and the
+        file is as :meth:`validate` found it (size, mtime, inode, device).
+
+        A file written, truncated or replaced while it was read would otherwise be
+        stored as a complete object: its DataLocation describes the torn bytes, so
+        every later read verifies.
+        """
+        if self.path is None or self._identity is None:
+            return
+        try:
+            now: SourceIdentity | None = SourceIdentity.of(self.path)
+        except (OSError, InvalidUpload):
+            now = None
+        if size != self._identity.size or now != self._identity:
+            raise InvalidUpload(
+                f"upload source {self.path!r} changed while it was uploaded (read {size} of "
+                f"{self._identity.size} bytes); it is not stored as a file value: upload it "
+                "again once it is complete"
+            )
 
     def chunks(self, chunk_size: int) -> ChunkSource:
         """A sequential source of ``chunk_size`` chunks (the last may be shorter)."""
