@@ -102,6 +102,15 @@ async def test_integrity_errors(tmp_path: Path) -> None:
     missing = DataLocation(uri=location.uri + "0", media_type="a/b", size_bytes=1, sha256="0" * 64)
     with pytest.raises(ObjectNotFound):
         await store.open(missing)
+    # The stage's own objects folder, named as an object: not found, not IsADirectoryError.
+    folder = missing.model_copy(update={"uri": location.uri.rsplit("/", 1)[0]})
+    for read in (
+        lambda: store.open(folder),
+        lambda: store.open_range(folder, 0, 1),
+        lambda: store.map_range(folder, 0, 1),
+    ):
+        with pytest.raises(ObjectNotFound):
+            await read()
 
 
 @pytest.mark.asyncio

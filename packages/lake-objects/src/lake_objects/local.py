@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import mmap
 import os
+import stat
 from typing import BinaryIO
 
 from lake_core.durable import fsync_dir
@@ -106,7 +107,8 @@ class LocalObjectStore(ManagedObjectStore):
         path = self._path(name)
         try:
             file: BinaryIO = await asyncio.to_thread(open, path, "rb")
-        except FileNotFoundError:
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            # A directory (a DataLocation naming the stage's own folder) is no object either.
             raise ObjectNotFound(f"object {self.scope.uri_for(name)!r} does not exist") from None
         return file
 
@@ -156,10 +158,13 @@ def _check_size(location: DataLocation, actual: int) -> None:
 def _map_range(path: str, uri: str, location: DataLocation, start: int, end: int) -> memoryview:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         raise ObjectNotFound(f"object {uri!r} does not exist") from None
     try:
-        _check_size(location, os.fstat(fd).st_size)
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ObjectNotFound(f"object {uri!r} does not exist")
+        _check_size(location, info.st_size)
         offset = start - start % mmap.ALLOCATIONGRANULARITY
         mapped = mmap.mmap(fd, end - offset, access=mmap.ACCESS_READ, offset=offset)
     finally:
