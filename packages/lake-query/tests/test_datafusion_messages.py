@@ -14,7 +14,7 @@ import pyarrow as pa
 import pytest
 from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext
 
-from lake_core.errors import IntegerOverflow, QueryTooLarge, ReadOnlySql
+from lake_core.errors import IntegerOverflow, Internal, QueryTooLarge, ReadOnlySql, SqlError
 from lake_query.planning import datafusion_messages as messages
 from lake_query.planning import read_only_options
 from lake_query.planning.sql_errors import out_of_memory, sql_error
@@ -128,3 +128,12 @@ def test_the_prefix_of_errors_from_running_a_plan(ctx: SessionContext) -> None:
     # The planner's stream has no prefix; nothing else is taken off.
     plain = str(failure(lambda: stream(ctx.sql("SELECT a / -1 FROM m"))))
     assert messages.without_prefix(plain) == plain
+
+
+def test_lake_s_own_defects_are_internal_not_the_statement_s() -> None:
+    """An IndexError from Lake's code went back as SqlError('list index out of range')."""
+    for defect in (IndexError("list index out of range"), KeyError("x"), AttributeError("y")):
+        mapped = sql_error(defect)
+        assert isinstance(mapped, Internal)
+        assert "index" not in str(mapped)
+    assert isinstance(sql_error(pa.ArrowInvalid("bad cast")), SqlError)

@@ -359,3 +359,21 @@ def test_joins_run_when_schema_metadata_conflicts(tmp_path: Path) -> None:
     for sql, expected in cases.items():
         planned = planner.plan(sql, DEV_PRINCIPAL)
         assert rows(planner, planned.spec).num_rows == expected
+
+
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("SELECT FROM robots.episodes", EPISODES_ROWS),
+        ("SELECT FROM robots.episodes LIMIT 5", 5),
+        ("SELECT FROM robots.episodes WHERE duration_s < 0", 0),
+    ],
+)
+def test_a_zero_column_result_keeps_its_rows(planner: Planner, sql: str, expected: int) -> None:
+    """Relabelling a batch of no columns made a batch of no rows: SELECT FROM t lost every
+    row (or failed merging them, IndexError sent back as a SqlError)."""
+    got = rows(planner, planner.plan(sql, DEV_PRINCIPAL).spec)
+    assert (got.num_columns, got.num_rows) == (0, expected)
+    assert rows(planner, planner.plan(f"SELECT count(*) AS n FROM ({sql})", DEV_PRINCIPAL).spec)[
+        "n"
+    ].to_pylist() == [expected]

@@ -79,6 +79,10 @@ def conform_batch(batch: pa.RecordBatch, schema: pa.Schema) -> pa.RecordBatch:
     """
     if batch.schema.equals(schema, check_metadata=True):
         return batch
+    if not batch.num_columns:
+        # from_arrays of no arrays makes a batch of no rows: a zero-column result
+        # (SELECT FROM t) lost every row, and merging such batches failed.
+        return batch.replace_schema_metadata(schema.metadata)
     return pa.RecordBatch.from_arrays(batch.columns, schema=schema)
 
 

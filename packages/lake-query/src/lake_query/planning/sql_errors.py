@@ -27,10 +27,12 @@ from __future__ import annotations
 
 import re
 
+import pyarrow as pa
 import structlog
 
 from lake_core.errors import (
     IntegerOverflow,
+    Internal,
     LakeError,
     QueryTooLarge,
     ReadOnlySql,
@@ -41,6 +43,10 @@ from lake_query.planning import datafusion_messages as messages
 __all__ = ["WRITE_KEYWORDS", "client_message", "leading_keyword", "reject_writes", "sql_error"]
 
 log = structlog.get_logger("lake_query.statements")
+
+#: Exceptions only a defect in Lake's code raises (DataFusion, Lance and pyarrow report a
+#: statement's faults as their own errors, ValueError or RuntimeError).
+_LAKE_BUGS = (IndexError, KeyError, AttributeError, NameError, AssertionError)
 
 #: Statements that are never queries. Checked on the first keyword (after
 #: comments, parentheses and an EXPLAIN prefix), so string literals and
@@ -173,6 +179,11 @@ def sql_error(exc: BaseException) -> LakeError:
     """The Lake error for an exception raised while planning or running SQL."""
     if isinstance(exc, LakeError):
         return exc
+    if isinstance(exc, _LAKE_BUGS) and not isinstance(exc, pa.ArrowException):
+        # Python's own mistakes are Lake's, never the statement's: not a SqlError
+        # carrying "list index out of range" back to the caller.
+        log.error("query failed inside Lake", exc_info=exc)
+        return Internal("the query failed inside Lake")
     raw = messages.without_prefix(str(exc)).strip() or type(exc).__name__
     if messages.refused(raw):
         return ReadOnlySql()
