@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import math
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -95,12 +96,17 @@ class JobHandle:
             raise InvalidArgument("a job handle is at most 16 KiB")
         try:
             doc = json.loads(text)
-            if doc.get("v") != HANDLE_VERSION:
+            version = doc.get("v")
+            # type(): True == 1 in Python, and a bool is no handle version.
+            if type(version) is not int or version != HANDLE_VERSION:
                 raise InvalidArgument("a job handle of an unknown version")
             capability = base64.b64decode(doc["capability"], validate=True)
             expires = float(doc["expires_at"])
         except (ValueError, KeyError, TypeError, AttributeError):
             raise InvalidArgument("not a job handle") from None
+        if not math.isfinite(expires):
+            # NaN compares false with every time: such a handle would never expire.
+            raise InvalidArgument("not a job handle: its expiry is not a time")
         if not 0 < len(capability) <= MAX_HANDLE_BYTES:
             raise InvalidArgument("a job handle is at most 16 KiB")
         return cls(capability=capability, expires_at=expires)
