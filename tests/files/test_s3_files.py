@@ -367,14 +367,15 @@ async def test_a_file_truncated_while_uploading_is_not_stored(
     s3_lake: S3Lake, tmp_path: Path
 ) -> None:
     """Its torn bytes were completed as an object whose DataLocation then verified."""
-    source = write_random(tmp_path / "src.bin", 16 * MIB, 7)
-
-    def truncate(progress) -> None:  # type: ignore[no-untyped-def]
-        if progress.done == 5 * MIB:  # after the first part
-            source.write_bytes(b"x" * MIB)
-
     async with await LakeClient.connect(s3_lake.url) as client:
         store = await client.object_store()
+        assert isinstance(store, S3ObjectStore)
+        source = write_random(tmp_path / "src.bin", 3 * store.part_size, 7)
+
+        def truncate(progress) -> None:  # type: ignore[no-untyped-def]
+            if 0 < progress.done < 3 * store.part_size:  # after the first part
+                source.write_bytes(b"x" * MIB)
+
         with pytest.raises(InvalidUpload, match="changed while it was uploaded"):
             await store.upload(FileUpload.from_path(source, "video/mp4"), progress=truncate)
         rows = await client.query_table("SELECT count(*) AS n FROM robots.episodes")

@@ -228,6 +228,12 @@ async def test_malformed_file_cell_is_refused(coordinator: CommitCoordinator, ki
     batch = pa.record_batch([pa.array(["e"]), bad], schema=kit.file_schema)
     with pytest.raises(InvalidAppend, match="sha256"):
         await coordinator.append(command(kit), kit.file_schema, [batch])
+    # The SDK refuses such media types on upload; an append was not checked the same way.
+    for media_type in ("no slash\x00", "video/", "video/mp4; codecs=avc1", "a" * 128 + "/b"):
+        cell = {"uri": "file:///x", "media_type": media_type, "size_bytes": 1, "sha256": "0" * 64}
+        odd = pa.record_batch([pa.array(["e"]), pa.array([cell], FILE_STRUCT)], kit.file_schema)
+        with pytest.raises(InvalidAppend, match="media_type"):
+            await coordinator.append(command(kit), kit.file_schema, [odd])
     nulls = pa.record_batch(
         [pa.array(["e"]), pa.array([None], FILE_STRUCT)], schema=kit.file_schema
     )

@@ -17,6 +17,7 @@ from lake_core.models import DataLocation
 __all__ = [
     "FILE_METADATA",
     "FILE_STRUCT",
+    "MEDIA_TYPE_PATTERN",
     "file_field",
     "is_file_field",
     "location_to_row",
@@ -24,6 +25,12 @@ __all__ = [
 ]
 
 LOGICAL_TYPE_KEY = b"lake.logical_type"
+
+#: A FILE value's media type: ``type/subtype``, each part a token of at most 127
+#: characters (no parameters). The SDK checks it on upload, Metasrv on every append.
+MEDIA_TYPE_PATTERN = (
+    r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
+)
 FILE_METADATA: Mapping[bytes, bytes] = {LOGICAL_TYPE_KEY: b"file"}
 
 FILE_STRUCT = pa.struct(

@@ -15,13 +15,12 @@ from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 from typing import BinaryIO, Protocol, runtime_checkable
 
+from lake_core.filetype import MEDIA_TYPE_PATTERN
 from lake_objects.errors import InvalidUpload
 
 __all__ = ["FileUpload", "SourceIdentity", "SyncReader"]
 
-_MEDIA_TYPE = re.compile(
-    r"[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}/[A-Za-z0-9][A-Za-z0-9!#$&^_.+-]{0,126}"
-)
+_MEDIA_TYPE = re.compile(MEDIA_TYPE_PATTERN)
 
 
 @runtime_checkable

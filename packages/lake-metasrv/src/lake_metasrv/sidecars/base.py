@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from lake_core.errors import InvalidAppend
-from lake_core.filetype import is_file_field
+from lake_core.filetype import MEDIA_TYPE_PATTERN, is_file_field
 from lake_core.references import DropMarker, ReferenceDelta
 
 __all__ = ["DropMarker", "ReferenceDelta", "SidecarStore", "file_uris"]
@@ -36,8 +36,8 @@ _SHA256_HEX = re.compile(r"^[0-9a-f]{64}$")
 def file_uris(table: pa.Table, schema: pa.Schema) -> list[str]:
     """Distinct URIs of every non-null FILE cell, validating each cell's shape.
 
-    Raises InvalidAppend for an empty URI or media type or a malformed SHA-256,
-    so a bad DataLocation is refused before anything is written.
+    Raises InvalidAppend for an empty URI, a media type not ``type/subtype`` or a
+    malformed SHA-256, so a bad DataLocation is refused before anything is written.
     """
     uris: set[str] = set()
     for field in schema:
@@ -52,8 +52,11 @@ def file_uris(table: pa.Table, schema: pa.Schema) -> list[str]:
         sha256 = pc.struct_field(present, "sha256")
         if pc.any(pc.equal(pc.utf8_length(uri), 0)).as_py() or uri.null_count:
             raise InvalidAppend(f"FILE column {field.name!r} has an empty uri")
-        if pc.any(pc.equal(pc.utf8_length(media_type), 0)).as_py() or media_type.null_count:
-            raise InvalidAppend(f"FILE column {field.name!r} has an empty media_type")
+        typed = pc.match_substring_regex(media_type, f"^{MEDIA_TYPE_PATTERN}$")
+        if media_type.null_count or not pc.all(typed).as_py():
+            raise InvalidAppend(
+                f"FILE column {field.name!r} has a media_type that is not 'type/subtype'"
+            )
         well_formed = pc.match_substring_regex(sha256, _SHA256_HEX.pattern)
         if sha256.null_count or not pc.all(well_formed).as_py():
             raise InvalidAppend(
