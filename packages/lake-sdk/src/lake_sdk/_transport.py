@@ -465,24 +465,35 @@ class Connection(Transport):
         """One DoPut: send ``batches``, then decode Query's one reply as ``result``.
 
         With ``end`` (an ingest), the batches are followed by the end marker
-        (:data:`~lake_core.protocol.INGEST_END`). If sending fails (the caller's
-        reader raised, say), that exception is raised and the close's own error
-        dropped: pyarrow's writer cannot cancel the call, but the stream it
-        closes lacks the marker, so an ingest commits nothing.
+        (:data:`~lake_core.protocol.INGEST_END`). If the caller's reader raises,
+        its exception is the one raised and the close's own error dropped:
+        pyarrow's writer cannot cancel the call, but the stream it closes lacks
+        the marker, so an ingest commits nothing. A refusal while sending comes
+        with the close, as the server's own status.
         """
         writer, replies = self._client.do_put(descriptor, schema)
+        source = iter(batches)
+        reader_failed = False
         try:
-            for batch in batches:
+            while True:
+                try:
+                    batch = next(source)
+                except StopIteration:
+                    break
+                except BaseException:
+                    reader_failed = True
+                    raise
                 writer.write_batch(batch)
             if end:
                 writer.write_metadata(protocol.INGEST_END)
             writer.done_writing()
             metadata = replies.read()
-        except BaseException:
-            with contextlib.suppress(Exception):
+        finally:
+            if reader_failed:
+                with contextlib.suppress(Exception):
+                    writer.close()
+            else:
                 writer.close()
-            raise
-        writer.close()
         if metadata is None:
             raise LakeError(f"Query acknowledged the {what} without a result")
         return protocol.decode(result, metadata.to_pybytes())
