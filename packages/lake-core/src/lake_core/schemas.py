@@ -12,6 +12,7 @@ from lake_core.names import validate_identifier
 
 __all__ = [
     "COLUMN_TYPES",
+    "SAME_VALUES",
     "arriving_schema",
     "check_exact_schema",
     "parse_column_spec",
@@ -124,9 +125,10 @@ def check_exact_schema(expected: pa.Schema, actual: pa.Schema, table: object) ->
 
 
 #: Other layouts of the same values, as pandas (large_string) and polars (string_view)
-#: send them over ADBC, where a client cannot choose them (bulk ingest takes them;
-#: ``append_batches`` keeps the specification's exact schema).
-_SAME_VALUES: dict[pa.DataType, tuple[pa.DataType, ...]] = {
+#: produce them: a bulk ingest takes them (over ADBC a client cannot choose), and the
+#: SDK casts them to the table's before it sends (``append_batches`` keeps the
+#: specification's exact schema).
+SAME_VALUES: dict[pa.DataType, tuple[pa.DataType, ...]] = {
     pa.utf8(): (pa.large_utf8(), pa.string_view()),
     pa.binary(): (pa.large_binary(), pa.binary_view()),
 }
@@ -161,4 +163,4 @@ def _same_values(want: pa.Field, got: pa.Field) -> bool:
     if is_file_field(want):
         return bool(want.type.equals(got.type)) and want.nullable == got.nullable
     kind = got.type.value_type if pa.types.is_dictionary(got.type) else got.type
-    return kind.equals(want.type) or kind in _SAME_VALUES.get(want.type, ())
+    return kind.equals(want.type) or kind in SAME_VALUES.get(want.type, ())

@@ -181,9 +181,7 @@ def check_values(
             problem = None if value is None else _temporal_problem(value, kind)
             if problem is not None:
                 raise _refuse(table, field, row, value, problem)
-    elif (
-        pa.types.is_list(kind) or pa.types.is_large_list(kind) or pa.types.is_fixed_size_list(kind)
-    ):
+    elif _is_list(kind):
         for row, value in enumerate(values, first_row):
             if isinstance(value, str | bytes | bytearray | memoryview):
                 why = f"is a {type(value).__name__}, not a list (Arrow would split it into items)"
@@ -316,9 +314,9 @@ def _first_null(array: pa.Array, field: pa.Field, live: pa.BooleanArray | None) 
         nulls = array.is_null()
         if live is not None:
             nulls = pc.and_(nulls, live)
-        found = pc.index(nulls, True).as_py()
-        if found >= 0:
-            return int(found)
+        found = _first(nulls)
+        if found is not None:
+            return found
     t = field.type
     if pa.types.is_struct(t) and _strict(field):
         present = array.is_valid() if array.null_count else None

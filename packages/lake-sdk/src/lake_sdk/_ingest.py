@@ -22,6 +22,7 @@ from lake_core.errors import InvalidArgument
 from lake_core.ids import parse_operation_id
 from lake_core.names import TableRef
 from lake_core.proto import flight_sql_pb2
+from lake_core.schemas import SAME_VALUES
 
 __all__ = ["SLICE_BYTES", "as_reader", "ingest_descriptor", "slices"]
 
@@ -29,13 +30,6 @@ __all__ = ["SLICE_BYTES", "as_reader", "ingest_descriptor", "slices"]
 SLICE_BYTES = 4 * 1024 * 1024
 
 _Options = flight_sql_pb2.CommandStatementIngest.TableDefinitionOptions
-
-
-#: Lossless spellings of the same values: polars and pandas hand out the wide ones.
-_SAME_VALUES = {
-    pa.utf8(): (pa.large_utf8(), pa.string_view()),
-    pa.binary(): (pa.large_binary(), pa.binary_view()),
-}
 
 
 def as_reader(data: Any, table_schema: pa.Schema | None = None) -> pa.RecordBatchReader:
@@ -55,7 +49,7 @@ def as_reader(data: Any, table_schema: pa.Schema | None = None) -> pa.RecordBatc
         if field.name not in table_schema.names:
             continue
         want = table_schema.field(field.name).type
-        if field.type in _SAME_VALUES.get(want, ()):
+        if field.type in SAME_VALUES.get(want, ()):
             fields[index] = field.with_type(want)
             changed = True
     if not changed:
