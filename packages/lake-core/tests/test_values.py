@@ -12,13 +12,14 @@ import math
 from decimal import Decimal
 from fractions import Fraction
 from numbers import Integral
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import pytest
 
 from lake_core.errors import InvalidAppend
-from lake_core.values import check_batches, check_values, integer_range
+from lake_core.values import check_batches, check_not_null, check_values, integer_range
 
 SIGNED = [pa.int8(), pa.int16(), pa.int32(), pa.int64()]
 INTEGERS = [*SIGNED, pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64()]
@@ -266,3 +267,57 @@ def test_arrow_columns_of_another_type_never_convert_into_a_timestamp() -> None:
         check_batches("ns.t", table, [batch(values)])  # not numeric into numeric: no row check
         with pytest.raises(SchemaMismatch):
             check_exact_schema(table, batch(values).schema, "ns.t")
+
+
+_STRICT = pa.schema(
+    [
+        pa.field("id", pa.int64(), nullable=False),
+        pa.field(
+            "s",
+            pa.struct([pa.field("a", pa.int32(), nullable=False), pa.field("b", pa.string())]),
+        ),
+        pa.field("l", pa.list_(pa.field("item", pa.float32(), nullable=False))),
+        pa.field("f", pa.list_(pa.field("item", pa.int8(), nullable=False), 2)),
+    ]
+)
+
+
+def _strict_batch(
+    ids: list[Any], s: list[Any], items: list[Any], pairs: list[Any]
+) -> pa.RecordBatch:
+    columns = [
+        pa.array(values, field.type)
+        for values, field in zip((ids, s, items, pairs), _STRICT, strict=True)
+    ]
+    return pa.RecordBatch.from_arrays(columns, schema=_STRICT)
+
+
+def test_check_not_null_names_the_row_of_a_null_a_field_refuses() -> None:
+    good = _strict_batch([1, 2], [{"a": 1, "b": None}, None], [[1.0], None], [[1, 2], None])
+    check_not_null("t", _STRICT, [good])
+    bad = {
+        "id": _strict_batch([1, None], [None, None], [None, None], [None, None]),
+        "s": _strict_batch([1, 2], [None, {"a": None, "b": "x"}], [None, None], [None, None]),
+        "l": _strict_batch([1, 2], [None, None], [[1.0], [2.0, None]], [None, None]),
+        "f": _strict_batch([1, 2], [None, None], [None, None], [None, [1, None]]),
+    }
+    for column, batch in bad.items():
+        # Rows count across batches (the good one first).
+        with pytest.raises(InvalidAppend, match=rf"row 3, column '{column}' of t"):
+            check_not_null("t", _STRICT, [good, batch])
+    # A struct that is itself null may hold nulls in its non-nullable children.
+    absent = pa.StructArray.from_arrays(
+        [pa.array([None], pa.int32()), pa.array([None], pa.string())],
+        fields=list(_STRICT.field("s").type),
+        mask=pa.array([True]),
+    )
+    batch = pa.RecordBatch.from_arrays(
+        [
+            pa.array([1], pa.int64()),
+            absent,
+            pa.array([None], _STRICT.field("l").type),
+            pa.array([None], _STRICT.field("f").type),
+        ],
+        schema=_STRICT,
+    )
+    check_not_null("t", _STRICT, [batch])
