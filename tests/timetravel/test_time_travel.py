@@ -29,6 +29,7 @@ import lake_sdk
 from lake_core.admin_cli import client as admin_cli
 from lake_core.config import COMPACTION, LANCE_RETAIN_MIN_AGE_SECS, LANCE_RETAIN_VERSIONS
 from lake_core.proto import flight_sql_pb2
+from lake_query.planning.version_starts import MARGIN_MS
 from tools.lake_testing.data import EPISODES, EPISODES_SCHEMA, create_table, episodes
 from tools.lake_testing.plugin import LakeCluster, write_ticket_keys
 
@@ -278,6 +279,55 @@ def test_reclaimed_versions_fail_explicitly(tmp_path: Path) -> None:
             # pyarrow reports FAILED_PRECONDITION as ArrowInvalid, with the status named.
             with pytest.raises(pa.ArrowInvalid, match=r"precondition failed.*no longer available"):
                 client.do_get(ticket.endpoints[0].ticket).read_all()
+    finally:
+        running.stop()
+
+
+def test_far_versions_are_walked_to_from_metasrvs_record(tmp_path: Path) -> None:
+    """Selectors far from the head start their walk where Metasrv's registry says.
+
+    Every version and the instants around each commit read exactly their rows
+    (the walk from Metasrv's start against the rows each version was given).
+    Then an unreadable manifest far above them: a replica that has read no
+    manifest yet still resolves them, which a walk from the head cannot.
+    """
+    appends = 24
+    (tmp_path / "lake").mkdir()
+    running = cluster(tmp_path / "lake", {})
+    try:
+        create_table(running.meta.addr, EPISODES, EPISODES_SCHEMA)
+        with lake_sdk.Client(running.query.url) as sdk:
+            for version in range(1, appends + 1):
+                sdk.append_batches(EPISODES, [episodes((version - 1) * ROWS, ROWS)])
+                if version == 6:  # instants up to v5 become older than the start's margin
+                    time.sleep(MARGIN_MS / 1000 + 0.5)
+            listing = sdk.versions(EPISODES).to_pylist()
+            assert [v["version"] for v in listing] == list(range(appends + 1))
+            for version in range(appends + 1):
+                same_rows(
+                    sdk.query_table(f"SELECT * FROM {TABLE}", as_of=version), expected(version)
+                )
+            for before, after in itertools.pairwise(listing):
+                between = (
+                    before["committed_at"] + (after["committed_at"] - before["committed_at"]) / 2
+                )
+                for instant, version in (
+                    (before["committed_at"], before["version"]),
+                    (between, before["version"]),
+                ):
+                    same_rows(
+                        sdk.query_table(f"SELECT * FROM {TABLE}", as_of=instant), expected(version)
+                    )
+        (location,) = (tmp_path / "lake").rglob("episodes.lance")
+        far = next(v for v in listing if v["version"] == 20)["engine_version"]
+        (location / "_versions" / f"{(1 << 64) - 1 - far}.manifest").write_bytes(b"not a manifest")
+        fresh = running.add_query()
+        with lake_sdk.Client(fresh.url) as sdk:
+            same_rows(sdk.query_table(f"SELECT * FROM {at('@v5')}"), expected(5))
+            same_rows(
+                sdk.query_table(f"SELECT * FROM {TABLE}", as_of=listing[5]["committed_at"]),
+                expected(5),
+            )
     finally:
         running.stop()
 

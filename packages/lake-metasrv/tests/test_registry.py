@@ -7,6 +7,7 @@ DynamoDB-only behaviour (fencing, crash recovery, snapshots) is in test_dynamo.p
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -321,3 +322,28 @@ async def test_snapshot_lists_many_tables_in_order(registry: RegistryStore) -> N
     generation, tables = await registry.snapshot()
     assert [t.table.name for t in tables] == names
     assert generation == await registry.generation()
+
+
+@pytest.mark.asyncio
+async def test_a_version_is_found_by_number_and_by_time(registry: RegistryStore) -> None:
+    """What a time-travel walk starts from: one record by number, or by time in log2(n) reads."""
+    await registry.create_table(record())  # version 0, committed at 1 ms
+    for version in range(1, 21):
+        # Engine versions skip where Lance versions were not Lake ones (maintenance, orphans).
+        grouped = commit(expected=version - 1, engine_version=version * 2)
+        await registry.commit_append(dataclasses.replace(grouped, committed_at_ms=version * 1000))
+    found = await registry.version_record("inc-1", 7)
+    assert found is not None
+    assert (found.version, found.engine_version, found.committed_at_ms) == (7, 14, 7000)
+    assert found.operation_ids
+    assert found.incarnation == "inc-1"
+    assert await registry.version_record("inc-1", 21) is None
+    assert await registry.version_record("inc-2", 7) is None
+    history = await registry.versions("inc-1")
+    for after_ms in [-1, *range(0, 21_001, 250)]:
+        for newest in (0, 3, 20):
+            # The bisection against reading every version, oldest first.
+            later = [v for v in history if v.version <= newest and v.committed_at_ms > after_ms]
+            want = later[0] if later else None
+            assert await registry.first_version_after("inc-1", after_ms, newest) == want
+    assert await registry.first_version_after("inc-2", 0, 20) is None  # no records: none

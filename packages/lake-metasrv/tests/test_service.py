@@ -268,6 +268,7 @@ async def test_list_actions(served: Any) -> None:
         protocol.DROP_TABLE,
         protocol.DESCRIBE_TABLE,
         protocol.CATALOG_SNAPSHOT,
+        protocol.TABLE_VERSION,
         protocol.OPTIMIZE_TABLE,
         protocol.CREATE_INDEX,
         integrity.VERIFY_TABLE,
@@ -339,6 +340,11 @@ async def test_hidden_namespace_is_permission_denied_like_a_missing_table(
         command = protocol.AppendCommand(table=kit.episodes, operation_id=new_operation_id())
         with pytest.raises(PermissionDenied):
             await client.append(command, kit.schema, [kit.make_batch(1)])
+        hidden = protocol.TableVersionRequest(
+            table=kit.episodes, incarnation="any", newest=0, version=0
+        )
+        with pytest.raises(PermissionDenied):
+            await client.action(protocol.TABLE_VERSION, hidden, protocol.TableVersionResult)
         snapshot = await client.catalog_snapshot(None)
         assert [e.table for e in snapshot.tables] == [TableRef("fleet", "robots")]
         assert (await client.describe_table(TableRef("fleet", "robots"))).entry
@@ -372,3 +378,32 @@ async def test_status_names_a_local_metasrv_the_leader_for_admins_only(
     ):
         with pytest.raises(PermissionDenied):
             await client.action(status.STATUS, status.StatusRequest(), status.MetasrvStatus)
+
+
+@pytest.mark.asyncio
+async def test_table_version_names_a_registered_version_of_the_named_incarnation(
+    served: Any, kit: Any
+) -> None:
+    created = await create(served, kit)
+    incarnation = created["entry"]["descriptor"]["incarnation"]
+    for start in range(3):
+        assert (
+            await blocking(lambda s=start: put(served.url, kit.schema, [kit.make_batch(1, s)]))
+        )["version"] == start + 1
+
+    def ask(**fields: Any) -> dict[str, Any]:
+        body = {"table": TABLE, "incarnation": incarnation, "newest": 3, **fields}
+        return action(served.url, protocol.TABLE_VERSION, body)
+
+    second = await blocking(lambda: ask(version=2))
+    assert second["version"] == 2
+    assert second["engine_version"] >= 3
+    # The oldest version committed after an instant: before the table, its creation.
+    assert (await blocking(lambda: ask(after_ms=0)))["version"] == 0
+    assert (await blocking(lambda: ask(after_ms=2**62)))["version"] is None
+    # Another incarnation's history is not found through this table's name.
+    other = await blocking(lambda: ask(version=2, incarnation="0" * 36))
+    assert other == {"schema_version": 1, "version": None, "engine_version": None}
+    for wrong in ({"version": 1, "after_ms": 5}, {}, {"version": 4}, {"version": -1}):
+        with pytest.raises(pa.ArrowInvalid, match="malformed TableVersionRequest"):
+            await blocking(lambda w=wrong: ask(**w))

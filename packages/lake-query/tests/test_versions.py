@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import lance
 import pyarrow as pa
@@ -359,3 +360,50 @@ def test_listing_versions_beside_reads_of_the_same_pinned_table(history: LocalCa
     for thread in threads:
         thread.join()
     assert failures == [], failures[:3]
+
+
+def test_a_far_version_is_walked_to_from_the_start_metasrv_names(catalog: LocalCatalog) -> None:
+    """A walk from a start near the version selected reads no manifest above that start.
+
+    Lake version v is Lance version v here (v1 is the creation). An unreadable
+    manifest above the start stands in for the thousands a walk from the head
+    would read: with a start, far versions and instants still resolve; from the
+    head, the walk stops at it.
+    """
+    catalog.create("robots.episodes", episodes(0, 1))
+    for start in range(1, 12):
+        catalog.append("robots.episodes", episodes(start, 1))
+    location = catalog.entries[TableRef("robots", "episodes")].descriptor.location
+    lance_times = {v: _lance_time(location, v) for v in (3, 4)}
+    manifest = Path(location) / "_versions" / f"{(1 << 64) - 1 - 8}.manifest"
+    manifest.write_bytes(b"not a manifest")
+    asked: list[str | None] = []
+
+    def at_v4(ref: TableRef, head: TableDescriptor, wanted: Any) -> TableDescriptor:
+        asked.append(wanted.selector)
+        return head.model_copy(update={"version": 4, "engine_version": 4})
+
+    between = lance_times[3] + (lance_times[4] - lance_times[3]) / 2
+    instant = between.isoformat().replace("+00:00", "Z")
+    for walk_start, works in ((at_v4, True), (None, False)):
+        planner = Planner(catalog.resolve, catalog.refs, walk_start=walk_start)
+        for selector in ("@v3", f"@{instant}"):
+            sql = f'SELECT * FROM lake.robots."episodes{selector}"'
+            if works:
+                assert ids(rows(planner, sql)) == list(range(3))
+            else:
+                with pytest.raises(VersionReclaimed):
+                    planner.plan(sql, DEV_PRINCIPAL)
+    assert asked == ["@v3", f"@{instant}"]
+    # A start retention reclaimed: so is everything older, reported as the head's walk would.
+    (Path(location) / "_versions" / f"{(1 << 64) - 1 - 4}.manifest").unlink()
+    planner = Planner(catalog.resolve, catalog.refs, walk_start=at_v4)
+    with pytest.raises(VersionReclaimed):
+        planner.plan('SELECT * FROM lake.robots."episodes@v3"', DEV_PRINCIPAL)
+    with pytest.raises(InvalidArgument, match="did not exist"):
+        planner.plan('SELECT * FROM lake.robots."episodes@2000-01-01T00:00:00Z"', DEV_PRINCIPAL)
+
+
+def _lance_time(location: str, version: int) -> datetime:
+    stamp: datetime = lance.dataset(location, version=version).get_version()["timestamp"]
+    return stamp.astimezone(UTC)

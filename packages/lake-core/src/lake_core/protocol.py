@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from lake_core.errors import InvalidArgument
 from lake_core.models import CatalogEntry, TableDescriptor
@@ -44,6 +44,8 @@ __all__ = [
     "ListTablesResult",
     "MaintenanceResult",
     "TableRequest",
+    "TableVersionRequest",
+    "TableVersionResult",
     "WireModel",
     "decode",
     "encode",
@@ -64,6 +66,8 @@ TABLE_SCHEMA = "lake.table_schema"
 LIST_TABLES = "lake.list_tables"
 #: Maintenance: same rows and Lake version, a new physical layout (admin only).
 OPTIMIZE_TABLE = "lake.optimize_table"
+#: Where a time-travel walk may start (lake_query.planning.version_starts).
+TABLE_VERSION = "lake.table_version"
 CREATE_INDEX = "lake.create_index"
 APPEND_COMMAND_TYPE = "lake.append"
 #: A bulk ingest from Query to Metasrv (Flight SQL CommandStatementIngest, forwarded).
@@ -125,6 +129,36 @@ class ListTablesRequest(WireModel):
 
 class ListTablesResult(WireModel):
     tables: list[CatalogEntry] = Field(default_factory=list)
+
+
+class TableVersionRequest(WireModel):
+    """One registered version of ``incarnation``, for a walk back through its history.
+
+    Exactly one of ``version`` (that Lake version) and ``after_ms`` (the oldest
+    version the registry recorded as committed after that instant, among
+    versions ``0..newest``).
+    """
+
+    table: TableRef
+    incarnation: str = Field(min_length=1, max_length=64)
+    newest: int = Field(ge=0)
+    version: int | None = Field(default=None, ge=0)
+    after_ms: int | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _one_selector(self) -> TableVersionRequest:
+        if (self.version is None) == (self.after_ms is None):
+            raise ValueError("give exactly one of version and after_ms")
+        if self.version is not None and self.version > self.newest:
+            raise ValueError("version is above newest")
+        return self
+
+
+class TableVersionResult(WireModel):
+    """The version found, or neither field (unknown: the caller walks from its head)."""
+
+    version: int | None = Field(default=None, ge=0)
+    engine_version: int | None = Field(default=None, ge=1)
 
 
 IndexKind = Literal["BTREE", "BITMAP"]

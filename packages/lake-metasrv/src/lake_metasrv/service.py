@@ -53,6 +53,10 @@ ACTIONS: dict[str, str] = {
     protocol.CATALOG_SNAPSHOT: (
         "Every visible table, or not_modified: {generation} -> CatalogSnapshotResult"
     ),
+    protocol.TABLE_VERSION: (
+        "Where a time-travel walk may start: {table, incarnation, newest, version | after_ms} "
+        "-> TableVersionResult"
+    ),
     protocol.OPTIMIZE_TABLE: (
         "Compact small fragments, refresh indexes (same rows and version): "
         "{table} -> MaintenanceResult"
@@ -124,6 +128,8 @@ class MetaHandler(FlightHandler):
             result = protocol.DescribeTableResult(entry=record.catalog_entry())
         elif action.type == protocol.CATALOG_SNAPSHOT:
             result = await self._catalog_snapshot(principal, body)
+        elif action.type == protocol.TABLE_VERSION:
+            result = await self._table_version(principal, body)
         elif action.type == protocol.OPTIMIZE_TABLE:
             request = protocol.decode(protocol.TableRequest, body)
             _require_role(principal, request.table, "admin")
@@ -177,6 +183,29 @@ class MetaHandler(FlightHandler):
             files = await asyncio.to_thread(store.digests_of, record.incarnation, paths)
         return integrity.DataFileDigestsResult(
             table=request.table, incarnation=record.incarnation, files=list(files.values())
+        )
+
+    async def _table_version(
+        self, principal: Principal, body: bytes
+    ) -> protocol.TableVersionResult:
+        request = protocol.decode(protocol.TableVersionRequest, body)
+        _authorize(principal, request.table)
+        record = await self.coordinator.describe_table(request.table)
+        if record.incarnation != request.incarnation:
+            # Another incarnation's history only by its own table's name: none here.
+            return protocol.TableVersionResult()
+        registry, incarnation = self.coordinator.registry, request.incarnation
+        if request.version is not None:
+            found = await registry.version_record(incarnation, request.version)
+        else:
+            assert request.after_ms is not None  # the request's validator
+            found = await registry.first_version_after(
+                incarnation, request.after_ms, min(request.newest, record.version)
+            )
+        if found is None:
+            return protocol.TableVersionResult()
+        return protocol.TableVersionResult(
+            version=found.version, engine_version=found.engine_version
         )
 
     async def _create_table(

@@ -40,6 +40,7 @@ from lake_query.planning.catalog_cache import FIRST_LOAD_BACKOFF_S, CatalogCache
 from lake_query.planning.scan_cache import ScanCache
 from lake_query.planning.verify import DataFileVerifier, MetaDigests
 from lake_query.planning.verify_ahead import VerifyAhead
+from lake_query.planning.version_starts import MetaVersionStarts
 from lake_query.serving.admission import Admission
 from lake_query.serving.health import watch_health
 from lake_query.serving.memory import collect_cycles, tune_allocator
@@ -149,6 +150,7 @@ async def run(config: QueryConfig, stop: asyncio.Event | None = None) -> None:
             async_queries=None if stores is None else async_queries,
             readiness=readiness,
             scans=ScanCache(config.scan_cache_bytes) if config.scan_cache_bytes else None,
+            walk_start=MetaVersionStarts(meta, asyncio.get_running_loop()),
         )
         if handler.async_queries is not None:
             handler.async_queries.start()

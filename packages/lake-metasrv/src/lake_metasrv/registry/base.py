@@ -328,4 +328,32 @@ class RegistryStore(abc.ABC):
         """Every committed version of one incarnation, oldest first."""
 
     @abc.abstractmethod
+    async def version_record(self, incarnation: str, version: int) -> VersionRecord | None:
+        """One committed version of one incarnation (None: no record of it, or not yet)."""
+
+    async def first_version_after(
+        self, incarnation: str, after_ms: int, newest: int
+    ) -> VersionRecord | None:
+        """The oldest of versions ``0..newest`` committed after ``after_ms``, by bisection.
+
+        Versions commit one after another, so their times rise with them:
+        about log2(newest) point reads, where a time-travel walk through the
+        table's history reads one version at a time. None when none is
+        later, or when a record it reads is missing (a cloud registry writes
+        a version's record just after the version became visible).
+        """
+        low, high = 0, newest
+        found: VersionRecord | None = None
+        while low <= high:
+            middle = (low + high) // 2
+            record = await self.version_record(incarnation, middle)
+            if record is None:
+                return None
+            if record.committed_at_ms > after_ms:
+                found, high = record, middle - 1
+            else:
+                low = middle + 1
+        return found
+
+    @abc.abstractmethod
     async def dropped_tables(self) -> list[DroppedTable]: ...

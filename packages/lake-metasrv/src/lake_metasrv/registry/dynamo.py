@@ -101,6 +101,7 @@ from lake_metasrv.registry.dynamo_layout import (
     n_attr,
     op_key,
     s_attr,
+    ver_key,
 )
 from lake_metasrv.registry.dynamo_records import (
     Owed,
@@ -395,16 +396,11 @@ class DynamoRegistry(RegistryStore):
         return found
 
     async def versions(self, incarnation: str) -> list[VersionRecord]:
-        return [
-            VersionRecord(
-                incarnation=incarnation,
-                version=int(v["sk"]),
-                engine_version=v["ever"],
-                committed_at_ms=v["at"],
-                operation_ids=split_operation_ids(v.get("op")),
-            )
-            async for v in self.db.query(f"ver#{incarnation}")
-        ]
+        return [_version(incarnation, v) async for v in self.db.query(f"ver#{incarnation}")]
+
+    async def version_record(self, incarnation: str, version: int) -> VersionRecord | None:
+        found = await self.db.get(ver_key(incarnation, version))
+        return None if found is None else _version(incarnation, found)
 
     async def dropped_tables(self) -> list[DroppedTable]:
         dropped = [
@@ -692,3 +688,13 @@ class DynamoRegistry(RegistryStore):
         self._unsynced.clear()
         await self._bump_generation()
         return fenced
+
+
+def _version(incarnation: str, item: dict[str, Any]) -> VersionRecord:
+    return VersionRecord(
+        incarnation=incarnation,
+        version=int(item["sk"]),
+        engine_version=item["ever"],
+        committed_at_ms=item["at"],
+        operation_ids=split_operation_ids(item.get("op")),
+    )

@@ -114,6 +114,19 @@ def _table_record(row: sqlite3.Row) -> TableRecord:
     )
 
 
+_VERSION_COLUMNS = "incarnation, version, engine_version, committed_at_ms, operation_id"
+
+
+def _version_record(row: sqlite3.Row) -> VersionRecord:
+    return VersionRecord(
+        incarnation=row["incarnation"],
+        version=row["version"],
+        engine_version=row["engine_version"],
+        committed_at_ms=row["committed_at_ms"],
+        operation_ids=split_operation_ids(row["operation_id"]),
+    )
+
+
 def _operation_record(row: sqlite3.Row) -> OperationRecord:
     return OperationRecord(
         operation_id=row["operation_id"],
@@ -308,20 +321,22 @@ class SqliteRegistry(RegistryStore):
     async def versions(self, incarnation: str) -> list[VersionRecord]:
         def get(conn: sqlite3.Connection) -> list[VersionRecord]:
             rows = conn.execute(
-                "SELECT incarnation, version, engine_version, committed_at_ms, operation_id "
-                "FROM table_versions WHERE incarnation = ? ORDER BY version",
+                f"SELECT {_VERSION_COLUMNS} FROM table_versions "
+                "WHERE incarnation = ? ORDER BY version",
                 (incarnation,),
             ).fetchall()
-            return [
-                VersionRecord(
-                    incarnation=r["incarnation"],
-                    version=r["version"],
-                    engine_version=r["engine_version"],
-                    committed_at_ms=r["committed_at_ms"],
-                    operation_ids=split_operation_ids(r["operation_id"]),
-                )
-                for r in rows
-            ]
+            return [_version_record(r) for r in rows]
+
+        return await self._run(get)
+
+    async def version_record(self, incarnation: str, version: int) -> VersionRecord | None:
+        def get(conn: sqlite3.Connection) -> VersionRecord | None:
+            row = conn.execute(
+                f"SELECT {_VERSION_COLUMNS} FROM table_versions "
+                "WHERE incarnation = ? AND version = ?",
+                (incarnation, version),
+            ).fetchone()
+            return None if row is None else _version_record(row)
 
         return await self._run(get)
 

@@ -65,6 +65,7 @@ from lake_query.flightsql.wire import MAX_SQL_BYTES, caller
 from lake_query.jobs.service import PART, AsyncQueries, is_handle
 from lake_query.planning import DatasetOpener, PlannedQuery, Planner, QueryLimits, QuerySpec
 from lake_query.planning.batches import counted_rows, prefetch
+from lake_query.planning.catalog import WalkStart
 from lake_query.planning.catalog_cache import CatalogCache
 from lake_query.planning.external import ExternalCatalog
 from lake_query.planning.freshness import MAX_REPLANS, catch_up, min_versions
@@ -141,6 +142,7 @@ class QueryHandler(FlightHandler):
         async_queries: Callable[[QueryHandler], AsyncQueries] | None = None,
         readiness: Readiness | None = None,
         scans: ScanCache | None = None,
+        walk_start: WalkStart | None = None,
     ) -> None:
         self._stage = stage or QueryStage(None)
         #: Why this replica does not serve statements now (none: it does).
@@ -170,6 +172,7 @@ class QueryHandler(FlightHandler):
             partitions=partitions,
             external=external,
             scans=scans,
+            walk_start=walk_start,
         )
         if admission is not None:
             # Memory refusals are admission refusals too (lake.status, the counter).

@@ -41,7 +41,7 @@ from datafusion import RuntimeEnvBuilder, SessionConfig, SessionContext
 from datafusion.catalog import CatalogProvider, CatalogProviderList, SchemaProvider, Table
 from datafusion.expr import TableScan
 
-from lake_core.errors import InvalidArgument, PermissionDenied, TableNotFound
+from lake_core.errors import InvalidArgument, PermissionDenied, TableNotFound, VersionReclaimed
 from lake_core.models import CatalogEntry, TableDescriptor
 from lake_core.names import DEFAULT_CATALOG, TableRef
 from lake_core.principal import Principal
@@ -65,6 +65,7 @@ __all__ = [
     "PinnedBinder",
     "PlanningBinder",
     "Resolver",
+    "WalkStart",
     "conflicting_metadata",
     "lists_tables",
     "session",
@@ -79,6 +80,9 @@ DEFAULT_SCHEMA = "public"
 
 Resolver = Callable[[TableRef], CatalogEntry | None]
 Lister = Callable[[], Iterable[TableRef]]
+#: Where a time-travel walk may start, older than the head (None: at the head).
+#: (lake_query.planning.version_starts)
+WalkStart = Callable[[TableRef, TableDescriptor, TableName], TableDescriptor | None]
 #: A table as one request references it: the table, and its selector (None: current).
 PinKey = tuple[TableRef, str | None]
 
@@ -200,11 +204,17 @@ class PlanningBinder(Binder):
     """Pins each referenced table to the descriptor the catalog cache holds now."""
 
     def __init__(
-        self, principal: Principal, opener: DatasetOpener, resolve: Resolver, list_tables: Lister
+        self,
+        principal: Principal,
+        opener: DatasetOpener,
+        resolve: Resolver,
+        list_tables: Lister,
+        walk_start: WalkStart | None = None,
     ) -> None:
         super().__init__(principal, opener)
         self._resolve = resolve
         self._list = list_tables
+        self._walk_start = walk_start
         self.pins: dict[PinKey, TableDescriptor] = {}
 
     def descriptor(self, ref: TableRef, wanted: TableName | None = None) -> TableDescriptor | None:
@@ -214,8 +224,27 @@ class PlanningBinder(Binder):
         head = entry.descriptor
         if wanted is None or wanted.selector is None or wanted.listing:
             return head
-        # The head's Lance history says which Lance version holds the one asked for.
-        return resolve(ref, head, history(self._opener.open(ref, head), head), wanted)
+        # The head's Lance history says which Lance version holds the one asked for,
+        # walked back from the head or from a version Metasrv names nearer to it.
+        return resolve(ref, head, history(*self._walk_origin(ref, head, wanted)), wanted)
+
+    def _walk_origin(
+        self, ref: TableRef, head: TableDescriptor, wanted: TableName
+    ) -> tuple[Any, TableDescriptor]:
+        """The dataset a walk starts from, and its version: the head's, or an older start's.
+
+        Opened at the start, not the head: on a replica that has not read the
+        table yet, the head's dataset (and verifying its files) is not needed.
+        """
+        start = None if self._walk_start is None else self._walk_start(ref, head, wanted)
+        if start is not None:
+            try:
+                return self._opener.open(ref, start), start
+            except VersionReclaimed:
+                # So is everything older: a walk from the start reads nothing,
+                # and resolve() says whether the table existed then.
+                return self._opener.open(ref, head), start
+        return self._opener.open(ref, head), head
 
     def known_tables(self) -> Iterable[TableRef]:
         return self._list()

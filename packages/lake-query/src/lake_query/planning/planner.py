@@ -28,6 +28,7 @@ from lake_query.planning.catalog import (
     PinnedBinder,
     PlanningBinder,
     Resolver,
+    WalkStart,
     conflicting_metadata,
     lists_tables,
     session,
@@ -207,6 +208,8 @@ class Planner:
     cache of opened datasets); by default local paths, uncached.
     ``lookups``: plan key lookups without DataFusion (:mod:`~lake_query.planning.lookups`);
     off only to compare that path with DataFusion's.
+    ``walk_start``: where a time-travel selector's walk back through a table's
+    history starts (:mod:`~lake_query.planning.version_starts`); None: its head.
     """
 
     def __init__(
@@ -220,6 +223,7 @@ class Planner:
         partitions: PartitionLimits | None = None,
         lookups: bool = True,
         scans: ScanCache | None = None,
+        walk_start: WalkStart | None = None,
     ) -> None:
         self.limits = limits or QueryLimits()
         #: Recent direct scans' batches (LAKE_QUERY_SCAN_CACHE_BYTES); None: none kept.
@@ -230,6 +234,8 @@ class Planner:
         self.external = {c.name: c for c in external}
         self._resolve = resolve
         self._list = list_tables
+        #: Where time-travel walks start (lake_query.planning.version_starts); None: heads.
+        self._walk_start = walk_start
         self._datasets = datasets or DatasetOpener(cache=PinnedDatasets())
         self._direct: DirectPlans[DirectScan] = DirectPlans()
         #: Result schemas of plain projections of one external table (no DataFusion at DoGet).
@@ -271,7 +277,9 @@ class Planner:
         planned_before = self._plan_plain_external(spec, principal)
         if planned_before is not None:
             return planned_before
-        binder = PlanningBinder(principal, self._datasets, self._resolve, self._list)
+        binder = PlanningBinder(
+            principal, self._datasets, self._resolve, self._list, self._walk_start
+        )
         external = ExternalTables(principal, self.external) if self.external else None
         budget = FunctionBudget(self.limits.max_function_output_bytes)
         ctx = session(binder, budget, functions=shape.bounded_functions, external=external)
@@ -336,7 +344,9 @@ class Planner:
         lookup = parse_lookup(spec.sql, has_parameters=spec.params_ipc is not None)
         if lookup is None:
             return None
-        binder = PlanningBinder(principal, self._datasets, self._resolve, self._list)
+        binder = PlanningBinder(
+            principal, self._datasets, self._resolve, self._list, self._walk_start
+        )
         try:
             dataset = binder.dataset(lookup.namespace, lookup.table)
         except LakeError:
