@@ -10,6 +10,7 @@ import urllib.parse
 
 import pytest
 
+from lake_sdk.console.file_pages import decode_location, encode_location
 from tests.console.conftest import SCRIPT, TOKENS, Console
 from tools.lake_testing.console import RangeReader, Session
 
@@ -77,6 +78,32 @@ def test_foreign_tenant_file_is_refused(console: Console) -> None:
         assert refused.status == 403, refused.text
         assert refused.text.startswith("LocationOutsideStage:")
     assert Session(console.url).request(link).status == 401  # not signed in at all
+
+
+def test_file_bytes_claiming_a_scriptable_type_download_sandboxed(console: Console) -> None:
+    """A link's media type is the caller's word: HTML or SVG bytes never render as a page.
+
+    Anyone of the tenant can write a FILE value (or craft a link) claiming
+    ``text/html``; served inline it would be a page of the console's origin,
+    and ``script-src 'self'`` would let it load a script from ``/file`` too.
+    """
+    session = Session(console.url)
+    session.sign_in(TOKENS["acme"])
+    link = _location_link(session)
+    video = session.request(link, headers={"Range": "bytes=0-9"})
+    assert video.status == 206
+    assert "content-disposition" not in video.headers  # plays inline
+    assert "sandbox" in video.headers["content-security-policy"]
+    location = decode_location(link.removeprefix("/file?loc=")).model_dump()
+    for media_type in ("text/html", "image/svg+xml", "application/javascript", "TEXT/HTML; x"):
+        forged = "/file?loc=" + encode_location({**location, "media_type": media_type})
+        for headers in ({"Range": "bytes=0-9"}, {}):
+            reply = session.request(forged, headers=headers)
+            assert reply.status in (200, 206), reply.text
+            assert reply.headers["content-disposition"] == "attachment", media_type
+            policy = reply.headers["content-security-policy"]
+            assert policy.startswith("sandbox;")
+            assert "script-src" not in policy
 
 
 def _peak_rss(console: Console) -> int:

@@ -230,9 +230,8 @@ def create_app(settings: ConsoleSettings) -> Starlette:
 
     async def file_bytes(request: Request, session: str, client: AsyncClient) -> Response:
         location = file_pages.decode_location(request.query_params.get("loc", ""))
-        headers = {"Accept-Ranges": "bytes", "Cache-Control": "private, max-age=300"}
-        if request.query_params.get("download"):
-            headers["Content-Disposition"] = "attachment"
+        download = bool(request.query_params.get("download"))
+        headers = file_pages.byte_headers(location.media_type, download)
         header = request.headers.get("range")
         size = location.size_bytes
         if header is None:

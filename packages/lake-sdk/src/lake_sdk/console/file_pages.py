@@ -38,6 +38,7 @@ __all__ = [
     "MappedRangeResponse",
     "PartialResponse",
     "RangeResponse",
+    "byte_headers",
     "decode_location",
     "encode_location",
     "episode_body",
@@ -45,6 +46,35 @@ __all__ = [
 ]
 
 _RANGE = re.compile(r"^bytes=(\d*)-(\d*)$")
+#: CSP of FILE bytes: a document made of a stage object's bytes runs no script and
+#: is no page of the console's origin (whatever its media type claims).
+_BYTES_CSP = "sandbox; default-src 'none'; img-src 'self'; media-src 'self'"
+
+
+def _shown_inline(media_type: str) -> bool:
+    """Media a browser plays or shows without running anything (SVG can hold script)."""
+    kind = media_type.split(";", 1)[0].strip().lower()
+    if kind.startswith(("video/", "audio/")):
+        return True
+    return kind.startswith("image/") and kind != "image/svg+xml"
+
+
+def byte_headers(media_type: str, download: bool) -> dict[str, str]:
+    """Headers of a FILE bytes response.
+
+    The media type comes from the link (any user of the tenant can write a
+    FILE value, or a link, claiming ``text/html``): only media that cannot
+    script the console's origin is served inline; the rest downloads, and
+    every response is sandboxed besides.
+    """
+    headers = {
+        "Accept-Ranges": "bytes",
+        "Cache-Control": "private, max-age=300",
+        "Content-Security-Policy": _BYTES_CSP,
+    }
+    if download or not _shown_inline(media_type):
+        headers["Content-Disposition"] = "attachment"
+    return headers
 
 
 def encode_location(location: DataLocation | dict[str, Any]) -> str:
