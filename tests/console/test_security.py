@@ -6,6 +6,7 @@ token never in a URL or the console's log, and range responses bounded.
 
 from __future__ import annotations
 
+import http.client
 import urllib.parse
 
 import pytest
@@ -104,6 +105,24 @@ def test_file_bytes_claiming_a_scriptable_type_download_sandboxed(console: Conso
             policy = reply.headers["content-security-policy"]
             assert policy.startswith("sandbox;")
             assert "script-src" not in policy
+
+
+def test_a_whole_object_failing_its_sha256_never_arrives_whole(console: Console) -> None:
+    """A plain GET is checked against the SHA-256 at its end: a mismatch must cut it short.
+
+    Here the link declares the wrong digest (as a corrupted object's link
+    would find it); the client must see a broken download, never a complete
+    200 of the wrong bytes.
+    """
+    session = Session(console.url)
+    session.sign_in(TOKENS["acme"])
+    location = decode_location(_location_link(session).removeprefix("/file?loc=")).model_dump()
+    forged = "/file?loc=" + encode_location({**location, "sha256": "0" * 64})
+    with pytest.raises(http.client.IncompleteRead):
+        session.request(forged)
+    session.close()
+    # The range path does not check the whole object's digest; the object itself is fine.
+    assert session.request(forged, headers={"Range": "bytes=0-9"}).status == 206
 
 
 def _peak_rss(console: Console) -> int:

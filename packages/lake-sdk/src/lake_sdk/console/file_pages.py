@@ -126,10 +126,22 @@ def parse_range(header: str, size: int, limit: int) -> ByteRange | None:
 
 
 async def stream(reader: ObjectReader) -> AsyncIterator[bytes]:
-    """The reader's chunks, one at a time (the reader is closed however this ends)."""
+    """The reader's chunks, each sent once the next is read (the reader closed however it ends).
+
+    The reader checks the object's size and SHA-256 when it reaches the end,
+    after its last chunk: holding each chunk back until the next read means
+    the last one goes out only once the object checked out, so a corrupt
+    object ends the response short of its Content-Length (the client sees a
+    broken download) instead of arriving whole and wrong.
+    """
     try:
+        held: bytes | None = None
         async for chunk in reader:
-            yield chunk
+            if held is not None:
+                yield held
+            held = chunk
+        if held is not None:
+            yield held
     finally:
         await reader.aclose()
 
