@@ -275,3 +275,16 @@ def test_sql_longer_than_the_limit_is_refused(secure: SecureCluster) -> None:
         pytest.raises(pa.ArrowInvalid, match="SQL text exceeds 1048576 bytes"),
     ):
         client.get_flight_info(statement("SELECT 1" + padding), options)
+
+
+@pytest.mark.parametrize(
+    "sql", ["SELECT '\0' AS a", 'SELECT 1 AS "a\0b"', "SELECT 1 WHERE 'x' <> '\0'"]
+)
+def test_sql_holding_a_nul_is_refused_as_the_callers_input(secure: SecureCluster, sql: str) -> None:
+    """A NUL made DataFusion panic converting the result schema: an Internal error before."""
+    options = bearer(secure.tokens["alice"])
+    with (
+        secure.flight() as client,
+        pytest.raises(pa.ArrowInvalid, match="SQL text holds a NUL character"),
+    ):
+        client.get_flight_info(statement(sql), options)

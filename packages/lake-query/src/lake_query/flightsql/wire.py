@@ -173,10 +173,22 @@ def decode_sql(raw: str | bytes) -> str:
 
 
 def check_sql(sql: str, limit: int = MAX_SQL_BYTES) -> str:
+    """Refuse SQL text Lake cannot plan: too long, empty, or holding a NUL character.
+
+    DataFusion names a result column after its expression, and a column name
+    holding NUL (a selected string literal holding one) panics when the schema
+    crosses to Arrow as C strings: refused here as the caller's input, before
+    planning, rather than an internal error.
+    """
     if len(sql.encode()) > limit:
         raise InvalidArgument(f"SQL text exceeds {limit} bytes")
     if not sql.strip():
         raise InvalidArgument("SQL text is empty")
+    if "\0" in sql:
+        where = sql.index("\0")
+        raise InvalidArgument(
+            f"SQL text holds a NUL character (at {where}); write chr(0) for one in a value"
+        )
     return sql
 
 
