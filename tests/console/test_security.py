@@ -55,6 +55,22 @@ def test_cookie_flags_csrf_and_escaping(console: Console) -> None:
     assert session.request("/tables").status == 303  # signed out: to the sign-in form
 
 
+def test_odd_sign_in_and_sign_out_posts_are_refused_typed(console: Console) -> None:
+    """Anyone can post these forms: a huge one or a non-ASCII CSRF field was a 500 before."""
+    session = Session(console.url)
+    csrf = session.csrf("/signin")
+    huge = session.request("/signin", {"csrf": csrf, "token": "x" * (128 * 1024)})
+    assert huge.status == 413
+    assert huge.text.startswith("InvalidArgument: the form is larger than")
+    odd = session.request("/signin", {"csrf": "\xff" * 64, "token": TOKENS["acme"]})
+    assert odd.status == 403
+    assert not any(c.name == "lake_session" for c in session.jar)
+    session.sign_in(TOKENS["acme"])
+    assert session.request("/signout", {"csrf": "\u00e9"}).status == 403
+    assert session.request("/signout", {"csrf": "0" * (128 * 1024)}).status == 413
+    assert session.request("/tables").status == 200  # still signed in
+
+
 def test_wrong_token_is_refused_typed(console: Console) -> None:
     session = Session(console.url)
     reply = session.request("/signin", {"csrf": session.csrf("/signin"), "token": "lk_wrong"})

@@ -30,6 +30,7 @@ from lake_sdk.console.session import (
     csrf_ok,
     csrf_token,
     new_presession,
+    presession_value,
     session_for,
     session_value,
     set_cookie,
@@ -134,11 +135,37 @@ def create_app(settings: ConsoleSettings) -> Starlette:
         return wrapped
 
     async def form(request: Request) -> dict[str, str]:
-        body = await request.body()
-        if len(body) > _MAX_FORM_BYTES:
-            raise InvalidArgument("the form is too large")
+        """The posted form, read no further than ``_MAX_FORM_BYTES`` (anyone may post one)."""
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > _MAX_FORM_BYTES:
+                raise InvalidArgument(f"the form is larger than {_MAX_FORM_BYTES} bytes")
         fields = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
         return {k: v[0] for k, v in fields.items()}
+
+    def posted(
+        handler: Callable[[Request, dict[str, str]], Awaitable[Response]],
+        basis: Callable[[Request], str | None],
+    ) -> Callable[[Request], Awaitable[Response]]:
+        """A state-changing POST: its form read (bounded) and its CSRF token checked first.
+
+        Both refusals are plain typed answers (413, 403): these routes take
+        requests from anyone, signed in or not.
+        """
+
+        async def wrapped(request: Request) -> Response:
+            try:
+                fields = await form(request)
+            except InvalidArgument as exc:
+                return Response(f"InvalidArgument: {exc}", status_code=413, media_type="text/plain")
+            if not csrf_ok(settings, basis(request), fields.get("csrf")):
+                return Response(
+                    "CSRF token missing or wrong", status_code=403, media_type="text/plain"
+                )
+            return await handler(request, fields)
+
+        return wrapped
 
     def signin_page(
         presession: str, error: BaseException | None = None, status: int = 200
@@ -157,13 +184,9 @@ def create_app(settings: ConsoleSettings) -> Starlette:
         return response
 
     async def signin_get(request: Request) -> Response:
-        return signin_page(request.cookies.get(PRESESSION_COOKIE) or new_presession())
+        return signin_page(presession_value(request) or new_presession())
 
-    async def signin_post(request: Request) -> Response:
-        presession = request.cookies.get(PRESESSION_COOKIE)
-        fields = await form(request)
-        if not csrf_ok(settings, presession, fields.get("csrf")):
-            return Response("CSRF token missing or wrong", status_code=403, media_type="text/plain")
+    async def signin_post(request: Request, fields: dict[str, str]) -> Response:
         session = session_for(fields.get("token", "").strip())
         try:
             if any(c in session for c in ';,"\\'):
@@ -179,12 +202,9 @@ def create_app(settings: ConsoleSettings) -> Starlette:
         clear_cookie(response, settings, PRESESSION_COOKIE)
         return response
 
-    async def signout(request: Request) -> Response:
+    async def signout(request: Request, fields: dict[str, str]) -> Response:
         session = session_value(request)
-        fields = await form(request)
-        if not csrf_ok(settings, session, fields.get("csrf")):
-            return Response("CSRF token missing or wrong", status_code=403, media_type="text/plain")
-        assert session is not None
+        assert session is not None  # posted() checked the CSRF token against it
         await clients.forget(session)
         response = RedirectResponse("/signin", status_code=303)
         clear_cookie(response, settings, SESSION_COOKIE)
@@ -304,8 +324,8 @@ def create_app(settings: ConsoleSettings) -> Starlette:
     routes: list[Any] = [
         Route("/", home),
         Route("/signin", signin_get, methods=["GET"]),
-        Route("/signin", signin_post, methods=["POST"]),
-        Route("/signout", signout, methods=["POST"]),
+        Route("/signin", posted(signin_post, presession_value), methods=["POST"]),
+        Route("/signout", posted(signout, session_value), methods=["POST"]),
         Route("/tables", signed_in(tables)),
         Route("/versions/{table}", signed_in(versions)),
         Route("/query", signed_in(query)),

@@ -29,6 +29,7 @@ __all__ = [
     "Clients",
     "csrf_ok",
     "csrf_token",
+    "presession_value",
     "session_value",
     "set_cookie",
 ]
@@ -43,6 +44,11 @@ def session_value(request: Request) -> str | None:
     """The raw session cookie (``-`` for no token), or None when not signed in."""
     value = request.cookies.get(SESSION_COOKIE)
     return value if value else None
+
+
+def presession_value(request: Request) -> str | None:
+    """The sign-in form's random cookie, the sign-in POST's CSRF basis."""
+    return request.cookies.get(PRESESSION_COOKIE) or None
 
 
 def token_of(session: str) -> str | None:
@@ -61,7 +67,8 @@ def csrf_token(settings: ConsoleSettings, basis: str) -> str:
 def csrf_ok(settings: ConsoleSettings, basis: str | None, offered: str | None) -> bool:
     if not basis or not offered:
         return False
-    return hmac.compare_digest(csrf_token(settings, basis), offered)
+    # As bytes: compare_digest refuses str holding non-ASCII (anyone may post anything).
+    return hmac.compare_digest(csrf_token(settings, basis).encode(), offered.encode())
 
 
 def new_presession() -> str:
