@@ -47,6 +47,22 @@ def test_bad_input_is_refused_typed(console: Console) -> None:
     assert refused.text.startswith("ReadOnlySql:")
 
 
+def test_a_download_failing_as_it_runs_gets_a_typed_status(console: Console) -> None:
+    """Planned fine, failing at its first batch: a typed error, not a 200 cut after its headers."""
+    session = Session(console.url)
+    session.sign_in(TOKENS["acme"])
+    sql = "SELECT episode_id / (episode_id - episode_id) AS q FROM robots.episodes"
+    for kind in ("csv", "parquet", "arrow"):
+        reply = session.request("/download?" + urllib.parse.urlencode({"sql": sql, "format": kind}))
+        assert reply.status == 400, reply.text[:300]
+        assert "Divide by zero" in reply.text
+    # An empty result still downloads (its header only).
+    empty = "SELECT episode_id FROM robots.episodes WHERE episode_id < 0"
+    csv = session.request("/download?" + urllib.parse.urlencode({"sql": empty, "format": "csv"}))
+    assert csv.status == 200
+    assert csv.text.strip() == '"episode_id"'
+
+
 def _replica_rows(page: str) -> list[str]:
     return re.findall(r'<tr data-testid="replica">(.*?)</tr>', page)
 

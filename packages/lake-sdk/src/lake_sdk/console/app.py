@@ -234,8 +234,9 @@ def create_app(settings: ConsoleSettings) -> Starlette:
             raise InvalidArgument(f"format must be one of {', '.join(data_pages.DOWNLOADS)}")
         media, suffix = data_pages.DOWNLOADS[kind]
         result = await state.run(client)  # errors before the first byte: a typed status
+        first = await data_pages.first_batch(result)  # and so are errors running it
         return StreamingResponse(
-            data_pages.download_stream(result, kind),
+            data_pages.download_stream(result, kind, first),
             media_type=media,
             headers={"Content-Disposition": f'attachment; filename="result.{suffix}"'},
         )

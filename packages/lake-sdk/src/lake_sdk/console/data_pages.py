@@ -31,6 +31,7 @@ __all__ = [
     "DOWNLOADS",
     "QueryState",
     "download_stream",
+    "first_batch",
     "listing",
     "query_body",
     "read_page",
@@ -265,8 +266,33 @@ class _Sink(io.RawIOBase):
         return out
 
 
-async def download_stream(result: Any, kind: str) -> AsyncIterator[bytes]:
-    """The result in ``kind``, one batch at a time (never held whole)."""
+async def _from(first: pa.RecordBatch | None, result: Any) -> AsyncIterator[pa.RecordBatch]:
+    if first is None:
+        return
+    yield first
+    async for batch in result:
+        yield batch
+
+
+async def first_batch(result: Any) -> pa.RecordBatch | None:
+    """The result's first batch (None: no rows), read before a download's response starts.
+
+    A statement that fails as it runs (``1/0``, a timeout, a lost table)
+    fails at its first batch: read here, the failure is the response's typed
+    status rather than a 200 cut off after its headers.
+    """
+    try:
+        batch: pa.RecordBatch | None = await result.next_batch()
+    except BaseException:
+        result.cancel()
+        raise
+    return batch
+
+
+async def download_stream(
+    result: Any, kind: str, first: pa.RecordBatch | None
+) -> AsyncIterator[bytes]:
+    """The result in ``kind`` from its ``first`` batch on, one batch at a time (never held whole)."""
     sink = _Sink()
     schema = result.schema
     writer: Any
@@ -278,7 +304,7 @@ async def download_stream(result: Any, kind: str) -> AsyncIterator[bytes]:
     else:
         writer = pa.ipc.new_stream(sink, schema)
     try:
-        async for batch in result:
+        async for batch in _from(first, result):
             if kind == "csv":
                 batch = _csv_batch(batch)
             elif kind == "parquet":
