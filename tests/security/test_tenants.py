@@ -67,6 +67,19 @@ def test_listings_show_only_granted_namespaces(secure: SecureCluster) -> None:
     assert _listing(secure, "eve", sql_pb.CommandGetTables()).num_rows == 0
 
 
+def test_information_schema_schemata_lists_granted_namespaces_without_internals(
+    secure: SecureCluster,
+) -> None:
+    """schemata lists the caller's namespaces, owner NULL (it showed a Python method's repr)."""
+    with sdk(secure, "alice") as client:
+        rows = client.query_table(
+            "SELECT catalog_name, schema_name, schema_owner FROM information_schema.schemata"
+        )
+    assert rows.to_pylist() == [
+        {"catalog_name": "lake", "schema_name": "acme_ops", "schema_owner": None}
+    ]
+
+
 def test_describe_is_denied_alike_for_existing_and_absent_tables(secure: SecureCluster) -> None:
     with sdk(secure, "alice") as alice:
         assert alice.table_schema(RUNS).names == RUNS_SCHEMA.names

@@ -283,6 +283,14 @@ class _LakeSchema(SchemaProvider):
     def table_names(self) -> list[str]:  # type: ignore[override]
         return sorted(t.name for t in self._binder.visible() if t.namespace == self._namespace)
 
+    # datafusion-python 54 also reads ``owner_name`` as an attribute and shows its
+    # str() as information_schema.schemata's schema_owner: the inherited method
+    # showed as its repr (an internal object and its address), None as 'None'.
+    # Only an absent attribute is NULL.
+    @property
+    def owner_name(self) -> str | None:  # type: ignore[override]
+        raise AttributeError("owner_name")
+
     def table(self, name: str) -> Table | None:
         return self._binder.table(self._namespace, name)
 
