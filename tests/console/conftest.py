@@ -1,7 +1,8 @@
 """A real Lake (``lake meta`` + ``lake query`` with two tenants), a real ``lake console``, Chromium.
 
-Query maps two tokens: ``acme`` (tenant acme, admin) and ``globex`` (tenant
-globex, namespace robots). ``robots.episodes`` holds 120 rows in two
+Query maps three tokens: ``acme`` (tenant acme, admin), ``globex`` (tenant
+globex, namespace robots) and ``odd`` (tenant acme, namespace robots; a token
+holding ``; , " \\``). ``robots.episodes`` holds 120 rows in two
 versions; rows 0..2 carry a playable H.264 video (uploaded by acme, so it
 lives in tenant acme's stage) and row 1's note is a ``<script>`` tag.
 """
@@ -29,7 +30,12 @@ from tools.lake_testing.recordings import write_recording
 from tools.lake_testing.servers import LakeProcess, start_meta, start_query
 from tools.lake_testing.video import encode_noise_video
 
-TOKENS = {"acme": "lk_console_acme_0001", "globex": "lk_console_globex_01"}
+TOKENS = {
+    "acme": "lk_console_acme_0001",
+    "globex": "lk_console_globex_01",
+    # Valid (visible ASCII), and no cookie value as it stands.
+    "odd": 'lk;console,"odd\\01',
+}
 EPISODES = TableRef("robots", "episodes")
 SCHEMA = pa.schema(
     [
@@ -54,6 +60,13 @@ def _principals(path: Path) -> Path:
             "token": TOKENS["globex"],
             "principal_id": "gus",
             "tenant_id": "globex",
+            "role": "user",
+            "namespaces": ["robots"],
+        },
+        {
+            "token": TOKENS["odd"],
+            "principal_id": "olly",
+            "tenant_id": "acme",
             "role": "user",
             "namespaces": ["robots"],
         },

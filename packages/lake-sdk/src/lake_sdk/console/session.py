@@ -1,7 +1,7 @@
 """Sign-in state: the principal's token in a cookie, CSRF tokens, SDK clients per principal.
 
-The cookie ``lake_session`` holds the token the principal signed in with
-(HttpOnly, SameSite=Strict, Path=/, Secure when the console serves TLS); it
+The cookie ``lake_session`` holds the token the principal signed in with,
+base64url-encoded (HttpOnly, SameSite=Strict, Path=/, Secure when the console serves TLS); it
 is never put in a URL, a page or a log line. A CSRF token is an HMAC of the
 session under the process's secret: every state-changing request (POST)
 must carry it in its ``csrf`` field. Before sign-in, a random
@@ -12,6 +12,7 @@ protected the same way.
 from __future__ import annotations
 
 import asyncio
+import base64
 import hashlib
 import hmac
 import secrets
@@ -32,6 +33,7 @@ __all__ = [
     "presession_value",
     "session_value",
     "set_cookie",
+    "set_session_cookie",
 ]
 
 SESSION_COOKIE = "lake_session"
@@ -41,9 +43,26 @@ _NO_TOKEN = "-"
 
 
 def session_value(request: Request) -> str | None:
-    """The raw session cookie (``-`` for no token), or None when not signed in."""
+    """The session (the token, ``-`` for none) its cookie holds, or None when not signed in."""
     value = request.cookies.get(SESSION_COOKIE)
-    return value if value else None
+    if not value:
+        return None
+    try:
+        session = base64.urlsafe_b64decode(value + "=" * (-len(value) % 4)).decode("ascii")
+    except (ValueError, UnicodeDecodeError):
+        return None  # not a cookie this console set: signed out
+    return session or None
+
+
+def set_session_cookie(response: Response, settings: ConsoleSettings, session: str) -> None:
+    """Keep ``session`` in the session cookie, base64url-encoded.
+
+    A token may hold any visible ASCII character (docs/security.md), and
+    ``; , " \\`` cannot stand in a cookie value as they are: encoded, every
+    valid token can sign in.
+    """
+    value = base64.urlsafe_b64encode(session.encode("ascii")).decode().rstrip("=")
+    set_cookie(response, settings, SESSION_COOKIE, value)
 
 
 def presession_value(request: Request) -> str | None:
