@@ -4,12 +4,14 @@ Lance reports every failure as a ``ValueError`` whose only distinction is
 its text, so Query never reads that text. After Lance fails, a
 :class:`~lake_core.storage_probe.StorageProbe` asks the store itself, through pyarrow's file
 systems, which answer in types: a file is there or ``FileType.NotFound``,
-and an unreachable store raises ``OSError``. That decides the Lake error:
+and an unreachable store raises ``OSError``. An S3 table also needs its
+DynamoDB manifest table, which :class:`ManifestTableProbe` asks. That
+decides the Lake error:
 
-    the store cannot be reached                 -> Unavailable (retry)
-    the pinned version's manifest is gone       -> VersionReclaimed
-    a data file of the pinned version is gone   -> VersionReclaimed
-    everything is there but cannot be read      -> DataCorrupted (at open)
+    the store or the manifest table cannot be reached -> Unavailable (retry)
+    the pinned version's manifest is gone             -> VersionReclaimed
+    a data file of the pinned version is gone         -> VersionReclaimed
+    everything is there but cannot be read            -> DataCorrupted (at open)
 
 The probe runs only on the failure path; a healthy query never pays for it.
 """
@@ -33,6 +35,7 @@ from lake_core.errors import (
 from lake_core.models import TableDescriptor, incarnation_of
 from lake_core.names import TableRef
 from lake_core.storage_probe import MAX_PROBED_FILES, StorageProbe
+from lake_query.planning.manifests import ManifestTableProbe
 from lake_query.planning.pinned import PinnedDatasets
 from lake_query.planning.verify import DataFileVerifier
 
@@ -56,6 +59,7 @@ class DatasetOpener:
         self.storage = storage or DatasetStorage()
         self._cache = cache
         self._probe = StorageProbe(self.storage)
+        self._manifests = ManifestTableProbe(self.storage)
         #: Checks data files against their commit's digests: before any row is
         #: served with LAKE_QUERY_VERIFY_ON_OPEN (default), and after every failed scan.
         self._verifier = verifier
@@ -121,6 +125,8 @@ class DatasetOpener:
             return _unreachable(table)
         if not present:
             return _reclaimed(table, descriptor)
+        if not self._manifests.reachable(descriptor.location):
+            return _unreachable(table)  # every file is there, but Lance cannot resolve versions
         return DataCorrupted(
             f"{table.qualified} version {descriptor.version} cannot be read: "
             "its stored files are damaged or unreadable"
