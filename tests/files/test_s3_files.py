@@ -157,6 +157,24 @@ async def test_content_range_must_be_exact(s3_lake: S3Lake, tmp_path: Path) -> N
         assert await (await client.open_range(location, 100, 200)).read() != b""
 
 
+async def test_a_range_beyond_a_shrunk_object_is_an_integrity_error(
+    s3_lake: S3Lake, tmp_path: Path
+) -> None:
+    """S3's 416 for a range the DataLocation allows means the object is shorter than declared.
+
+    Found by overwriting a stored object with fewer bytes: the direct read said
+    ObjectStoreUnavailable (retry), which no retry could ever fix.
+    """
+    location = await _upload(s3_lake, tmp_path, MIB)
+    key = location.uri.removeprefix(f"s3://{s3_lake.bucket}/")
+    s3_lake.client().put_object(Bucket=s3_lake.bucket, Key=key, Body=b"short")
+    async with await LakeClient.connect(s3_lake.url) as client:
+        with pytest.raises(RangeMismatch, match="416"):
+            await client.open_range(location, 100, 200)
+        with pytest.raises(RangeMismatch, match="416"):
+            await client.open_range_via_query(location, 100, 200, 60)
+
+
 async def _drain(client: LakeClient, location: DataLocation) -> bytes:
     return await (await client.open(location)).read()
 

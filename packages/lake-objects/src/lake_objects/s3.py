@@ -82,6 +82,14 @@ def storage_error(exc: BaseException, uri: str) -> LakeError:
     return ObjectStoreUnavailable(f"object storage unreachable for {uri!r}: {type(exc).__name__}")
 
 
+def _status(exc: BaseException) -> int:
+    """The HTTP status of a botocore ClientError (0 for anything else)."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return 0
+    return int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+
+
 def _is_storage_failure(exc: BaseException) -> bool:
     import aiohttp
     from botocore.exceptions import BotoCoreError, ClientError
@@ -382,6 +390,13 @@ class S3ObjectStore(ManagedObjectStore):
             )
             return response
         except Exception as exc:
+            if "Range" in extra and _status(exc) == 416:
+                # The range was checked against the declared size: the object is shorter.
+                raise RangeMismatch(
+                    f"{extra['Range']} of {location.uri!r}: storage answered 416, the object "
+                    f"is shorter than its declared {location.size_bytes} bytes",
+                    uri=location.uri,
+                ) from None
             if _is_storage_failure(exc):
                 raise storage_error(exc, location.uri) from None
             raise
