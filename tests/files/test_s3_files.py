@@ -25,6 +25,7 @@ from lake_objects import (
     InvalidUpload,
     LocationOutsideStage,
     ObjectOverlong,
+    ObjectStoreUnavailable,
     PrematureEof,
     RangeMismatch,
     S3ObjectStore,
@@ -173,6 +174,27 @@ async def test_a_range_beyond_a_shrunk_object_is_an_integrity_error(
             await client.open_range(location, 100, 200)
         with pytest.raises(RangeMismatch, match="416"):
             await client.open_range_via_query(location, 100, 200, 60)
+
+
+async def test_a_ranged_capability_read_during_an_outage_is_unavailable(
+    s3_lake: S3Lake, tmp_path: Path
+) -> None:
+    """A 503 (or 429) answer to a ranged GET is an outage to retry, not a wrong range.
+
+    Found by answering 503 from the S3 proxy: open_range_via_query raised
+    RangeMismatch (an integrity error) while the direct read said Unavailable.
+    """
+    location = await _upload(s3_lake, tmp_path, MIB)
+    async with await LakeClient.connect(s3_lake.url) as client:
+        s3_lake.proxy.fault = "unavailable"
+        try:
+            with pytest.raises(ObjectStoreUnavailable):
+                await client.open_range_via_query(location, 0, 10, 60)
+            with pytest.raises(ObjectStoreUnavailable):
+                await client.open_range(location, 0, 10)
+        finally:
+            s3_lake.proxy.fault = None
+        assert await (await client.open_range_via_query(location, 0, 10, 60)).read() != b""
 
 
 async def _drain(client: LakeClient, location: DataLocation) -> bytes:

@@ -199,6 +199,9 @@ def _check_response(
         )
     if status == 404:
         raise ObjectNotFound(f"object {location.uri!r} does not exist")
+    if status == 429 or status >= 500:
+        # An outage or throttling, for a range too: not a response that names other bytes.
+        raise ObjectStoreUnavailable(f"storage answered {status} for {location.uri!r}; retry")
     length = response.headers.get("Content-Length")
     if start is not None and end is not None:
         if status != 206:
