@@ -21,7 +21,7 @@ from datetime import UTC, datetime, timedelta
 from functools import cached_property
 from typing import Any
 
-from lake_core.errors import InvalidArgument
+from lake_core.errors import InvalidArgument, LakeError
 from lake_core.models import DataLocation
 from lake_sdk._object_file import ObjectFile
 from lake_sdk.errors import InvalidRecording
@@ -260,7 +260,6 @@ class Messages:
 
     def _read(self) -> Iterator[Message]:
         reader_module = require("mcap.reader")
-        exceptions = require("mcap.exceptions")
         try:
             ros2: Any = require("mcap_ros2.decoder").DecoderFactory()
         except ImportError:
@@ -289,9 +288,12 @@ class Messages:
                     "" if schema is None else schema.encoding,
                     b"" if schema is None else schema.data,
                 )
-        except exceptions.McapError as exc:
+        except LakeError:
+            raise  # storage faults (and InvalidRecording) are not the recording's fault
+        except Exception as exc:  # mcap's own errors, struct.error, decompression, bad UTF-8
             raise InvalidRecording(
-                f"{self._file.location.uri} is not a readable MCAP file: {str(exc)[:200]}"
+                f"{self._file.location.uri} is not a readable MCAP file: "
+                f"{type(exc).__name__}: {str(exc)[:200]}"
             ) from None
 
     def close(self) -> None:

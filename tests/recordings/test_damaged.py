@@ -1,0 +1,57 @@
+"""Recordings damaged after they were written: window reads refuse them with InvalidRecording.
+
+``add`` reads only the summary of a file that has one, so a recording whose
+chunks are damaged is added; reading a window of it must then fail typed,
+never with a decompressor's or decoder's own exception, and never return
+messages that differ from what was recorded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from mcap.stream_reader import StreamReader
+from mcap.writer import CompressionType
+
+import lake_sdk
+from lake_core.models import DataLocation
+from lake_sdk.errors import InvalidRecording
+from lake_sdk.mcap import messages
+from tests.recordings.conftest import Recordings
+from tools.lake_testing.recordings import Spec, write_recording
+
+
+def _chunk_data_offset(data: bytes, path: Path) -> int:
+    """Where the first chunk's (possibly compressed) records sit in ``data``."""
+    with path.open("rb") as f:
+        chunk = next(
+            r for r in StreamReader(f, emit_chunks=True).records if type(r).__name__ == "Chunk"
+        )
+    return data.index(chunk.data)  # type: ignore[attr-defined]
+
+
+def _flipped(path: Path, position: int, out: Path) -> Path:
+    data = path.read_bytes()
+    out.write_bytes(data[:position] + bytes([data[position] ^ 0x20]) + data[position + 1 :])
+    return out
+
+
+def _added(recordings: Recordings, client: lake_sdk.Client, path: Path) -> DataLocation:
+    client.add_recording(recordings.table, path)
+    found = client.query_table(
+        f"SELECT recording FROM {recordings.table} WHERE name = '{path.name}'"
+    )
+    return lake_sdk.data_location(found, "recording", 0)
+
+
+def test_a_chunk_that_does_not_decompress_is_invalid_recording(
+    local_recordings: Recordings, tmp_path: Path
+) -> None:
+    good = write_recording(tmp_path / "good.mcap", Spec(compression=CompressionType.ZSTD))
+    start = _chunk_data_offset(good.read_bytes(), good)
+    bad = _flipped(good, start + 40, tmp_path / "zstd.mcap")
+    with lake_sdk.Client(local_recordings.url) as client:
+        location = _added(local_recordings, client, bad)  # its summary is intact
+        with pytest.raises(InvalidRecording, match="ZstdError"):
+            list(messages(client, location))
