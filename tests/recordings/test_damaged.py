@@ -55,3 +55,24 @@ def test_a_chunk_that_does_not_decompress_is_invalid_recording(
         location = _added(local_recordings, client, bad)  # its summary is intact
         with pytest.raises(InvalidRecording, match="ZstdError"):
             list(messages(client, location))
+
+
+#: Chunks mcap reads by their index, or linearly (its fallback without chunk indexes).
+#: (An unchunked file from mcap's Python writer has no CRC at all: nothing to check.)
+UNCOMPRESSED = {
+    "chunk-indexes": Spec(compression=CompressionType.NONE),
+    "chunks-without-indexes": Spec(compression=CompressionType.NONE, indexes=False),
+}
+
+
+@pytest.mark.parametrize("layout", list(UNCOMPRESSED))
+def test_a_changed_message_byte_fails_the_crc_instead_of_reading_as_data(
+    local_recordings: Recordings, tmp_path: Path, layout: str
+) -> None:
+    good = write_recording(tmp_path / "good.mcap", UNCOMPRESSED[layout])
+    # The first JSON event lies in the clear: 'kind' becomes 'Kind', still valid JSON.
+    bad = _flipped(good, good.read_bytes().index(b'"kind"') + 1, tmp_path / f"{layout}.mcap")
+    with lake_sdk.Client(local_recordings.url) as client:
+        location = _added(local_recordings, client, bad)  # its summary is intact
+        with pytest.raises(InvalidRecording, match=r"(?i)crc"):
+            list(messages(client, location, topics="/events"))

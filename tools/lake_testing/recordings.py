@@ -67,6 +67,8 @@ class Spec:
     summary: bool = True
     chunk_size: int = 1024 * 1024
     compression: CompressionType = CompressionType.ZSTD
+    #: False: a summary (statistics, channels) but no chunk or message indexes to seek by.
+    indexes: bool = True
 
 
 def joint_state(i: int, t: int) -> dict[str, Any]:
@@ -99,6 +101,8 @@ def write_recording(path: Path, spec: Spec = Spec()) -> Path:
         "compression": spec.compression,
         "use_chunking": spec.chunked,
     }
+    if not spec.indexes:
+        options["index_types"] = IndexType.NONE
     if not spec.summary:
         options.update(
             index_types=IndexType.NONE,

@@ -267,7 +267,7 @@ class Messages:
         stream = self._open()
         decoders: dict[int, Callable[[bytes], Any] | None] = {}
         try:
-            reader = reader_module.make_reader(stream)
+            reader = _checked_reader(reader_module, stream)
             for schema, channel, message in reader.iter_messages(
                 topics=self._topics,
                 starting_at=self._start,
@@ -304,6 +304,21 @@ class Messages:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _checked_reader(reader_module: Any, stream: TailedFile) -> Any:
+    """An mcap reader that checks the CRC of every chunk it reads.
+
+    A damaged chunk otherwise reads as other messages (or none). mcap's
+    seeking reader falls back to a linear read without chunk indexes but does
+    not pass ``validate_crcs`` on, so that case gets its own checked reader.
+    """
+    reader = reader_module.make_reader(stream, validate_crcs=True)
+    summary = reader.get_summary()
+    if summary is not None and summary.chunk_indexes:
+        return reader
+    stream.seek(0)
+    return reader_module.NonSeekingReader(stream, validate_crcs=True)
 
 
 class AsyncMessages:
