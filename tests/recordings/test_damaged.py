@@ -8,6 +8,7 @@ messages that differ from what was recorded.
 
 from __future__ import annotations
 
+import struct
 from pathlib import Path
 
 import pytest
@@ -18,8 +19,8 @@ import lake_sdk
 from lake_core.models import DataLocation
 from lake_sdk.errors import InvalidRecording
 from lake_sdk.mcap import messages
-from tests.recordings.conftest import Recordings
-from tools.lake_testing.recordings import Spec, write_recording
+from tests.recordings.conftest import Recordings, objects
+from tools.lake_testing.recordings import SECOND, T0, Spec, write_recording
 
 
 def _chunk_data_offset(data: bytes, path: Path) -> int:
@@ -76,3 +77,34 @@ def test_a_changed_message_byte_fails_the_crc_instead_of_reading_as_data(
         location = _added(local_recordings, client, bad)  # its summary is intact
         with pytest.raises(InvalidRecording, match=r"(?i)crc"):
             list(messages(client, location, topics="/events"))
+
+
+def _first_chunk_index(data: bytes) -> int:
+    """Where the summary's first ChunkIndex record starts (opcode 0x08)."""
+    (position,) = struct.unpack_from("<Q", data, len(data) - 8 - 29 + 9)  # the footer's start
+    while data[position] != 0x08:
+        (length,) = struct.unpack_from("<Q", data, position + 1)
+        position += 1 + 8 + length
+    return position
+
+
+def test_a_damaged_summary_is_refused_not_read_as_a_shorter_recording(
+    local_recordings: Recordings, tmp_path: Path
+) -> None:
+    good = write_recording(tmp_path / "good.mcap", Spec())
+    data = good.read_bytes()
+    # The chunk index's message_start_time, top byte: the chunk seems to start far later.
+    bad = _flipped(good, _first_chunk_index(data) + 9 + 7, tmp_path / "bad.mcap")
+    window = {"start": T0, "end": T0 + SECOND}
+    with lake_sdk.Client(local_recordings.url) as client:
+        stored = objects(local_recordings.stage)
+        with pytest.raises(InvalidRecording, match="summary is corrupt"):
+            client.add_recording(local_recordings.table, bad)
+        assert objects(local_recordings.stage) == stored
+        location = _added(local_recordings, client, good)
+        assert len(list(messages(client, location, **window))) == 55
+        # The same damage to the stored object: a window read refuses it too.
+        (object_path,) = [p for p in objects(local_recordings.stage) if p.read_bytes() == data]
+        object_path.write_bytes(bad.read_bytes())
+        with pytest.raises(InvalidRecording, match="summary is corrupt"):
+            list(messages(client, location, **window))

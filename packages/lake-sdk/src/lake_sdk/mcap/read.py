@@ -26,7 +26,14 @@ from lake_core.models import DataLocation
 from lake_sdk._object_file import ObjectFile
 from lake_sdk.errors import InvalidRecording
 from lake_sdk.mcap._lib import require
-from lake_sdk.mcap.summary import MAGIC, RecordingSummary, summarize
+from lake_sdk.mcap.summary import (
+    FOOTER_BYTES,
+    FOOTER_OPCODE,
+    MAGIC,
+    RecordingSummary,
+    check_summary_crc,
+    summarize,
+)
 
 __all__ = [
     "BLOCK_SIZE",
@@ -47,9 +54,6 @@ TAIL_BYTES = 16 * 1024
 MAX_EXACT_SUMMARY = 8 * 1024 * 1024
 #: Messages handed to the event loop per worker-thread step of ``messages_async``.
 ASYNC_BATCH = 256
-#: The footer record: opcode, length, summary start, summary offset start, CRC.
-FOOTER_BYTES = 1 + 8 + 8 + 8 + 4
-FOOTER_OPCODE = 0x02
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -267,6 +271,7 @@ class Messages:
         stream = self._open()
         decoders: dict[int, Callable[[bytes], Any] | None] = {}
         try:
+            check_summary_crc(stream, self._file.location.uri)
             reader = _checked_reader(reader_module, stream)
             for schema, channel, message in reader.iter_messages(
                 topics=self._topics,
@@ -313,6 +318,7 @@ def _checked_reader(reader_module: Any, stream: TailedFile) -> Any:
     seeking reader falls back to a linear read without chunk indexes but does
     not pass ``validate_crcs`` on, so that case gets its own checked reader.
     """
+    stream.seek(0)
     reader = reader_module.make_reader(stream, validate_crcs=True)
     summary = reader.get_summary()
     if summary is not None and summary.chunk_indexes:

@@ -12,6 +12,8 @@ chunk. Anything that is not a complete MCAP file raises
 from __future__ import annotations
 
 import io
+import struct
+import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -20,10 +22,22 @@ from typing import IO, Any
 from lake_sdk.errors import InvalidRecording
 from lake_sdk.mcap._lib import require
 
-__all__ = ["MAGIC", "RecordingSummary", "TopicSummary", "check_magic", "summarize"]
+__all__ = [
+    "FOOTER_BYTES",
+    "FOOTER_OPCODE",
+    "MAGIC",
+    "RecordingSummary",
+    "TopicSummary",
+    "check_magic",
+    "check_summary_crc",
+    "summarize",
+]
 
 #: Every MCAP file starts and ends with these 8 bytes.
 MAGIC = b"\x89MCAP0\r\n"
+#: The footer record: opcode, length, summary start, summary offset start, CRC.
+FOOTER_BYTES = 1 + 8 + 8 + 8 + 4
+FOOTER_OPCODE = 0x02
 
 
 @dataclass(frozen=True)
@@ -98,18 +112,43 @@ def check_magic(head: bytes, name: str) -> None:
 Stream = IO[bytes] | io.BufferedIOBase
 
 
+def check_summary_crc(stream: Stream, name: str) -> None:
+    """Refuse a summary whose bytes do not match the footer's CRC (0: the writer gave none).
+
+    mcap's reader does not check it, and a damaged chunk index makes a window
+    read skip messages, or damaged statistics give a wrong row, silently.
+    The CRC covers the summary and the footer's fields before it.
+    """
+    size = stream.seek(0, io.SEEK_END)
+    if size < 2 * len(MAGIC) + FOOTER_BYTES:
+        return  # too short to have a footer: the readers say how
+    end = size - len(MAGIC) - 4
+    stream.seek(end - (FOOTER_BYTES - 4))
+    footer = stream.read(FOOTER_BYTES)
+    if footer[0] != FOOTER_OPCODE:
+        return
+    summary_start, _, crc = struct.unpack_from("<QQI", footer, 9)
+    if summary_start == 0 or crc == 0:
+        return
+    if not len(MAGIC) <= summary_start < end:
+        raise InvalidRecording(f"{name}'s footer points its summary outside the file")
+    stream.seek(summary_start)
+    if zlib.crc32(stream.read(end - summary_start)) != crc:
+        raise InvalidRecording(f"{name}'s summary is corrupt: it does not match its CRC")
+
+
 def summarize(stream: Stream, name: str) -> RecordingSummary:
     """The summary of the MCAP file ``stream`` (seekable, positioned anywhere)."""
     stream.seek(0)
     check_magic(stream.read(len(MAGIC)), name)
-    summary = _from_summary(stream)
+    summary = _from_summary(stream, name)
     if summary is not None:
         return summary
     stream.seek(0)
     return _from_stream(stream, name)
 
 
-def _from_summary(stream: Stream) -> RecordingSummary | None:
+def _from_summary(stream: Stream, name: str) -> RecordingSummary | None:
     """The figures of the file's own summary, or None if it has none (or none readable)."""
     reader_module = require("mcap.reader")
     size = stream.seek(0, io.SEEK_END)
@@ -118,6 +157,7 @@ def _from_summary(stream: Stream) -> RecordingSummary | None:
     stream.seek(size - len(MAGIC))
     if stream.read(len(MAGIC)) != MAGIC:
         return None  # truncated: the streaming pass says how
+    check_summary_crc(stream, name)
     stream.seek(0)
     try:
         summary = reader_module.make_reader(stream).get_summary()
