@@ -16,9 +16,10 @@ from mcap.stream_reader import StreamReader
 from mcap.writer import CompressionType
 
 import lake_sdk
+from lake_core.errors import HashMismatch
 from lake_core.models import DataLocation
 from lake_sdk.errors import InvalidRecording
-from lake_sdk.mcap import messages
+from lake_sdk.mcap import messages, recording_summary
 from tests.recordings.conftest import Recordings, objects
 from tools.lake_testing.recordings import SECOND, T0, Spec, write_recording
 
@@ -108,3 +109,20 @@ def test_a_damaged_summary_is_refused_not_read_as_a_shorter_recording(
         object_path.write_bytes(bad.read_bytes())
         with pytest.raises(InvalidRecording, match="summary is corrupt"):
             list(messages(client, location, **window))
+
+
+def test_a_stored_object_that_fails_its_hash_is_a_storage_fault_not_a_bad_recording(
+    local_recordings: Recordings, tmp_path: Path
+) -> None:
+    # No summary: recording_summary reads the whole object, so its SHA-256 is checked.
+    good = write_recording(tmp_path / "good.mcap", Spec(chunked=False, summary=False))
+    data = good.read_bytes()
+    with lake_sdk.Client(local_recordings.url) as client:
+        location = _added(local_recordings, client, good)
+        (object_path,) = [p for p in objects(local_recordings.stage) if p.read_bytes() == data]
+        # A byte MCAP itself does not check (an unchunked message has no CRC).
+        object_path.write_bytes(
+            _flipped(good, data.index(b'"kind"') + 1, tmp_path / "x").read_bytes()
+        )
+        with pytest.raises(HashMismatch):
+            recording_summary(client, location)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import IO, Any
 
+from lake_core.errors import LakeError
 from lake_sdk.errors import InvalidRecording
 from lake_sdk.mcap._lib import require
 
@@ -161,6 +162,8 @@ def _from_summary(stream: Stream, name: str) -> RecordingSummary | None:
     stream.seek(0)
     try:
         summary = reader_module.make_reader(stream).get_summary()
+    except LakeError:
+        raise  # a storage fault, not a damaged summary
     except Exception:  # a damaged summary: fall back to counting
         return None
     if summary is None or summary.statistics is None:
@@ -210,8 +213,8 @@ def _from_stream(stream: Stream, name: str) -> RecordingSummary:
                 schemas[record.id] = record.name
             elif isinstance(record, records.Footer):
                 footer = True
-    except InvalidRecording:
-        raise
+    except LakeError:
+        raise  # InvalidRecording, or a storage fault (HashMismatch...): not the file's format
     except Exception as exc:  # mcap's own errors, struct.error, decompression errors
         raise InvalidRecording(
             f"{name} is not a readable MCAP file: {type(exc).__name__}: {str(exc)[:200]}"
