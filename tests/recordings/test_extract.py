@@ -9,9 +9,11 @@ import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from mcap.reader import make_reader
+from mcap.writer import Writer
 from mcap_ros2.decoder import DecoderFactory
 
 import lake_sdk
+from lake_sdk.errors import InvalidRecording
 from lake_sdk.mcap import extract_topic
 from lake_sdk.mcap.read import plain
 from lake_sdk.recordings_cli import recordings
@@ -119,3 +121,36 @@ def test_json_topic_through_the_cli_with_where(
         assert schema.field("tags").type == pa.list_(pa.utf8())
         assert _rows(client, into, _sha(two["b"])) == decoded(two["b"], "/events")
         assert _rows(client, into, _sha(two["a"])) == []
+
+
+def _misfits(path: Path) -> Path:
+    """JSON topics whose messages do not fit their schema (an object with an integer ``i``)."""
+    schema = json.dumps({"type": "object", "properties": {"i": {"type": "integer"}}}).encode()
+    bodies = {"/list": b"[1, 2]", "/text": b'{"i": "x"}', "/huge": b'{"i": 99999999999999999999}'}
+    with path.open("wb") as out:
+        writer = Writer(out)
+        writer.start()
+        schema_id = writer.register_schema("Misfit", "jsonschema", schema)
+        for n, (topic, body) in enumerate(bodies.items()):
+            channel = writer.register_channel(topic, "json", schema_id)
+            writer.add_message(channel, log_time=n, data=b'{"i": 1}', publish_time=n)
+            writer.add_message(channel, log_time=n + 10, data=body, publish_time=n + 10)
+        writer.finish()
+    return path
+
+
+@pytest.mark.parametrize("topic", ["/list", "/text", "/huge"])
+def test_messages_that_do_not_fit_their_schema_are_invalid_recording(
+    local_recordings: Recordings, tmp_path: Path, topic: str
+) -> None:
+    into = f"robots.misfit_{local_recordings.table.name}"
+    with lake_sdk.Client(local_recordings.url) as client:
+        client.add_recording(local_recordings.table, _misfits(tmp_path / "misfits.mcap"))
+        with pytest.raises(InvalidRecording, match=topic):
+            extract_topic(
+                client,
+                str(local_recordings.table),
+                topic,
+                into,
+                meta_addr=local_recordings.cluster.meta.addr,
+            )

@@ -22,7 +22,8 @@ from lake_core.filetype import row_to_location
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
 from lake_core.protocol import MAX_APPEND_ROWS
-from lake_sdk.mcap.read import AsyncMessages, Messages, check_location
+from lake_sdk.errors import InvalidRecording
+from lake_sdk.mcap.read import AsyncMessages, Message, Messages, check_location
 from lake_sdk.mcap.types import arrow_type, conform
 
 if TYPE_CHECKING:
@@ -104,14 +105,37 @@ async def extract_topic(
                     ]
                     await meta.create_table(target, pa.schema(fields))
                     schema = await client.table_schema(target)
-            decoded = conform(message.decoded, kind)
-            values.append({"recording_sha256": key, "log_time": message.log_time_ns, **decoded})
+            values.append(_row(message, key, kind))
         if not values or schema is None:
             continue
-        batches = [
-            pa.RecordBatch.from_pylist(values[i : i + MAX_APPEND_ROWS], schema=schema)
-            for i in range(0, len(values), MAX_APPEND_ROWS)
-        ]
+        batches = _batches(values, schema, topic, location.uri)
         versions.append(await client.append_batches(target, batches))
         rows += len(values)
     return Extracted(target, selected.num_rows, skipped, rows, tuple(versions))
+
+
+def _row(message: Message, key: str, kind: pa.StructType) -> dict[str, Any]:
+    """One message as a row; a message that is not an object of its schema is refused."""
+    decoded = conform(message.decoded, kind)
+    if decoded is None:
+        raise InvalidRecording(
+            f"the message on {message.topic} at log time {message.log_time_ns} is not an object "
+            f"of its schema {message.schema_name!r}"
+        )
+    return {"recording_sha256": key, "log_time": message.log_time_ns, **decoded}
+
+
+def _batches(
+    values: list[dict[str, Any]], schema: pa.Schema, topic: str, uri: str
+) -> list[pa.RecordBatch]:
+    """The rows as batches of the table; a value its column cannot hold is the recording's fault."""
+    try:
+        return [
+            pa.RecordBatch.from_pylist(values[i : i + MAX_APPEND_ROWS], schema=schema)
+            for i in range(0, len(values), MAX_APPEND_ROWS)
+        ]
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError, TypeError) as exc:
+        raise InvalidRecording(
+            f"messages on {topic} in {uri} do not fit their schema's columns: "
+            f"{type(exc).__name__}: {str(exc)[:200]}"
+        ) from None
