@@ -13,7 +13,7 @@ from mcap.writer import Writer
 from mcap_ros2.decoder import DecoderFactory
 
 import lake_sdk
-from lake_sdk.errors import InvalidRecording
+from lake_sdk.errors import InvalidRecording, NotFound
 from lake_sdk.mcap import extract_topic
 from lake_sdk.mcap.read import plain
 from lake_sdk.recordings_cli import recordings
@@ -154,3 +154,6 @@ def test_messages_that_do_not_fit_their_schema_are_invalid_recording(
                 into,
                 meta_addr=local_recordings.cluster.meta.addr,
             )
+        # Nothing of the failed extraction is left: not even an empty table.
+        with pytest.raises(NotFound):
+            client.table_schema(into)

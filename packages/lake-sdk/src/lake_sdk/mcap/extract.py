@@ -97,21 +97,22 @@ async def extract_topic(
         async for message in window:
             if kind is None:
                 kind = arrow_type(message.schema_name, message.schema_encoding, message.schema_data)
-                if schema is None:
-                    fields = [
-                        pa.field("recording_sha256", pa.utf8()),
-                        pa.field("log_time", TIME),
-                        *kind,
-                    ]
-                    await meta.create_table(target, pa.schema(fields))
-                    schema = await client.table_schema(target)
             values.append(_row(message, key, kind))
-        if not values or schema is None:
+        if kind is None:
             continue
-        batches = _batches(values, schema, topic, location.uri)
+        # The table is created only once a recording's rows are known to fit it.
+        wanted = schema if schema is not None else _table_schema(kind)
+        batches = _batches(values, wanted, topic, location.uri)
+        if schema is None:
+            await meta.create_table(target, wanted)
+            schema = await client.table_schema(target)
         versions.append(await client.append_batches(target, batches))
         rows += len(values)
     return Extracted(target, selected.num_rows, skipped, rows, tuple(versions))
+
+
+def _table_schema(kind: pa.StructType) -> pa.Schema:
+    return pa.schema([pa.field("recording_sha256", pa.utf8()), pa.field("log_time", TIME), *kind])
 
 
 def _row(message: Message, key: str, kind: pa.StructType) -> dict[str, Any]:
