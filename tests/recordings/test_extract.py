@@ -157,3 +157,40 @@ def test_messages_that_do_not_fit_their_schema_are_invalid_recording(
         # Nothing of the failed extraction is left: not even an empty table.
         with pytest.raises(NotFound):
             client.table_schema(into)
+
+
+def _bad_schemas(path: Path) -> Path:
+    """Topics whose schema in the file cannot be read: not JSON, not UTF-8, a bad msg name."""
+    with path.open("wb") as out:
+        writer = Writer(out)
+        writer.start()
+        for n, (topic, name, encoding, data) in enumerate(
+            [
+                ("/not-json", "Bad", "jsonschema", b"{not json"),
+                ("/not-utf8", "pkg/Bad", "ros2msg", b"\xff\xfe"),
+                ("/bad-msg", "pkg/Bad", "ros2msg", b"garbage here"),
+            ]
+        ):
+            schema_id = writer.register_schema(name, encoding, data)
+            encoding_of_messages = "json" if encoding == "jsonschema" else "cdr"
+            channel = writer.register_channel(topic, encoding_of_messages, schema_id)
+            writer.add_message(channel, log_time=n, data=b"{}", publish_time=n)
+        writer.finish()
+    return path
+
+
+@pytest.mark.parametrize("topic", ["/not-json", "/not-utf8", "/bad-msg"])
+def test_an_unreadable_schema_is_invalid_recording(
+    local_recordings: Recordings, tmp_path: Path, topic: str
+) -> None:
+    into = f"robots.badschema_{local_recordings.table.name}"
+    with lake_sdk.Client(local_recordings.url) as client:
+        client.add_recording(local_recordings.table, _bad_schemas(tmp_path / "schemas.mcap"))
+        with pytest.raises(InvalidRecording):
+            extract_topic(
+                client,
+                str(local_recordings.table),
+                topic,
+                into,
+                meta_addr=local_recordings.cluster.meta.addr,
+            )

@@ -86,7 +86,19 @@ def _json_type(schema: Any) -> pa.DataType:
 
 
 def arrow_type(schema_name: str, schema_encoding: str, schema_data: bytes) -> pa.StructType:
-    """The struct type of one topic's decoded messages."""
+    """The struct type of one topic's decoded messages (InvalidRecording if unreadable)."""
+    try:
+        return _arrow_type(schema_name, schema_encoding, schema_data)
+    except InvalidRecording:
+        raise
+    except Exception as exc:  # JSON, UTF-8 and ROS 2 parser errors: the file's schema is bad
+        raise InvalidRecording(
+            f"schema {schema_name!r} ({schema_encoding}) cannot be read: "
+            f"{type(exc).__name__}: {str(exc)[:200]}"
+        ) from None
+
+
+def _arrow_type(schema_name: str, schema_encoding: str, schema_data: bytes) -> pa.StructType:
     if schema_encoding == "ros2msg":
         definitions = _ros2_definitions(schema_name, schema_data.decode())
         kind = _ros2_struct(definitions[schema_name], definitions)
