@@ -10,6 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 import lake_sdk
+from lake_sdk.errors import InvalidDataset
 from lake_sdk.lerobot import export_lerobot, import_lerobot
 from lake_sdk.lerobot_cli import export_group
 from tests.lerobot.checker import check_dataset
@@ -194,3 +195,26 @@ def test_a_selection_without_episode_index_is_refused(
     with lake_sdk.Client(shared_lake.query.url) as client, refused:
         export_lerobot(client, "SELECT length FROM robots.arm_episodes", out)
     assert not list(out.glob("**/*.mp4"))
+
+
+def test_a_failed_export_leaves_nothing_behind(shared_lake: LakeCluster, tmp_path: Path) -> None:
+    source = write_dataset(tmp_path / "source", SPEC)
+    out = tmp_path / "exports" / "out"
+    with lake_sdk.Client(shared_lake.query.url) as client:
+        import_lerobot(
+            client, source, namespace="robots", name="extra", meta_addr=shared_lake.meta.addr
+        )
+        # A frame too many for episode 0: found only once its videos and data files are written.
+        one = client.query_table("SELECT * FROM robots.extra_frames WHERE index = 0")
+        client.append_batches("robots.extra_frames", one.to_batches())
+        with pytest.raises(InvalidDataset, match="episode 0 has 5 frames"):
+            export_lerobot(client, "SELECT episode_index FROM robots.extra_episodes", out)
+        assert not out.exists()
+        assert list(out.parent.iterdir()) == []  # nor a staging directory beside it
+        # A path that is a file is refused plainly, the file untouched.
+        (tmp_path / "a-file").write_text("mine")
+        with pytest.raises(lake_sdk.InvalidArgument, match="not a directory"):
+            export_lerobot(
+                client, "SELECT episode_index FROM robots.extra_episodes", tmp_path / "a-file"
+            )
+        assert (tmp_path / "a-file").read_text() == "mine"

@@ -36,9 +36,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import json
 import re
+import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -149,9 +152,34 @@ def write_tasks(tasks: list[str], path: Path) -> None:
 
 def _empty_directory(out_dir: str | Path) -> Path:
     root = Path(out_dir).expanduser().absolute()
+    if root.exists() and not root.is_dir():
+        raise InvalidArgument(f"{root} is not a directory: export into a new directory")
     if root.exists() and any(root.iterdir()):
         raise InvalidArgument(f"{root} is not empty: export into a new directory")
     return root
+
+
+def _staging(root: Path) -> Path:
+    """A new hidden directory beside ``root``: the export is written there, then renamed.
+
+    So ``root`` holds a whole dataset or nothing: a failed export removes its
+    staging directory, a killed one leaves only that behind (``.NAME.ID.partial``).
+    """
+    staging = root.parent / f".{root.name}.{uuid.uuid4().hex[:12]}.partial"
+    try:
+        root.parent.mkdir(parents=True, exist_ok=True)
+        staging.mkdir()
+    except (NotADirectoryError, FileExistsError) as exc:
+        raise InvalidArgument(f"cannot export into {root}: {exc}") from None
+    return staging
+
+
+def _publish(staging: Path, root: Path) -> None:
+    """Rename the finished export to ``root`` (which must still be missing or empty)."""
+    try:
+        staging.replace(root)
+    except OSError as exc:
+        raise InvalidArgument(f"{root} is no longer empty: export into a new directory") from exc
 
 
 def _video_stats(episodes: pa.Table, video_keys: list[str]) -> dict[str, dict[str, Any]]:
@@ -259,13 +287,29 @@ def _runs(episodes: Any) -> list[tuple[int, int]]:
 
 
 async def export_lerobot(client: AsyncClient, sql: str, out_dir: str | Path) -> ExportedDataset:
-    """Write the selected episodes as a v3.0 dataset in ``out_dir`` (new or empty)."""
+    """Write the selected episodes as a v3.0 dataset in ``out_dir`` (new or empty).
+
+    The dataset appears there whole, or not at all (:func:`_staging`).
+    """
+    base = episodes_table(sql)
+    root = await asyncio.to_thread(_empty_directory, out_dir)
+    target = root.resolve()  # a symlink to an empty directory: fill the directory
+    staging = await asyncio.to_thread(_staging, target)
+    try:
+        done = await _export(client, sql, base, staging)
+        await asyncio.to_thread(_publish, staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)  # also when cancelled: no await here
+        raise
+    return dataclasses.replace(done, root=root)
+
+
+async def _export(client: AsyncClient, sql: str, base: str, root: Path) -> ExportedDataset:
+    """Write the selected episodes of ``base`` into the existing, empty directory ``root``."""
     import numpy as np
 
-    base = episodes_table(sql)
     frames_ref = TableRef.parse(f"{base}_frames")
     tasks_ref = TableRef.parse(f"{base}_tasks")
-    root = await asyncio.to_thread(_empty_directory, out_dir)
     selection = f"SELECT episode_index FROM ({sql.strip().rstrip(';')}) AS lake_lerobot_selection"
     # Round trip 1: the frames' schema (info.json) and the selected episodes; then, beside
     # the frames query, every task with whether the selected frames use it. Each query names
