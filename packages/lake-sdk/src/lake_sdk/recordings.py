@@ -11,9 +11,10 @@ A recordings table has the standard columns below plus the user's own::
     topics         list<struct<topic, schema_name, message_encoding, message_count>>
 
 :func:`add_recording` reads the file's summary (or, without one, counts it in
-one streaming pass) BEFORE uploading: a file that is not a complete MCAP
-file raises :class:`~lake_sdk.errors.InvalidRecording` and nothing is
-uploaded or appended. Then the file is uploaded (resumable with an
+one streaming pass, chunk CRCs checked) BEFORE uploading: a file that is not
+a complete MCAP file raises :class:`~lake_sdk.errors.InvalidRecording` and
+nothing is uploaded or appended. The chunks of a file with a summary are
+checked only when a window reads them. Then the file is uploaded (resumable with an
 ``upload_checkpoint_dir``) and one row appended as one table version.
 Needs the SDK's ``mcap`` extra (``mcap`` and ``mcap-ros2-support``).
 """
