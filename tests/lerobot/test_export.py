@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 
@@ -218,3 +219,28 @@ def test_a_failed_export_leaves_nothing_behind(shared_lake: LakeCluster, tmp_pat
                 client, "SELECT episode_index FROM robots.extra_episodes", tmp_path / "a-file"
             )
         assert (tmp_path / "a-file").read_text() == "mine"
+
+
+def test_an_episode_without_its_video_is_refused_and_spares_other_exports(
+    shared_lake: LakeCluster, tmp_path: Path
+) -> None:
+    source = write_dataset(tmp_path / "source", DatasetSpec(lengths=(2, 3)))
+    select = "SELECT episode_index FROM robots.nullfile_episodes WHERE episode_index = "
+    with lake_sdk.Client(shared_lake.query.url) as client:
+        import_lerobot(
+            client, source, namespace="robots", name="nullfile", meta_addr=shared_lake.meta.addr
+        )
+        # An episodes row added by hand, its front camera's FILE value null.
+        row = client.query_table(f"{select.replace('episode_index FROM', '* FROM')}1").to_pylist()[
+            0
+        ]
+        row.update(episode_index=7, observation__images__front=None)
+        schema = client.table_schema("robots.nullfile_episodes")
+        client.append_batches(
+            "robots.nullfile_episodes", [pa.RecordBatch.from_pylist([row], schema=schema)]
+        )
+        with pytest.raises(InvalidDataset, match=r"episode 7 has no observation\.images\.front"):
+            export_lerobot(client, f"{select}7", tmp_path / "seven")
+        done = export_lerobot(client, f"{select}0", tmp_path / "zero")
+    assert (done.episode_count, done.frame_count) == (1, 2)
+    check_dataset(tmp_path / "zero")

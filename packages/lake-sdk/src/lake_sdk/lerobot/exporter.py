@@ -250,6 +250,12 @@ def _camera_episodes(
         used: set[str] = set()
         selected: list[EpisodeVideo] = []
         for row in rows:
+            if row[column] is None:
+                if row[_SELECTED]:
+                    raise InvalidDataset(
+                        f"episode {row['episode_index']} has no {key} video (its {column} is null)"
+                    )
+                continue  # an episode without a video uses no MP4
             location = row_to_location(row[column])
             if not row[_SELECTED]:
                 partly.add(location.sha256)
