@@ -284,3 +284,24 @@ def test_s3_stage(s3_recordings: Recordings, tmp_path: Path) -> None:
         assert location.uri.startswith("s3://")
         with client.open(location) as reader:
             assert reader.read() == path.read_bytes()
+
+
+def test_log_times_past_2262_are_an_invalid_recording_before_upload(
+    local_recordings: Recordings, tmp_path: Path
+) -> None:
+    from mcap.writer import Writer
+
+    path = tmp_path / "far.mcap"
+    with path.open("wb") as out:
+        writer = Writer(out)
+        writer.start()
+        channel = writer.register_channel("/far", "json", 0)
+        for t in (2**63 - 1, 2**63, 2**64 - 1):  # MCAP's log times are uint64
+            writer.add_message(channel, log_time=t, data=b"{}", publish_time=t)
+        writer.finish()
+    stored = objects(local_recordings.stage)
+    with lake_sdk.Client(local_recordings.url) as client:
+        with pytest.raises(InvalidRecording, match="2262"):
+            client.add_recording(local_recordings.table, path)
+        assert client.versions(local_recordings.table).num_rows == 1  # the creation only
+    assert objects(local_recordings.stage) == stored

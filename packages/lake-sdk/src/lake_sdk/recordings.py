@@ -36,6 +36,7 @@ from lake_core.names import TableRef, validate_identifier
 from lake_core.schemas import parse_column_spec, validate_table_schema
 from lake_objects.progress import ProgressCallback
 from lake_objects.source import FileUpload
+from lake_sdk.errors import InvalidRecording
 from lake_sdk.mcap.summary import RecordingSummary, summarize
 
 if TYPE_CHECKING:
@@ -131,6 +132,19 @@ def read_summary(path: str | os.PathLike[str]) -> RecordingSummary:
         return summarize(stream, source.name)
 
 
+#: The latest log time a timestamp[ns] column holds (2262-04-11): MCAP's are uint64.
+MAX_LOG_TIME_NS = 2**63 - 1
+
+
+def _check_storable(summary: RecordingSummary, name: str) -> None:
+    """Refuse a recording whose log times its row cannot hold, naming them (not a column)."""
+    if summary.end_ns is not None and summary.end_ns > MAX_LOG_TIME_NS:
+        raise InvalidRecording(
+            f"{name} has log times up to {summary.end_ns} ns, past what a recordings table "
+            f"holds ({MAX_LOG_TIME_NS} ns, 2262-04-11)"
+        )
+
+
 def _values(values: Mapping[str, Any] | None) -> dict[str, Any]:
     out = dict(values or {})
     for name in out:
@@ -155,6 +169,7 @@ async def add_recording(
     schema = await client.table_schema(ref)
     check_recordings_schema(ref, schema)
     summary = await asyncio.to_thread(read_summary, source)
+    _check_storable(summary, source.name)
     row: dict[str, Any] = {
         "recording": FileUpload.from_path(source, MEDIA_TYPE),
         "name": source.name,
