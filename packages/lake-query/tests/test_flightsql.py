@@ -28,6 +28,7 @@ from lake_core.proto import flight_grpc
 from lake_core.proto import flight_pb2 as pb
 from lake_core.proto import flight_sql_pb2 as sql_pb
 from lake_core.tickets import TicketKeyRing
+from lake_query.jobs.service import is_handle
 
 from .conftest import (
     EPISODES_ROWS,
@@ -367,6 +368,21 @@ def test_session_and_statement_actions(query_server: RunningQuery) -> None:
         )
         assert pb.CancelFlightInfoResult.FromString(cancel[0].body).status == (
             pb.CANCEL_STATUS_CANCELLED
+        )
+        # An async job's handle, on a replica running no async queries: nothing is cancelled.
+        job = b"LKT1" + bytes(48)
+        assert is_handle(job)
+        handle = pb.FlightInfo(flight_descriptor=pb.FlightDescriptor(type=2, cmd=job))
+        refused = list(
+            stub.DoAction(
+                pb.Action(
+                    type="CancelFlightInfo",
+                    body=pb.CancelFlightInfoRequest(info=handle).SerializeToString(),
+                )
+            )
+        )
+        assert pb.CancelFlightInfoResult.FromString(refused[0].body).status == (
+            pb.CANCEL_STATUS_NOT_CANCELLABLE
         )
         listed = {a.type for a in stub.ListActions(pb.Empty())}
         assert {"CreatePreparedStatement", "lake.table_schema"} <= listed

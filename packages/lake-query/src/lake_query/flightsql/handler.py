@@ -546,10 +546,13 @@ class QueryHandler(FlightHandler):
             request = wire.parse_raw(action.body, pb.CancelFlightInfoRequest, "the action body")
             # (Not named `status`: that is the status module, used below.)
             outcome = pb.CANCEL_STATUS_CANCELLED
-            if self.async_queries is not None and (
-                is_handle(request.info.flight_descriptor.cmd) or request.info.endpoint
-            ):
+            handle = is_handle(request.info.flight_descriptor.cmd)
+            if self.async_queries is not None and (handle or request.info.endpoint):
                 outcome = await self.async_queries.cancel(request.info, principal)
+            elif handle:
+                # An async job's handle, and this replica runs none (LAKE_ASYNC_QUERIES
+                # off): it cancels nothing, so it must not answer that it did.
+                outcome = pb.CANCEL_STATUS_NOT_CANCELLABLE
             # Otherwise nothing runs before DoGet, and a DoGet is cancelled by its client.
             cancelled = pb.CancelFlightInfoResult(status=outcome)
             yield pb.Result(body=cancelled.SerializeToString())
