@@ -19,7 +19,7 @@ from lake_core.config import MANAGED_OBJECT_ROOT
 from lake_core.errors import DataCorrupted, FailedPrecondition
 from lake_core.models import DataLocation
 from lake_gc import Checkpoint, GcTarget, apply_plan, load_plan
-from tests.gc.conftest import EPISODES, HOUR_S, SCRATCH, Lake, SteadyWriter, age
+from tests.gc.conftest import EPISODES, HOUR_S, SCRATCH, Lake, SteadyWriter, age, run_gc
 
 
 def path_of(location: DataLocation) -> Path:
@@ -167,6 +167,30 @@ def test_a_version_without_its_sidecar_still_fails_closed(local_lake: Lake, tmp_
     assert "no reference-delta sidecar" in reply["message"]
     assert path_of(orphan).exists()
     assert not checkpoint.exists()
+
+
+def test_gc_given_the_stage_under_another_path_fails_closed(
+    local_lake: Lake, tmp_path: Path
+) -> None:
+    # A symlink to the data directory (or any other spelling of its path) names
+    # the same files under other URIs than the ones the tables reference: every
+    # referenced object would match no reference and become a candidate.
+    lake = local_lake
+    lake.create()
+    kept = old(lake, b"k" * 1000, "kept")
+    lake.append([kept])
+    alias = tmp_path / "alias"
+    alias.symlink_to(lake.data)
+    plan = tmp_path / "p"
+    code, reply = run_gc(alias, "--plan", str(plan), "--safety-age-secs", str(HOUR_S))
+    assert (code, reply["error"]) == (2, "FailedPrecondition"), reply
+    assert "outside the managed stage GC was given" in reply["message"]
+    assert "robots.episodes" in reply["message"]
+    assert not plan.exists()
+    assert lake.verify(kept)
+    # Given the path Metasrv uses, the same store plans normally.
+    code, reply = lake.gc("--plan", str(plan), "--safety-age-secs", str(HOUR_S))
+    assert (code, reply["candidates"], reply["referenced"]) == (0, 0, 1), reply
 
 
 def test_plan_and_apply_under_a_steady_writer(local_lake: Lake, tmp_path: Path) -> None:

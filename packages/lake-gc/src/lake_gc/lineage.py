@@ -182,8 +182,17 @@ class Lineage:
         return str(self.hasher.hexdigest())
 
 
-def collect_live(source: SidecarSource, roots: RegistryRoots, live: ExternalSorter) -> Lineage:
-    """Add every live URI to ``live``; fail closed on any inconsistent lineage."""
+def collect_live(
+    source: SidecarSource, roots: RegistryRoots, live: ExternalSorter, *, stage_uri: str
+) -> Lineage:
+    """Add every live URI to ``live``; fail closed on any inconsistent lineage.
+
+    Every live URI must lie in ``stage_uri`` (the managed area GC inventories):
+    Metasrv only accepts FILE values inside its own stage, so one outside means
+    GC was given the stage under another name (a symlinked or relative
+    ``--data-dir``, another ``LAKE_MANAGED_OBJECT_ROOT`` spelling). Its objects
+    would then match no reference and all become candidates.
+    """
     heads = {t.incarnation: t for t in roots.tables}
     dropped = set(roots.dropped)
     lineage = Lineage()
@@ -207,6 +216,10 @@ def collect_live(source: SidecarSource, roots: RegistryRoots, live: ExternalSort
             for uri in delta.adds:
                 if has_control_chars(uri):
                     raise DataCorrupted(f"a sidecar of {incarnation} holds a malformed URI")
+                if not uri.startswith(stage_uri):
+                    head = heads.get(incarnation)
+                    owner = f"table {head.table}" if head else f"incarnation {incarnation}"
+                    raise _outside_stage(owner, uri, stage_uri)
                 live.add(uri)
                 lineage.references += 1
         head = heads.get(incarnation)
@@ -223,6 +236,15 @@ def collect_live(source: SidecarSource, roots: RegistryRoots, live: ExternalSort
                 f"table {head.table} has no reference-delta sidecars; GC fails closed"
             )
     return lineage
+
+
+def _outside_stage(owner: str, uri: str, stage_uri: str) -> FailedPrecondition:
+    return FailedPrecondition(
+        f"{owner} references {uri[:200]!r}, outside the managed stage GC "
+        f"was given ({stage_uri[:200]}): run GC with the stage exactly as Metasrv names it "
+        "(the same --data-dir or LAKE_MANAGED_OBJECT_ROOT path, not a symlink or relative "
+        "path to it); GC fails closed"
+    )
 
 
 def parse_delta(body: bytes, incarnation: str, version: int) -> ReferenceDelta:

@@ -215,7 +215,7 @@ def _plan(
     pages_dir.mkdir()
     with tempfile.TemporaryDirectory(prefix=".work-", dir=directory) as work:
         live = ExternalSorter(Path(work))
-        lineage = collect_live(sidecars, roots, live)
+        lineage = collect_live(sidecars, roots, live, stage_uri=stage.managed_uri)
         inventory = ExternalSorter(Path(work))
         inventory_hash = hashlib.sha256()
         count, size = 0, 0
