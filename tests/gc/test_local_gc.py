@@ -193,6 +193,29 @@ def test_gc_given_the_stage_under_another_path_fails_closed(
     assert (code, reply["candidates"], reply["referenced"]) == (0, 0, 1), reply
 
 
+def test_unusable_plan_or_checkpoint_paths_are_typed_errors_before_any_deletion(
+    local_lake: Lake, tmp_path: Path
+) -> None:
+    lake = local_lake
+    lake.create()
+    orphan = old(lake, b"o" * 10, "orphan")
+    not_a_dir = tmp_path / "a-file"
+    not_a_dir.write_text("x")
+    code, reply = lake.gc("--plan", str(not_a_dir / "p"), "--safety-age-secs", str(HOUR_S))
+    assert (code, reply["error"]) == (2, "InvalidArgument"), reply
+    assert "Traceback" not in reply["_stderr"]
+    plan = tmp_path / "p"
+    code, reply = lake.gc("--plan", str(plan), "--safety-age-secs", str(HOUR_S))
+    assert (code, reply["candidates"]) == (0, 1), reply
+    # A checkpoint in a directory that does not exist: refused before the first
+    # page is deleted (it used to delete the page, then crash writing the checkpoint).
+    checkpoint = tmp_path / "missing" / "p.apply.json"
+    code, reply = lake.gc("--plan", str(plan), "--apply", "--checkpoint", str(checkpoint))
+    assert (code, reply["error"]) == (2, "InvalidArgument"), reply
+    assert "Traceback" not in reply["_stderr"]
+    assert path_of(orphan).exists()
+
+
 def test_plan_and_apply_under_a_steady_writer(local_lake: Lake, tmp_path: Path) -> None:
     lake = local_lake
     lake.create()

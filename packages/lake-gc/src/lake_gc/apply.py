@@ -35,9 +35,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lake_core import faults
 from lake_core.durable import replace_synced
-from lake_core.errors import DataCorrupted, FailedPrecondition
+from lake_core.errors import DataCorrupted, FailedPrecondition, InvalidArgument
 from lake_gc.lineage import SidecarSource
-from lake_gc.plan import Plan
+from lake_gc.plan import Plan, disk_error
 from lake_gc.roots import RootsSource
 from lake_gc.since import SincePlan
 from lake_gc.stage import ManagedStage
@@ -71,7 +71,11 @@ class Checkpoint(BaseModel):
 
     def write(self, path: Path) -> None:
         body = json.dumps({"checkpoint": self.model_dump(mode="json"), "sha256": self.seal()})
-        replace_synced(path, [body.encode()], mode=0o644)
+        try:
+            replace_synced(path, [body.encode()], mode=0o644)
+        except OSError as exc:
+            done = f"{self.pages_done} pages are done; apply again to resume"
+            raise disk_error(exc, f"cannot write checkpoint {path} ({done})") from None
 
     @classmethod
     def read(cls, path: Path, plan: Plan) -> Checkpoint:
@@ -135,6 +139,9 @@ def apply_plan(
             f"plan {plan.directory} is for stage {manifest.stage}, not {stage.base_uri}"
         )
     checkpoint = Checkpoint.read(checkpoint_path, plan)
+    if not checkpoint_path.parent.is_dir():
+        # Refused before anything is deleted, not after the first page.
+        raise InvalidArgument(f"checkpoint {checkpoint_path}: its directory does not exist")
     resumed_from = checkpoint.pages_done
     total = len(manifest.pages)
     since = SincePlan(manifest.roots, sidecars)

@@ -25,6 +25,7 @@ reused: planning into a non-empty directory is refused.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import shutil
@@ -38,7 +39,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from lake_core.durable import fsync_dir, replace_synced
-from lake_core.errors import DataCorrupted, FailedPrecondition
+from lake_core.errors import DataCorrupted, FailedPrecondition, InvalidArgument, Unavailable
 from lake_gc.lineage import SidecarSource, collect_live
 from lake_gc.roots import RegistryRoots, RootsSource
 from lake_gc.sorter import ExternalSorter
@@ -50,6 +51,7 @@ __all__ = [
     "CandidatePage",
     "Plan",
     "PlanManifest",
+    "disk_error",
     "load_plan",
     "make_plan",
 ]
@@ -182,20 +184,42 @@ def make_plan(
             f"plan directory {directory} is not empty: a plan is immutable, choose a new path"
         )
     created = not directory.exists()
-    directory.mkdir(parents=True, exist_ok=True)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise disk_error(exc, f"cannot create the plan directory {directory}") from None
     try:
         return _plan(directory, roots, sidecars, stage, safety_age_secs, page_size, progress, clock)
+    except OSError as exc:
+        _discard(directory, created)
+        raise disk_error(exc, f"planning into {directory} failed") from None
     except BaseException:
-        # Never published (no manifest): remove what we wrote, so the path is reusable.
-        if created:
-            shutil.rmtree(directory, ignore_errors=True)
-        else:
-            for child in directory.iterdir():
-                if child.is_dir():
-                    shutil.rmtree(child, ignore_errors=True)
-                else:
-                    child.unlink()
+        _discard(directory, created)
         raise
+
+
+def _discard(directory: Path, created: bool) -> None:
+    """Never published (no manifest): remove what we wrote, so the path is reusable."""
+    if created:
+        shutil.rmtree(directory, ignore_errors=True)
+        return
+    for child in directory.iterdir():
+        if child.is_dir():
+            shutil.rmtree(child, ignore_errors=True)
+        else:
+            child.unlink()
+
+
+#: A path the operator gave that cannot be used: their mistake, not a storage fault.
+_BAD_PATH = {errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.EACCES, errno.EPERM, errno.EROFS}
+
+
+def disk_error(exc: OSError, what: str) -> InvalidArgument | Unavailable:
+    """A plan or checkpoint path's failure, typed: a path that cannot be used (the
+    caller's) or a disk fault such as a full disk (retryable)."""
+    if exc.errno in _BAD_PATH:
+        return InvalidArgument(f"{what}: {exc.strerror}")
+    return Unavailable(f"{what}: {exc.strerror}; retry")
 
 
 def _plan(
