@@ -377,3 +377,17 @@ def test_output_json_is_the_same_document_as_json(local_lake: Lake, tmp_path: Pa
         reply = json.loads(done.stdout)
         replies.append({k: v for k, v in reply.items() if "plan" not in k})
     assert replies[0] == replies[1]
+
+
+@pytest.mark.parametrize("content", [b"not a database " * 100, b""])
+def test_a_registry_file_that_is_no_lake_registry_is_the_callers_mistake(
+    tmp_path: Path, content: bytes
+) -> None:
+    # Not "Unavailable, retry": retrying never helps a --data-dir of the wrong thing.
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "registry.sqlite3").write_bytes(content)
+    code, reply = run_gc(data, "--plan", str(tmp_path / "p"), "--safety-age-secs", "60")
+    assert (code, reply["error"], reply["retryable"]) == (2, "FailedPrecondition", False), reply
+    assert "is not a Lake registry" in reply["message"]
+    assert not (tmp_path / "p").exists()

@@ -22,7 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from lake_core.errors import FailedPrecondition, Unavailable
+from lake_core.errors import DataCorrupted, FailedPrecondition, Unavailable
 
 __all__ = ["DynamoRoots", "RegistryRoots", "RootsSource", "SqliteRoots", "TableRoot"]
 
@@ -89,9 +89,11 @@ class SqliteRoots(RootsSource):
             dropped = conn.execute("SELECT incarnation FROM dropped_tables ORDER BY 1").fetchall()
             conn.execute("COMMIT")
         except sqlite3.Error as exc:
-            raise Unavailable(f"cannot read the registry at {self.path}: {exc}") from None
+            raise _sqlite_error(exc, self.path) from None
         finally:
             conn.close()
+        if "registry_id" not in meta or "generation" not in meta:
+            raise _not_a_registry(self.path)
         return RegistryRoots(
             registry=f"sqlite:{self.path.resolve()}",
             generation=f"{meta['registry_id']}:{meta['generation']}",
@@ -101,6 +103,28 @@ class SqliteRoots(RootsSource):
             ],
             dropped=[row[0] for row in dropped],
         )
+
+
+#: SQLite result codes of a file that is no Lake registry: not a database
+#: (SQLITE_NOTADB) or without the registry's tables (SQLITE_ERROR).
+_NOT_A_REGISTRY = {26, 1}
+_SQLITE_CORRUPT = 11
+
+
+def _sqlite_error(exc: sqlite3.Error, path: Path) -> Exception:
+    """Typed by SQLite's result code: a wrong file is the caller's, a busy one retryable."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    if code in _NOT_A_REGISTRY:
+        return _not_a_registry(path)
+    if code == _SQLITE_CORRUPT:
+        return DataCorrupted(f"the registry at {path} is damaged (SQLite reports corruption)")
+    return Unavailable(f"cannot read the registry at {path}: {exc}; retry")
+
+
+def _not_a_registry(path: Path) -> FailedPrecondition:
+    return FailedPrecondition(
+        f"{path} is not a Lake registry: is --data-dir the data directory of `lake meta`?"
+    )
 
 
 class DynamoRoots(RootsSource):
