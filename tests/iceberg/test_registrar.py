@@ -203,3 +203,24 @@ def _eventually(check: Callable[[], bool], timeout_s: float = 90.0) -> bool:
             return True
         time.sleep(0.2)
     return False
+
+
+def test_a_segment_with_a_damaged_footer_is_a_typed_fatal_error(lane: Lane) -> None:
+    lane.write("pose", "000001", POSE, {"robot": ["r1"], "t": [1], "x": [0.0]})
+    path = lane.write("pose", "000002", POSE, {"robot": ["r2"], "t": [2], "x": [1.0]})
+    data = bytearray(path.read_bytes())
+    length = int.from_bytes(data[-8:-4], "little")
+    for i in range(len(data) - 8 - length, len(data) - 8, 3):
+        data[i] ^= 0xFF  # magic and length intact: only the footer's bytes are damaged
+    path.write_bytes(bytes(data))
+    lane.ship()
+    config = write_sinks(lane, lane.root / "registrar.yaml")
+    result = lake("iceberg", "registrar", "--config", str(config), "--once")
+    # Not a raw OSError traceback from pyarrow: the catalog entry that cannot hold, named.
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "segments.catalog" in result.stderr
+    assert "000002.parquet: its Parquet footer is damaged" in result.stderr
+    # The good segment before it registered; the damaged one did not.
+    prefix = f"s3://{lane.bucket}/fleet/lake/v1/{PIPELINE}/pose/"
+    assert data_files(lane.table("pose")) == [prefix + "000001.parquet"]

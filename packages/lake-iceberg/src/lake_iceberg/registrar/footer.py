@@ -52,5 +52,21 @@ def read_footer(client: Any, entry: Uploaded) -> pq.FileMetaData:
     if length > entry.size - 12:
         raise SegmentCatalogError(f"segment {entry.object_key}: footer length out of range")
     footer = _range(client, entry, entry.size - 8 - length, entry.size - 9)
-    # pyarrow parses a footer from a buffer that ends like a Parquet file.
-    return pq.read_metadata(pa.BufferReader(_MAGIC + footer + tail))
+    return _parsed(_MAGIC + footer + tail, entry)
+
+
+def _parsed(data: bytes, entry: Uploaded) -> pq.FileMetaData:
+    """The footer, decoded down to its Arrow schema (what registering it needs).
+
+    Damaged bytes (pyarrow raises OSError or ArrowInvalid, by type) are this
+    entry's fault, never a transient one: the segment catalog error names it.
+    """
+    try:
+        # pyarrow parses a footer from a buffer that ends like a Parquet file.
+        metadata = pq.read_metadata(pa.BufferReader(data))
+        metadata.schema.to_arrow_schema()
+    except (OSError, ValueError, pa.ArrowException):
+        raise SegmentCatalogError(
+            f"segment {entry.object_key}: its Parquet footer is damaged and cannot be read"
+        ) from None
+    return metadata
