@@ -18,6 +18,7 @@ from lake_core import faults
 from lake_core.config import MANAGED_OBJECT_ROOT
 from lake_core.errors import DataCorrupted, FailedPrecondition
 from lake_core.models import DataLocation
+from lake_core.references import ReferenceDelta
 from lake_gc import Checkpoint, GcTarget, apply_plan, load_plan
 from tests.gc.conftest import EPISODES, HOUR_S, SCRATCH, Lake, SteadyWriter, age, run_gc
 
@@ -150,6 +151,43 @@ def test_an_object_referenced_after_planning_is_kept(local_lake: Lake, tmp_path:
     assert [path_of(o).exists() for o in orphans] == [o.uri == revived.uri for o in orphans]
     # Resuming from that checkpoint (written with the new field) still checks out.
     assert Checkpoint.read(checkpoint, load_plan(plan)).newly_referenced == 1
+
+
+def test_a_version_whose_sidecar_changed_after_apply_read_it_in_flight_is_read_again(
+    local_lake: Lake, tmp_path: Path
+) -> None:
+    # A commit attempt that failed after writing its sidecar leaves it past the
+    # head; apply reads it as "in flight". The retry of that version writes the
+    # version's sidecar again (locally: replaces it; on S3: a second key) with
+    # other adds. Once the version is registered apply must read it again, or
+    # what the committed version references is deleted.
+    lake = local_lake
+    lake.create()
+    orphans = [old(lake, bytes([65 + i]) * 10, f"orphan{i}") for i in range(2)]
+    plan, checkpoint = tmp_path / "p", tmp_path / "p.apply.json"
+    assert lake.plan(plan, HOUR_S, page_size=1).manifest.candidates.entries == 2
+    loaded, target = load_plan(plan), lake.target()
+    order = [e.uri for page in loaded.manifest.pages for e in loaded.read_page(page, target.stage)]
+    revived = {o.uri: o for o in orphans}[order[1]]
+    assert lake.append([lake.upload(b"n", "new")]) == 1  # the head moved: apply reads on
+    incarnation = lake.admin(lambda c: c.describe_table(EPISODES)).entry.descriptor.incarnation
+    attempt = ReferenceDelta(table=EPISODES, incarnation=incarnation, version=2, adds=[])
+    (lake.data / "sidecars" / incarnation / "2.json").write_text(attempt.model_dump_json())
+
+    def after_page(done: int, total: int) -> None:
+        if done == 1:  # between the pages: the retry commits version 2, an old object
+            assert lake.append([revived]) == 2
+
+    done = apply_plan(
+        loaded,
+        checkpoint,
+        roots=target.roots,
+        sidecars=target.sidecars,
+        stage=target.stage,
+        progress=after_page,
+    )
+    assert (done.checkpoint.deleted, done.checkpoint.newly_referenced) == (1, 1)
+    assert lake.verify(revived) == bytes([65 + orphans.index(revived)]) * 10
 
 
 def test_a_version_without_its_sidecar_still_fails_closed(local_lake: Lake, tmp_path: Path) -> None:

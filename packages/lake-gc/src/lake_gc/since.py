@@ -41,8 +41,9 @@ def _registry_id(roots: RegistryRoots) -> str:
 class SincePlan:
     """The URIs added by versions committed (or being committed) after a plan's roots.
 
-    Call :meth:`refresh` before each page; it reads only sidecars it has not
-    read yet, so a long apply under ingest reads each new sidecar once.
+    Call :meth:`refresh` before each page; a version's sidecars are read until
+    a refresh reads them with the version registered, never after, so a long
+    apply under ingest reads each new sidecar about once.
     """
 
     planned: RegistryRoots
@@ -50,6 +51,8 @@ class SincePlan:
     uris: set[str] = field(default_factory=set)
     #: incarnation -> versions whose sidecars were read.
     _read: dict[str, set[int]] = field(default_factory=dict)
+    #: incarnation -> versions read while registered: their sidecars no longer change.
+    _final: dict[str, set[int]] = field(default_factory=dict)
     _heads: dict[str, TableRoot] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -77,16 +80,20 @@ class SincePlan:
 
     def _read_since(self, head: TableRoot, start: int) -> None:
         read = self._read.setdefault(head.incarnation, set())
+        final = self._final.setdefault(head.incarnation, set())
         # Versions past the head too: a commit under way wrote its sidecar first.
+        # Such a version is read again once registered: a retry of it writes its
+        # sidecar again (a second S3 key, or a replaced local file) with other adds.
         for version, body in self.sidecars.deltas_since(head.incarnation, start):
-            if version in read and version <= head.version:
-                continue  # registered: its sidecar never changes
+            if version in final:
+                continue  # read while registered: every sidecar it has was listed then
             delta = parse_delta(body, head.incarnation, version)
             for uri in delta.adds:
                 if has_control_chars(uri):
                     raise DataCorrupted(f"a sidecar of {head.incarnation} holds a malformed URI")
                 self.uris.add(uri)
             read.add(version)
+        final.update(v for v in read if v <= head.version)
         missing = next((v for v in range(start, head.version + 1) if v not in read), None)
         if missing is not None:
             raise FailedPrecondition(
