@@ -88,6 +88,37 @@ def test_missing_table_without_create_table_is_fatal(lane: Lane) -> None:
     assert not lane.table_exists("pose")
 
 
+def test_crash_between_create_and_its_exact_schema_commit_is_finished(lane: Lane) -> None:
+    # Ids in the reverse of the order a catalog assigns them.
+    reverse = pa.schema([field("robot", pa.string(), 2), field("speed", pa.int32(), 1)])
+    lane.write("pose", "000001", reverse, {"robot": ["a"], "speed": [7]})
+    lane.ship()
+    config = lane.config()
+
+    # The state a registrar killed inside Tables.create leaves: the catalog's
+    # create landed (its own ids), the commit of the segment's ids did not.
+    from lake_iceberg.registrar.schema_merge import file_schema
+
+    catalog = lane.server.catalog()
+    catalog.create_namespace_if_not_exists(config.namespace)
+    catalog.create_table(
+        (*config.namespace, "pose"),
+        file_schema(reverse, "pose"),
+        properties={"format-version": "2"},
+    )
+    assert [(f.field_id, f.name) for f in lane.table("pose").schema().fields] == [
+        (1, "robot"),
+        (2, "speed"),
+    ]
+
+    # Restarted, it finishes the create instead of stopping on a schema mismatch.
+    assert Registrar(config).run_once().registered == 1
+    table = lane.table("pose")
+    assert [(f.field_id, f.name) for f in table.schema().fields] == [(2, "robot"), (1, "speed")]
+    assert table.scan().to_arrow().to_pylist() == [{"robot": "a", "speed": 7}]
+    assert len(data_files(table)) == 1
+
+
 def test_crash_between_schema_commit_and_append_only_appends(lane: Lane) -> None:
     lane.write("pose", "000001", V1, {"robot": ["a"], "speed": [1]})
     lane.ship()

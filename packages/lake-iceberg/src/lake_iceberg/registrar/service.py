@@ -219,6 +219,7 @@ class Registrar:
                 log.info("registrar.skipped", dataset=entry.dataset, key=entry.object_key)
                 return False
             try:
+                table = state.table = tables.finish_create(table, segment)
                 merged = merge_schema(
                     table.schema(),
                     segment,

@@ -168,6 +168,29 @@ class Tables:
             table = self.commit_schema(table, schema, keep_names=False)
         return table
 
+    def finish_create(self, table: Table, schema: Schema) -> Table:
+        """``table`` with ``schema``'s own field ids, if a create was killed before that commit.
+
+        :meth:`create` is two commits: the catalog's create (ids reassigned),
+        then the segment's exact schema. Killed in between, a restart would
+        find the same columns under the catalog's ids, merge by id, and stop
+        on a schema mismatch for good. An empty table (no snapshot, its first
+        schema) whose columns are exactly the segment's but for the ids is
+        that state when the registrar may create tables: finish it.
+        """
+        metadata = table.metadata
+        unfinished = (
+            self.config.create_table
+            and table.current_snapshot() is None
+            and len(metadata.schemas) == 1
+            and _ids(table.schema()) != _ids(schema)
+            and table.schema().as_arrow().equals(schema.as_arrow(), check_metadata=False)
+        )
+        if not unfinished:
+            return table
+        log.info("registrar.create_finished", table=".".join(table.name()))
+        return self.commit_schema(table, schema, keep_names=False)
+
     def commit_schema(self, table: Table, schema: Schema, *, keep_names: bool = True) -> Table:
         """Make ``schema`` (with its own field ids) the table's current schema.
 
