@@ -80,6 +80,46 @@ def test_unsigned_column_is_fatal_and_names_the_fix(lane: Lane) -> None:
     assert not lane.table_exists("pose")
 
 
+@pytest.mark.parametrize(
+    ("schema", "columns", "says"),
+    [
+        (
+            pa.schema([field("robot", pa.string(), 1), field("t", pa.int64(), 1)]),
+            {"robot": ["a"], "t": [1]},
+            "field id 1 is used by both robot and t",
+        ),
+        (
+            pa.schema(
+                [
+                    field("t", pa.int64(), 2),
+                    field("loc", pa.struct([field("x", pa.float64(), 2)]), 3),
+                ]
+            ),
+            {"t": [1], "loc": [{"x": 1.0}]},
+            "field id 2 is used by both t and loc.x",
+        ),
+        (
+            pa.schema([field("robot", pa.string(), 1), field("ts", pa.timestamp("ns"), 2)]),
+            {"robot": ["a"], "ts": [1]},
+            "unsupported type: timestamp[ns]",
+        ),
+        (pa.schema([]), {}, "the segment has no columns"),
+    ],
+    ids=["repeated-id", "repeated-nested-id", "timestamp-ns", "no-columns"],
+)
+def test_a_segment_schema_iceberg_cannot_hold_is_typed_and_touches_nothing(
+    lane: Lane, schema: pa.Schema, columns: dict[str, list[object]], says: str
+) -> None:
+    # Each used to escape as a raw ValueError, UnsupportedPyArrowTypeException or
+    # IndexError, or reached the catalog as a 400 after the table was created.
+    lane.write("pose", "000001", schema, columns)
+    lane.ship()
+    with pytest.raises(IcebergUnsupportedType) as caught:
+        Registrar(lane.config()).run_once()
+    assert says in str(caught.value)
+    assert not lane.table_exists("pose")
+
+
 def test_missing_table_without_create_table_is_fatal(lane: Lane) -> None:
     lane.write("pose", "000001", V1, {"robot": ["a"], "speed": [1]})
     lane.ship()

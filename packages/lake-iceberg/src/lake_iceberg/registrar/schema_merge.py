@@ -68,13 +68,45 @@ def check_signed(arrow_schema: pa.Schema, dataset: str) -> None:
 
 def file_schema(arrow_schema: pa.Schema, dataset: str) -> Schema:
     """The Iceberg schema of a segment, with the file's own field ids."""
-    from pyiceberg.io.pyarrow import pyarrow_to_schema
+    from pyiceberg.io.pyarrow import UnsupportedPyArrowTypeException, pyarrow_to_schema
 
     check_signed(arrow_schema, dataset)
     try:
-        return pyarrow_to_schema(arrow_schema)
-    except (ValueError, TypeError) as exc:
+        schema = pyarrow_to_schema(arrow_schema)
+    except (ValueError, TypeError, UnsupportedPyArrowTypeException) as exc:
         raise IcebergUnsupportedType(f"dataset {dataset}: {exc}") from None
+    _check_ids(schema, dataset)
+    return schema
+
+
+def _check_ids(schema: Schema, dataset: str) -> None:
+    """A segment needs columns, each field id once: an id names one column in Iceberg.
+
+    pyiceberg builds a schema with a repeated id without complaint and then
+    maps statistics to the wrong column (an untyped ValueError, or wrong bounds).
+    """
+    if not schema.fields:
+        raise IcebergUnsupportedType(f"dataset {dataset}: the segment has no columns")
+    names: dict[int, str] = {}
+
+    def visit(fields: tuple[NestedField, ...], path: str) -> None:
+        for f in fields:
+            where = f"{path}{f.name}"
+            if f.field_id in names:
+                raise IcebergUnsupportedType(
+                    f"dataset {dataset}: field id {f.field_id} is used by both "
+                    f"{names[f.field_id]} and {where}; every column needs its own id"
+                )
+            names[f.field_id] = where
+            kind = f.field_type
+            if isinstance(kind, StructType):
+                visit(kind.fields, f"{where}.")
+            elif isinstance(kind, ListType):
+                visit((kind.element_field,), f"{where}.")
+            elif isinstance(kind, MapType):
+                visit((kind.key_field, kind.value_field), f"{where}.")
+
+    visit(schema.fields, "")
 
 
 def _widens(old: IcebergType, new: IcebergType) -> bool:
