@@ -429,3 +429,30 @@ def test_a_registry_file_that_is_no_lake_registry_is_the_callers_mistake(
     assert (code, reply["error"], reply["retryable"]) == (2, "FailedPrecondition", False), reply
     assert "is not a Lake registry" in reply["message"]
     assert not (tmp_path / "p").exists()
+
+
+def test_planning_again_after_a_planner_was_killed_clears_its_debris(
+    local_lake: Lake, tmp_path: Path
+) -> None:
+    # What `lake gc --plan` SIGKILLed before publishing leaves (no manifest):
+    # its sort work dir, a page, a page's temporary file. The same command again
+    # plans; it used to refuse ("not empty: a plan is immutable") though no plan exists.
+    lake = local_lake
+    lake.create()
+    orphan = old(lake, b"o" * 10, "orphan")
+    plan = tmp_path / "p"
+    (plan / ".work-k1ll3d" / "run").mkdir(parents=True)
+    (plan / "pages").mkdir()
+    (plan / "pages" / f"{'a' * 64}.txt").write_text("half a page")
+    (plan / "pages" / f".{'b' * 64}.txt.4242.tmp").write_text("half")
+    code, reply = lake.gc("--plan", str(plan), "--safety-age-secs", str(HOUR_S))
+    assert (code, reply["candidates"]) == (0, 1), reply
+    assert sorted(p.name for p in plan.iterdir()) == ["manifest.json", "pages"]
+    assert len(list((plan / "pages").iterdir())) == 1
+    assert path_of(orphan).exists()
+    # Anything else in the directory is not ours to clear: still refused.
+    (plan / "notes.txt").write_text("mine")
+    (plan / "manifest.json").unlink()
+    code, reply = lake.gc("--plan", str(plan), "--safety-age-secs", str(HOUR_S))
+    assert (code, reply["error"]) == (2, "FailedPrecondition"), reply
+    assert (plan / "notes.txt").read_text() == "mine"

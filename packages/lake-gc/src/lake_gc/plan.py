@@ -28,6 +28,7 @@ from __future__ import annotations
 import errno
 import hashlib
 import json
+import re
 import shutil
 import tempfile
 import time
@@ -180,9 +181,11 @@ def make_plan(
 ) -> Plan:
     """Plan into the new directory ``directory``; returns the published plan."""
     if directory.exists() and any(directory.iterdir()):
-        raise FailedPrecondition(
-            f"plan directory {directory} is not empty: a plan is immutable, choose a new path"
-        )
+        if not _unpublished(directory):
+            raise FailedPrecondition(
+                f"plan directory {directory} is not empty: a plan is immutable, choose a new path"
+            )
+        _discard(directory, created=False)  # a killed planner's debris: never a plan
     created = not directory.exists()
     try:
         directory.mkdir(parents=True, exist_ok=True)
@@ -196,6 +199,26 @@ def make_plan(
     except BaseException:
         _discard(directory, created)
         raise
+
+
+#: What a planner writes before it publishes: its work dir, pages, temporary files.
+_DEBRIS = re.compile(r"\.work-.+|\..+\.\d+\.tmp")
+_PAGE = re.compile(r"[0-9a-f]{64}\.txt|\.[0-9a-f]{64}\.txt\.\d+\.tmp")
+
+
+def _unpublished(directory: Path) -> bool:
+    """Whether ``directory`` holds only what a planner killed before publishing left.
+
+    No manifest means no plan: apply refuses it, so clearing it loses nothing,
+    and re-running the same command after a SIGKILL plans again.
+    """
+    for child in directory.iterdir():
+        if child.name == PAGES and child.is_dir() and not child.is_symlink():
+            if not all(_PAGE.fullmatch(page.name) for page in child.iterdir()):
+                return False
+        elif not _DEBRIS.fullmatch(child.name) or child.is_symlink():
+            return False
+    return True
 
 
 def _discard(directory: Path, created: bool) -> None:
