@@ -456,3 +456,26 @@ def test_planning_again_after_a_planner_was_killed_clears_its_debris(
     code, reply = lake.gc("--plan", str(plan), "--safety-age-secs", str(HOUR_S))
     assert (code, reply["error"]) == (2, "FailedPrecondition"), reply
     assert (plan / "notes.txt").read_text() == "mine"
+
+
+def test_a_foreign_tree_below_the_objects_directory_is_not_walked(
+    local_lake: Lake, tmp_path: Path
+) -> None:
+    # Only tenants/<tenant>/objects/<name> can be a candidate, so GC need not
+    # walk deeper. A foreign tree there deeper than PATH_MAX used to crash
+    # planning with an untyped OSError (ENAMETOOLONG) from scandir.
+    lake = local_lake
+    lake.create()
+    orphan = old(lake, b"o" * 10, "orphan")
+    fd = os.open(path_of(orphan).parent, os.O_RDONLY)
+    try:
+        for _ in range(24):  # 24 x 201 bytes: past PATH_MAX (4096)
+            os.mkdir("d" * 200, dir_fd=fd)
+            deeper = os.open("d" * 200, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = deeper
+        os.close(os.open("foreign.bin", os.O_WRONLY | os.O_CREAT, dir_fd=fd))
+    finally:
+        os.close(fd)
+    code, reply = lake.gc("--plan", str(tmp_path / "p"), "--safety-age-secs", str(HOUR_S))
+    assert (code, reply["candidates"]) == (0, 1), reply

@@ -195,7 +195,7 @@ def make_plan(
         return _plan(directory, roots, sidecars, stage, safety_age_secs, page_size, progress, clock)
     except OSError as exc:
         _discard(directory, created)
-        raise disk_error(exc, f"planning into {directory} failed") from None
+        raise disk_error(exc, f"planning into {directory} failed on {exc.filename}") from None
     except BaseException:
         _discard(directory, created)
         raise

@@ -16,6 +16,7 @@ multipart upload).
 from __future__ import annotations
 
 import abc
+import errno
 import os
 import re
 import stat
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from lake_core.durable import fsync_dir
-from lake_core.errors import FailedPrecondition, Unavailable
+from lake_core.errors import FailedPrecondition, LakeError, Unavailable
 
 __all__ = ["Entry", "Kind", "LocalStage", "ManagedStage", "Outcome", "S3Stage"]
 
@@ -107,13 +108,17 @@ class LocalStage(ManagedStage):
 
     def entries(self) -> Iterator[Entry]:
         top = os.path.join(self.root, TENANTS)
-        pending = [top] if os.path.isdir(top) else []
+        # (directory, depth below tenants/): only tenants/<tenant>/objects/ holds
+        # names GC may own, so nothing deeper is walked (foreign trees are left alone).
+        pending = [(top, 0)] if os.path.isdir(top) else []
         while pending:
-            directory = pending.pop()
+            directory, depth = pending.pop()
             try:
                 scan = os.scandir(directory)
             except FileNotFoundError:
                 continue
+            except OSError as exc:
+                raise _unlistable(exc, directory, self.base_uri) from None
             with scan:
                 for item in scan:
                     try:
@@ -121,7 +126,8 @@ class LocalStage(ManagedStage):
                     except FileNotFoundError:
                         continue  # removed while we looked
                     if stat.S_ISDIR(info.st_mode):
-                        pending.append(item.path)
+                        if depth < 2:
+                            pending.append((item.path, depth + 1))
                     elif stat.S_ISREG(info.st_mode):
                         partial = item.name.startswith(".") and item.name.endswith(".partial")
                         yield Entry(
@@ -152,6 +158,14 @@ class LocalStage(ManagedStage):
         for directory in directories:
             fsync_dir(directory)  # the page is done only once its removals are durable
         return outcome
+
+
+def _unlistable(exc: OSError, directory: str, stage: str) -> LakeError:
+    """The stage's fault (its permissions, a disk error), never the plan's or the caller's."""
+    what = f"GC cannot list {directory} in the stage {stage}: {exc.strerror}"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return FailedPrecondition(what)
+    return Unavailable(f"{what}; retry")
 
 
 class S3Stage(ManagedStage):
