@@ -219,6 +219,12 @@ def test_a_failed_export_leaves_nothing_behind(shared_lake: LakeCluster, tmp_pat
                 client, "SELECT episode_index FROM robots.extra_episodes", tmp_path / "a-file"
             )
         assert (tmp_path / "a-file").read_text() == "mine"
+        # A selection of no episodes is no dataset: refused, nothing written.
+        with pytest.raises(lake_sdk.InvalidArgument, match="selects no episodes"):
+            export_lerobot(
+                client, "SELECT episode_index FROM robots.extra_episodes WHERE false", out
+            )
+        assert list(out.parent.iterdir()) == []
 
 
 def test_an_episode_without_its_video_is_refused_and_spares_other_exports(

@@ -409,6 +409,9 @@ async def _export(client: AsyncClient, sql: str, base: str, root: Path) -> Expor
     try:
         episodes = every_episode.filter(every_episode.column(_SELECTED)).drop_columns([_SELECTED])
         wanted = episodes.column("episode_index").to_pylist()
+        if not wanted:
+            # A dataset of no episodes is no dataset LeRobot loads: say so, write nothing.
+            raise InvalidArgument("the SELECT selects no episodes: there is nothing to export")
         if len(set(wanted)) != len(wanted):
             raise InvalidDataset(f"{base}_episodes holds an episode_index twice")
         info = _info(frames_schema, frames_ref)
