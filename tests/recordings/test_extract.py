@@ -144,19 +144,22 @@ def test_messages_that_do_not_fit_their_schema_are_invalid_recording(
     local_recordings: Recordings, tmp_path: Path, topic: str
 ) -> None:
     into = f"robots.misfit_{local_recordings.table.name}"
-    with lake_sdk.Client(local_recordings.url) as client:
-        client.add_recording(local_recordings.table, _misfits(tmp_path / "misfits.mcap"))
-        with pytest.raises(InvalidRecording, match=topic):
+    _refused(local_recordings, _misfits(tmp_path / "misfits.mcap"), topic, into, match=topic)
+    # Nothing of the failed extraction is left: not even an empty table.
+    with lake_sdk.Client(local_recordings.url) as client, pytest.raises(NotFound):
+        client.table_schema(into)
+
+
+def _refused(
+    recordings: Recordings, path: Path, topic: str, into: str, match: str | None = None
+) -> None:
+    """Add the recording at ``path``; extracting ``topic`` from it is InvalidRecording."""
+    with lake_sdk.Client(recordings.url) as client:
+        client.add_recording(recordings.table, path)
+        with pytest.raises(InvalidRecording, match=match):
             extract_topic(
-                client,
-                str(local_recordings.table),
-                topic,
-                into,
-                meta_addr=local_recordings.cluster.meta.addr,
+                client, str(recordings.table), topic, into, meta_addr=recordings.cluster.meta.addr
             )
-        # Nothing of the failed extraction is left: not even an empty table.
-        with pytest.raises(NotFound):
-            client.table_schema(into)
 
 
 def _bad_schemas(path: Path) -> Path:
@@ -184,13 +187,4 @@ def test_an_unreadable_schema_is_invalid_recording(
     local_recordings: Recordings, tmp_path: Path, topic: str
 ) -> None:
     into = f"robots.badschema_{local_recordings.table.name}"
-    with lake_sdk.Client(local_recordings.url) as client:
-        client.add_recording(local_recordings.table, _bad_schemas(tmp_path / "schemas.mcap"))
-        with pytest.raises(InvalidRecording):
-            extract_topic(
-                client,
-                str(local_recordings.table),
-                topic,
-                into,
-                meta_addr=local_recordings.cluster.meta.addr,
-            )
+    _refused(local_recordings, _bad_schemas(tmp_path / "schemas.mcap"), topic, into)
