@@ -404,6 +404,8 @@ async def test_table_version_names_a_registered_version_of_the_named_incarnation
     # Another incarnation's history is not found through this table's name.
     other = await blocking(lambda: ask(version=2, incarnation="0" * 36))
     assert other == {"schema_version": 1, "version": None, "engine_version": None}
-    for wrong in ({"version": 1, "after_ms": 5}, {}, {"version": 4}, {"version": -1}):
+    # A version beyond int64 is malformed too, not an overflow inside the registry.
+    beyond = {"version": 2**63, "newest": 2**63}
+    for wrong in ({"version": 1, "after_ms": 5}, {}, {"version": 4}, {"version": -1}, beyond):
         with pytest.raises(pa.ArrowInvalid, match="malformed TableVersionRequest"):
             await blocking(lambda w=wrong: ask(**w))

@@ -28,6 +28,7 @@ __all__ = [
     "MAX_APPEND_BYTES",
     "MAX_APPEND_ROWS",
     "MAX_MESSAGE_BYTES",
+    "MAX_TABLE_VERSION",
     "AppendCommand",
     "AppendResult",
     "CatalogSnapshotRequest",
@@ -68,6 +69,8 @@ LIST_TABLES = "lake.list_tables"
 OPTIMIZE_TABLE = "lake.optimize_table"
 #: Where a time-travel walk may start (lake_query.planning.version_starts).
 TABLE_VERSION = "lake.table_version"
+#: The largest table version a request may name (int64).
+MAX_TABLE_VERSION = 2**63 - 1
 CREATE_INDEX = "lake.create_index"
 APPEND_COMMAND_TYPE = "lake.append"
 #: A bulk ingest from Query to Metasrv (Flight SQL CommandStatementIngest, forwarded).
@@ -141,8 +144,10 @@ class TableVersionRequest(WireModel):
 
     table: TableRef
     incarnation: str = Field(min_length=1, max_length=64)
-    newest: int = Field(ge=0)
-    version: int | None = Field(default=None, ge=0)
+    # Versions are int64 (t$versions, the registries' columns): a larger one is
+    # malformed, not an overflow inside the registry (an Internal error).
+    newest: int = Field(ge=0, le=MAX_TABLE_VERSION)
+    version: int | None = Field(default=None, ge=0, le=MAX_TABLE_VERSION)
     after_ms: int | None = Field(default=None, ge=0)
 
     @model_validator(mode="after")
