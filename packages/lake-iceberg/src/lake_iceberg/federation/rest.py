@@ -19,7 +19,9 @@ credentials nor a token.
 
 from __future__ import annotations
 
+import json
 import threading
+import time
 from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -27,6 +29,7 @@ from typing import Any
 from urllib.parse import quote
 
 import requests
+import urllib3
 
 from lake_core.errors import Unavailable
 from lake_iceberg.federation.config import FederationConfig
@@ -35,6 +38,13 @@ from lake_iceberg.federation.counters import FederationCounters, NullCounters
 __all__ = ["CatalogRefused", "LoadedTable", "RestClient"]
 
 _REFUSED_TOKEN = frozenset({401, 419})
+
+#: The largest answer read from the catalog or its token endpoint. requests'
+#: timeout bounds each socket read, not the body: a catalog dripping a byte
+#: per second, or streaming gigabytes, would otherwise hold a planner (and its
+#: memory) long past the configured timeout.
+MAX_ANSWER_BYTES = 64 * 1024 * 1024
+_CHUNK = 64 * 1024
 
 
 class CatalogRefused(Unavailable):
@@ -115,7 +125,10 @@ class RestClient:
         if status == 404 or response is None:
             return None
         try:
-            body = response.json()
+            body = self._decode(response)
+        except ValueError:
+            raise Unavailable("the Iceberg catalog sent a malformed table load") from None
+        try:
             location = str(body["metadata-location"])
             metadata = body["metadata"]
             config = {str(k): str(v) for k, v in (body.get("config") or {}).items()}
@@ -140,10 +153,40 @@ class RestClient:
     def _json(self, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
         _, response = self._call(method, path, **kwargs)
         try:
-            body = response.json() if response is not None else {}
+            body = self._decode(response) if response is not None else {}
         except ValueError:
             raise Unavailable("the Iceberg catalog sent malformed JSON") from None
         return body if isinstance(body, dict) else {}
+
+    def _decode(self, response: requests.Response) -> Any:
+        """The JSON body, read within one timeout and :data:`MAX_ANSWER_BYTES`.
+
+        ValueError for JSON that does not parse (or nests too deep to);
+        Unavailable for a body too slow or too large.
+        """
+        deadline = time.monotonic() + self._config.timeout_s
+        body = bytearray()
+        try:
+            # read1: whatever one socket read brings, so the deadline is checked
+            # as bytes trickle in (read(n) would wait for all n of them).
+            while chunk := response.raw.read1(_CHUNK, decode_content=True):
+                body += chunk
+                if len(body) > MAX_ANSWER_BYTES:
+                    raise Unavailable("the Iceberg catalog sent an answer over 64 MiB")
+                if time.monotonic() > deadline:
+                    raise Unavailable(
+                        f"the Iceberg catalog did not answer within {self._config.timeout_ms} ms"
+                    )
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise Unavailable(
+                f"the Iceberg catalog's answer broke off ({type(exc).__name__})"
+            ) from None
+        finally:
+            response.close()
+        try:
+            return json.loads(body)
+        except RecursionError:
+            raise ValueError("nested too deep") from None
 
     def _call(
         self,
@@ -157,14 +200,16 @@ class RestClient:
         failures = self._token.failures
         response = self._send(method, path, token, **kwargs)
         if response.status_code in _REFUSED_TOKEN and self._config.oauth is not None:
+            response.close()
             self._renew(generation, failures=failures)
             _, token = self._bearer()
             response = self._send(method, path, token, **kwargs)
         status = response.status_code
+        if 200 <= status < 300 and status not in allow:
+            return status, response
+        response.close()  # streamed: nothing of it is read
         if status in allow:
             return status, None
-        if 200 <= status < 300:
-            return status, response
         raise CatalogRefused(f"the Iceberg catalog answered {method} with HTTP {status}", status)
 
     def _send(self, method: str, path: str, token: str | None, **kwargs: Any) -> requests.Response:
@@ -178,6 +223,7 @@ class RestClient:
                 headers=headers,
                 timeout=self._timeout,
                 allow_redirects=False,
+                stream=True,  # the body is read by _decode, bounded
                 **kwargs,
             )
         except requests.Timeout:
@@ -266,7 +312,7 @@ class RestClient:
         url = oauth.server_uri or self._config.endpoint + "/v1/oauth/tokens"
         try:
             response = self._session.post(
-                url, data=form, timeout=self._timeout, allow_redirects=False
+                url, data=form, timeout=self._timeout, allow_redirects=False, stream=True
             )
         except requests.Timeout:
             raise Unavailable(
@@ -277,11 +323,12 @@ class RestClient:
                 f"the Iceberg token endpoint is unreachable ({type(exc).__name__})"
             ) from None
         if response.status_code != 200:
+            response.close()
             raise CatalogRefused(
                 f"the Iceberg token endpoint answered HTTP {response.status_code}",
                 response.status_code,
             )
         try:
-            return str(response.json()["access_token"])
+            return str(self._decode(response)["access_token"])
         except (ValueError, KeyError, TypeError):
             raise Unavailable("the Iceberg token endpoint sent a malformed answer") from None

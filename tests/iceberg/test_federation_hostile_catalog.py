@@ -1,0 +1,136 @@
+"""A hostile REST catalog cannot hold a planner past the timeout or fill its memory.
+
+A tiny threaded HTTP server impersonates the catalog: the config handshake and
+namespace checks answer normally, table loads answer as each test scripts
+them (a body dripped a byte at a time, an endless body, JSON nested past
+Python's recursion limit). Each must fail with ``Unavailable`` (a catalog
+fault, never the caller's) within about one ``LAKE_ICEBERG_REST_TIMEOUT_MS``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from lake_core.errors import Unavailable
+from lake_iceberg.federation import FederationConfig, IcebergFederation
+
+pytestmark = [pytest.mark.iceberg]
+
+Answer = Callable[[BaseHTTPRequestHandler], None]
+
+
+class _Catalog(ThreadingHTTPServer):
+    daemon_threads = True
+    answer: Answer
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Catalog
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_HEAD(self) -> None:  # namespace checks
+        self.send_response(200)
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        if self.path.startswith("/v1/config"):
+            self._send(b"{}")
+        else:
+            with contextlib.suppress(OSError):  # the client gave up, as it should
+                self.server.answer(self)
+
+    def _send(self, body: bytes) -> None:
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+@pytest.fixture
+def hostile() -> Iterator[_Catalog]:
+    server = _Catalog(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def _federation(server: _Catalog) -> IcebergFederation:
+    config = FederationConfig.from_env(
+        {
+            "LAKE_ICEBERG_REST_ENDPOINT": f"http://127.0.0.1:{server.server_address[1]}",
+            "LAKE_ICEBERG_WAREHOUSE": "s3://wh/",
+            "LAKE_ICEBERG_NAMESPACES": "ns",
+            "LAKE_ICEBERG_REST_TIMEOUT_MS": "1000",
+        }
+    )
+    assert config is not None
+    federation = IcebergFederation(config)
+    federation.start()
+    return federation
+
+
+def _drip(length: int | None) -> Answer:
+    def answer(handler: BaseHTTPRequestHandler) -> None:
+        handler.send_response(200)
+        handler.send_header("Content-Type", "application/json")
+        if length is None:
+            handler.send_header("Transfer-Encoding", "chunked")
+        else:
+            handler.send_header("Content-Length", str(length))
+        handler.end_headers()
+        for _ in range(120):  # a byte every 0.25 s: each read is well within the timeout
+            handler.wfile.write(b"1\r\n \r\n" if length is None else b" ")
+            handler.wfile.flush()
+            time.sleep(0.25)
+
+    return answer
+
+
+def _endless(handler: BaseHTTPRequestHandler) -> None:
+    handler.send_response(200)
+    handler.send_header("Content-Type", "application/json")
+    handler.end_headers()  # no length: the body ends when the connection does
+    handler.wfile.write(b'{"metadata-location": "s3://wh/m.json", "metadata": {"x": "')
+    chunk = b"A" * (1 << 20)
+    for _ in range(2048):  # 2 GiB, as fast as the client reads
+        handler.wfile.write(chunk)
+
+
+@pytest.mark.parametrize(
+    "answer", [_drip(120), _drip(None), _endless], ids=["drip-length", "drip-chunked", "endless"]
+)
+def test_a_slow_or_endless_table_load_is_unavailable_within_the_timeout(
+    hostile: _Catalog, answer: Answer
+) -> None:
+    hostile.answer = answer
+    federation = _federation(hostile)
+    try:
+        started = time.monotonic()
+        with pytest.raises(Unavailable):
+            federation.plan("ns", "t")
+        assert time.monotonic() - started < 5  # about one timeout, not the whole answer
+    finally:
+        federation.close()
+
+
+def test_json_nested_past_the_recursion_limit_is_a_malformed_load(hostile: _Catalog) -> None:
+    hostile.answer = lambda handler: _Handler._send(handler, b"[" * 100_000 + b"]" * 100_000)  # type: ignore[arg-type]
+    federation = _federation(hostile)
+    try:
+        with pytest.raises(Unavailable, match="malformed"):
+            federation.plan("ns", "t")
+    finally:
+        federation.close()
