@@ -1,15 +1,18 @@
-"""A hostile REST catalog cannot hold a planner past the timeout or fill its memory.
+"""A hostile REST catalog cannot hold a planner, fill its memory or pass for the caller.
 
 A tiny threaded HTTP server impersonates the catalog: the config handshake and
 namespace checks answer normally, table loads answer as each test scripts
 them (a body dripped a byte at a time, an endless body, JSON nested past
-Python's recursion limit). Each must fail with ``Unavailable`` (a catalog
-fault, never the caller's) within about one ``LAKE_ICEBERG_REST_TIMEOUT_MS``.
+Python's recursion limit, metadata pyiceberg refuses or that names a
+current snapshot it does not list). Each must fail with ``Unavailable`` (a
+catalog fault, never the caller's) within about one
+``LAKE_ICEBERG_REST_TIMEOUT_MS``, without quoting the document.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -132,5 +135,73 @@ def test_json_nested_past_the_recursion_limit_is_a_malformed_load(hostile: _Cata
     try:
         with pytest.raises(Unavailable, match="malformed"):
             federation.plan("ns", "t")
+    finally:
+        federation.close()
+
+
+def _metadata(**changes: object) -> dict[str, object]:
+    """A minimal, valid v2 table metadata document with ``changes`` applied (None: removed)."""
+    metadata: dict[str, object] = {
+        "format-version": 2,
+        "table-uuid": "9c12d441-03fe-4693-9a96-a0705ddf69c1",
+        "location": "s3://wh/ns/t",
+        "last-sequence-number": 0,
+        "last-updated-ms": 1,
+        "last-column-id": 1,
+        "current-schema-id": 0,
+        "schemas": [
+            {
+                "type": "struct",
+                "schema-id": 0,
+                "fields": [{"id": 1, "name": "x", "required": False, "type": "long"}],
+            }
+        ],
+        "default-spec-id": 0,
+        "partition-specs": [{"spec-id": 0, "fields": []}],
+        "last-partition-id": 999,
+        "default-sort-order-id": 0,
+        "sort-orders": [{"order-id": 0, "fields": []}],
+        "properties": {"owner-secret": "do-not-echo"},
+        "snapshots": [],
+    }
+    for key, value in changes.items():
+        if value is None:
+            metadata.pop(key, None)
+        else:
+            metadata[key] = value
+    return metadata
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"format-version": 9},
+        {"format-version": None},
+        {"current-schema-id": 77},
+        {"current-snapshot-id": 12345},
+    ],
+    ids=["unknown-format", "no-format", "unlisted-schema", "unlisted-snapshot"],
+)
+def test_inconsistent_metadata_is_the_catalogs_fault(
+    hostile: _Catalog, changes: dict[str, object]
+) -> None:
+    document = {"metadata-location": "s3://wh/ns/t/m.json", "metadata": _metadata(**changes)}
+    body = json.dumps(document).encode()
+    hostile.answer = lambda handler: _Handler._send(handler, body)  # type: ignore[arg-type]
+    federation = _federation(hostile)
+    try:
+        with pytest.raises(Unavailable, match="unreadable metadata") as caught:
+            federation.plan("ns", "t")
+        assert "do-not-echo" not in str(caught.value)
+    finally:
+        federation.close()
+
+
+def test_the_minimal_document_itself_plans(hostile: _Catalog) -> None:
+    body = json.dumps({"metadata-location": "s3://wh/m.json", "metadata": _metadata()}).encode()
+    hostile.answer = lambda handler: _Handler._send(handler, body)  # type: ignore[arg-type]
+    federation = _federation(hostile)
+    try:
+        assert federation.plan("ns", "t").snapshot_id is None
     finally:
         federation.close()

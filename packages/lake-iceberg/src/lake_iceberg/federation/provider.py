@@ -22,6 +22,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import pyarrow as pa
+from pyiceberg.exceptions import ValidationError
 from pyiceberg.io.pyarrow import schema_to_pyarrow
 from pyiceberg.table.metadata import TableMetadata, TableMetadataUtil
 
@@ -190,14 +191,19 @@ class IcebergFederation:
         loaded = self.rest.load_table(namespace, table)
         if loaded is None:
             return None
+        unreadable = Unavailable(
+            f"the Iceberg catalog sent unreadable metadata for {CATALOG}.{namespace}.{table}"
+        )
         try:
             metadata: TableMetadata = TableMetadataUtil.parse_obj(dict(loaded.metadata))
-        except (ValueError, TypeError):
-            raise Unavailable(
-                f"the Iceberg catalog sent unreadable metadata for {CATALOG}.{namespace}.{table}"
-            ) from None
+        except (ValueError, TypeError, ValidationError):
+            # pyiceberg's own ValidationError (an unknown format version, a current
+            # schema it does not list) is no ValueError, and may quote the document.
+            raise unreadable from None
         if not pin:
             snapshot_id = metadata.current_snapshot_id
+            if snapshot_id is not None and metadata.snapshot_by_id(snapshot_id) is None:
+                raise unreadable  # a current snapshot the metadata does not list
         elif snapshot_id is not None and metadata.snapshot_by_id(snapshot_id) is None:
             raise VersionReclaimed(
                 f"{CATALOG}.{namespace}.{table} snapshot {snapshot_id} is no longer retained "
