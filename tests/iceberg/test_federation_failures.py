@@ -7,7 +7,9 @@ GetFlightInfo and DoGet:
 
 - a data file of the pinned snapshot deleted: DataCorrupted (DATA_LOSS),
   naming table and snapshot, no bucket, key or URL;
-- S3 answering 503 to everything: Unavailable (retryable).
+- S3 answering 503 to everything: Unavailable (retryable);
+- the snapshot's manifest list damaged at rest (undecodable Avro):
+  DataCorrupted, like a missing one.
 
 Both for a plain projection (read by the plug-in's own pyarrow reader) and
 for a statement DataFusion runs over iceberg-rust's scan.
@@ -137,3 +139,22 @@ def test_a_plain_scan_reads_pyiceberg_rows_through_the_proxy(faulty: Faulty) -> 
         got = sdk.query_table(PATHS["direct"].format(table="plain"))
     assert got.sort_by("episode_id").to_pylist() == expected.to_pylist()
     assert faulty.proxy.total > before  # the data files were read with Query's own S3 access
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_a_garbled_manifest_list_is_data_corrupted(faulty: Faulty, path: str) -> None:
+    name = f"garbled_{path}"
+    table = write_episodes(faulty.server.catalog(), NAMESPACE, name)
+    snapshot = table.metadata.current_snapshot_id
+    sql = PATHS[path].format(table=name)
+    try:
+        with faulty.flight() as client:
+            info = client.get_flight_info(_descriptor(sql))
+            faulty.proxy.fault_paths = "/snap-"  # pyiceberg's manifest lists
+            faulty.proxy.fault = "garble"
+            message = _doget_error(client, info)
+    finally:
+        faulty.proxy.fault = faulty.proxy.fault_paths = None
+    assert "DATA_LOSS" in message.upper().replace(" ", "_"), message
+    assert f"iceberg.{NAMESPACE}.{name} snapshot {snapshot}" in message, message
+    assert not any(leak in message for leak in faulty.leaks()), message

@@ -13,7 +13,9 @@ rewrite the upstream's real response:
 - ``"stall"``: the connection is accepted and the request read, but no
   answer ever comes (a silent store);
 - ``"stall_body"``: the upstream's status and headers, then the first few
-  bytes of the body, then silence.
+  bytes of the body, then silence;
+- ``"garble"``: a GET's body keeps its length but its second half becomes
+  0xFF bytes (an object damaged at rest).
 
 ``fault_paths``: when set, the fault hits only requests whose path contains
 it (``".parquet"``: data files only); every other request is forwarded.
@@ -128,6 +130,9 @@ class S3Proxy:
             if request.method == "HEAD":
                 out_headers["Content-Length"] = upstream.headers.get("Content-Length", "0")
                 return web.Response(status=status, headers=out_headers)
+            if fault == "garble":
+                half = len(payload) // 2
+                payload = payload[:half] + b"\xff" * (len(payload) - half)
             if fault == "stall_body" and len(payload) > 1:
                 return await self._stall_body(request, status, out_headers, payload)
             return web.Response(status=status, body=payload, headers=out_headers)

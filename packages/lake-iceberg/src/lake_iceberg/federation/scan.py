@@ -81,6 +81,9 @@ __all__ = ["PinFiles", "PinnedSnapshot"]
 PIN_DIRECTORIES = 512
 #: Most existence checks one failed scan may make (all at once).
 PROBE_LIMIT = 8
+#: What pyiceberg's Avro readers raise for a truncated or garbled manifest (list):
+#: short reads, negative lengths, bad UTF-8 or magic. Never the caller's mistake.
+_UNDECODABLE = (EOFError, ValueError, SystemError, IndexError, OverflowError)
 #: How long a probe and a direct read wait on storage, unless configured.
 DEFAULT_STORAGE_TIMEOUT_S = 10.0
 
@@ -327,6 +330,8 @@ class PinnedSnapshot:
             raise self.corrupted() from None
         except OSError:
             raise self.unreachable() from None
+        except _UNDECODABLE:  # a manifest (list) that is truncated or garbled
+            raise self.corrupted() from None
         specs = self.metadata.specs()
         if any(
             manifest.content != ManifestContent.DATA
@@ -361,6 +366,8 @@ class PinnedSnapshot:
             raise self.corrupted() from None
         except OSError:
             raise self.unreachable() from None
+        except _UNDECODABLE:  # a manifest (list) that is truncated or garbled
+            raise self.corrupted() from None
 
     def scan_failure(self, error: BaseException) -> LakeError | None:
         """The storage fault behind a failed scan of this snapshot, or None if storage is whole.
@@ -461,6 +468,8 @@ class PinnedSnapshot:
             raise self.corrupted() from None
         except OSError:
             raise self.unreachable() from None
+        except _UNDECODABLE:  # a manifest (list) that is truncated or garbled
+            raise self.corrupted() from None
         return found
 
     def _io(self) -> FileIO:
@@ -482,5 +491,7 @@ class PinnedSnapshot:
             raise self.corrupted() from None
         except OSError:
             raise self.unreachable() from None
+        except _UNDECODABLE:  # a manifest (list) that is truncated or garbled
+            raise self.corrupted() from None
         self._scanned = tasks
         return tasks
