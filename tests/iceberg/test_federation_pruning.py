@@ -22,8 +22,10 @@ from datafusion import SessionContext
 from datafusion.catalog import Table
 from datafusion.expr import Filter, TableScan
 from pyiceberg.io import load_file_io
+from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import DataScan
+from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import BooleanType, DoubleType, IntegerType, LongType, NestedField, StringType
 
 from lake_core.principal import DEV_PRINCIPAL
@@ -212,3 +214,30 @@ def test_plain_projections_read_directly_agree_with_iceberg_rust(
     assert got.schema == expected.schema
     assert got.num_rows == FILES * 40
     assert _multiset(got) == _multiset(expected)
+
+
+def test_a_filter_over_a_null_identity_partition_is_answered_unpruned(
+    iceberg_server: SeaweedIceberg, federation: IcebergFederation
+) -> None:
+    """pyiceberg cannot evaluate ``name <= 'alpha'`` against a NULL partition value
+    (a TypeError); Lake then scans unpruned instead of failing the statement."""
+    spec = PartitionSpec(PartitionField(3, 1000, IdentityTransform(), "name"))
+    table = iceberg_server.catalog().create_table(
+        (NAMESPACE, "nullpart"), SCHEMA, partition_spec=spec
+    )
+    table.append(pa.Table.from_pylist(_rows(0), schema=SCHEMA.as_arrow()))  # NULL names included
+    planner = Planner(lambda ref: None, external=[federation])
+    where = "NOT (name <= 'alpha' AND id < 5)"
+    planned = planner.plan(
+        f"SELECT id FROM iceberg.{NAMESPACE}.nullpart WHERE {where}", DEV_PRINCIPAL
+    )
+    got = sorted(
+        r["id"] for b in planner.execute(planned.spec, DEV_PRINCIPAL) for r in b.to_pylist()
+    )
+    expected = sorted(
+        r["id"]
+        for r in _rows(0)
+        if (r["name"] is not None and not (r["name"] <= "alpha" and r["id"] < 5))
+        or (r["name"] is None and r["id"] >= 5)
+    )
+    assert got == expected

@@ -229,7 +229,12 @@ class PinnedSnapshot:
     ) -> str | None:
         """A local manifest list of the data files that may match; None to scan unpruned."""
         assert self.snapshot_id is not None
-        tasks = self._tasks(row_filter)
+        try:
+            tasks = self._tasks(row_filter)
+        except TypeError:
+            # pyiceberg's evaluators compare the literal with a NULL partition value
+            # (an identity partition of NULL rows) and fail: prune nothing instead.
+            return None
         if any(task.delete_files for task in tasks):
             return None  # deletes need their sequence numbers: keep the original manifests
         by_spec: dict[int, list[DataFile]] = {}
