@@ -121,6 +121,31 @@ def test_get_refuses_what_is_not_one_verified_object(cluster: LakeCluster, tmp_p
     assert list(tmp_path.iterdir()) == [clip]  # nothing written, no partial file left
 
 
+def test_get_refuses_an_out_it_cannot_write_on_one_line(
+    cluster: LakeCluster, tmp_path: Path
+) -> None:
+    """An OUT in a missing or read-only directory, or naming no file: one line, no traceback."""
+    clip = tmp_path / "clip.bin"
+    clip.write_bytes(b"\x02" * 100)
+    location = json.dumps(put(cluster, clip))
+    for out, expected in [
+        (str(tmp_path / "missing" / "o"), "does not exist"),
+        ("", "names no file"),
+        ("/proc/o", "Could not open file"),
+    ]:
+        result = subprocess.run(
+            [*LAKE, "files", "get", location, out, "--addr", cluster.query.url],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert result.returncode in (1, 2), result.stderr
+        assert "Traceback" not in result.stderr, result.stderr
+        assert expected in result.stderr, result.stderr
+    assert list(tmp_path.iterdir()) == [clip]
+
+
 def test_a_failed_command_prints_one_line(cluster: LakeCluster, tmp_path: Path) -> None:
     out = subprocess.run(
         [*LAKE, "files", "get", '{"uri": 1}', str(tmp_path / "o"), "--addr", cluster.query.url],

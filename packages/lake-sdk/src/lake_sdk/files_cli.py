@@ -132,6 +132,8 @@ def get(source: str, out: str, addr: str, progress: bool | None) -> None:
     selects exactly one row with exactly one FILE column. OUT is written only
     once the object's size and SHA-256 are proven.
     """
+    if out != "-":
+        _check_out(out)
     with Client(query_url(addr), connect_timeout=30) as client:
         location = location_of(client, source)
         with client.open(location) as reader, TaskBars(enabled=progress) as bars:
@@ -153,11 +155,32 @@ def get(source: str, out: str, addr: str, progress: bool | None) -> None:
     click.echo(f"{out}: {location.size_bytes} bytes, sha256 {location.sha256}", err=True)
 
 
+def _check_out(out: str) -> None:
+    """Refuse an OUT that cannot be written before any byte is fetched.
+
+    The download goes to a temporary file beside OUT, so OUT must name a file
+    in an existing directory; otherwise the error is the caller's, on one line.
+    """
+    path = Path(out)
+    if not out or not path.name or path.name in (".", ".."):
+        raise click.BadParameter(f"{out!r} names no file", param_hint="'OUT'")
+    if not path.parent.is_dir():
+        raise click.BadParameter(f"directory '{path.parent}' does not exist", param_hint="'OUT'")
+
+
+def _create(temporary: Path, path: Path) -> Any:
+    """Open the temporary file; a directory that refuses it is a one-line error about OUT."""
+    try:
+        return open(temporary, "xb")
+    except OSError as exc:
+        raise click.FileError(str(path), hint=exc.strerror or str(exc)) from None
+
+
 def _download(reader: Any, path: Path, location: DataLocation, moved: Any) -> None:
     """Write ``reader`` beside ``path``, then rename it over ``path`` once EOF verified it."""
     temporary = path.with_name(f".{path.name}.{secrets.token_hex(6)}.partial")
     try:
-        with open(temporary, "xb") as sink:
+        with _create(temporary, path) as sink:
             done = 0
             for chunk in reader:  # EOF raises if size or SHA-256 differ
                 sink.write(chunk)
