@@ -41,7 +41,13 @@ from lake_core import protocol
 from lake_core.auth import Secret
 from lake_core.endpoints import SCHEMES as ENDPOINT_SCHEMES
 from lake_core.endpoints import parse_endpoint
-from lake_core.errors import InvalidArgument, LakeError, Unavailable, Unimplemented
+from lake_core.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    LakeError,
+    Unavailable,
+    Unimplemented,
+)
 from lake_core.min_versions import MIN_VERSIONS_HEADER, format_min_versions
 from lake_core.names import TableRef
 from lake_core.telemetry.propagation import client_span, trace_headers
@@ -185,7 +191,10 @@ class ConnectOptions:
             kwargs["override_hostname"] = self.server_name
         if self.bearer_token is not None:
             middleware.append(_BearerFactory(self.bearer_token))
-        return flight.FlightClient(location, **kwargs)
+        try:
+            return flight.FlightClient(location, **kwargs)
+        except pa.ArrowInvalid as exc:  # e.g. grpc://host:port:junk
+            raise InvalidArgument(f"Lake endpoint {url!r} is not a valid address: {exc}") from None
 
 
 class CommittedVersions:
@@ -301,6 +310,7 @@ class Connection(Transport):
 
     async def call(self, fn: Callable[..., T], *args: Any) -> T:
         """``fn(*args)`` on a worker thread; a pyarrow failure becomes its Lake error."""
+        self._check_open()
         with calling() as trailers:
             try:
                 return await asyncio.to_thread(fn, *args)
@@ -309,6 +319,15 @@ class Connection(Transport):
         if isinstance(error, Unimplemented):
             error = await self._wrong_service(error)
         raise error from None
+
+    def _check_open(self) -> None:
+        """Refuse a call after :meth:`close` as the caller's state, not as a bad argument.
+
+        pyarrow's own "FlightClient is closed" is an ArrowInvalid, which would
+        reach the caller as InvalidArgument.
+        """
+        if self._closed:
+            raise FailedPrecondition(f"the client of {self.url} is closed: make a new client")
 
     async def _wrong_service(self, error: Unimplemented) -> LakeError:
         """``error``, or one naming the service reached when this is not Query.
@@ -390,10 +409,12 @@ class Connection(Transport):
 
         Run it inside :func:`~lake_sdk._errors.calling` to map its failures.
         """
+        self._check_open()
         return self._client.do_get(ticket)
 
     async def stream(self, ticket: flight.Ticket) -> tuple[flight.FlightStreamReader, Trailers]:
         """A DoGet stream and the trailer sink its later failures fill."""
+        self._check_open()
         with (
             calling() as trailers,
             client_span(_FLIGHT + "DoGet", {**_DB, "db.operation.name": "fetch"}),
@@ -411,6 +432,7 @@ class Connection(Transport):
         batches: Sequence[pa.RecordBatch],
     ) -> protocol.AppendResult:
         """One DoPut; a failure is a Lake error whose outcome a codeless failure leaves unknown."""
+        self._check_open()
         with (
             calling() as trailers,
             client_span(_FLIGHT + "DoPut", {**_DB, "db.operation.name": "append"}),
@@ -434,6 +456,7 @@ class Connection(Transport):
         self, descriptor: flight.FlightDescriptor, reader: pa.RecordBatchReader
     ) -> protocol.IngestResult:
         """One bulk-ingest DoPut streaming ``reader`` (:mod:`lake_sdk._ingest`)."""
+        self._check_open()
         with (
             calling() as trailers,
             client_span(_FLIGHT + "DoPut", {**_DB, "db.operation.name": "ingest"}),

@@ -1,0 +1,70 @@
+"""A client used after ``close()`` or built from a malformed URL: typed lake_sdk errors.
+
+Against a real ``lake meta`` and ``lake query``. Use after close is the
+caller's state (FailedPrecondition), not a bad argument; a URL pyarrow cannot
+parse is InvalidArgument, not a raw ``pyarrow.lib.ArrowInvalid``. A refused
+append leaves the table as it was (checked through a fresh client).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+import lake_sdk
+from lake_core.config import MANAGED_OBJECT_ROOT, QUERY_TICKET_KEYS_FILE
+from lake_sdk.errors import FailedPrecondition, InvalidArgument
+from tools.lake_testing.plugin import LakeCluster, write_ticket_keys
+from tools.lake_testing.servers import start_meta
+
+RUNS = pa.schema([("run_id", pa.int64()), ("robot", pa.utf8())])
+ROWS = pa.table({"run_id": [1], "robot": ["r1"]}, schema=RUNS)
+INSERT = "INSERT INTO misuse.runs (run_id, robot) VALUES (?, ?)"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeCluster]:
+    root = tmp_path_factory.mktemp("client-misuse")
+    env = {
+        QUERY_TICKET_KEYS_FILE: str(write_ticket_keys(root / "ticket-keys.json")),
+        MANAGED_OBJECT_ROOT: str(root / "data" / "objects"),
+    }
+    lake_cluster = LakeCluster(root=root, meta=start_meta(root / "data", root, env=env), env=env)
+    try:
+        lake_cluster.add_query()
+        with lake_sdk.Client(lake_cluster.query.url) as client:
+            client.create_table("misuse.runs", RUNS)
+        yield lake_cluster
+    finally:
+        lake_cluster.stop()
+
+
+CALLS: dict[str, Callable[[lake_sdk.Client], Any]] = {
+    "query_table": lambda c: c.query_table("SELECT 1 AS x"),
+    "scan": lambda c: list(c.scan("SELECT 1 AS x")),
+    "list_tables": lambda c: c.list_tables(),
+    "append_batches": lambda c: c.append_batches("misuse.runs", ROWS.to_batches()),
+    "ingest": lambda c: c.ingest("misuse.runs", ROWS),
+    "insert": lambda c: c.insert(INSERT, [2, "r2"]),
+}
+
+
+@pytest.mark.parametrize("call", sorted(CALLS))
+def test_a_closed_client_refuses_every_call_as_failed_precondition(
+    cluster: LakeCluster, call: str
+) -> None:
+    client = lake_sdk.Client(cluster.query.url)
+    client.close()
+    with pytest.raises(FailedPrecondition, match="is closed"):
+        CALLS[call](client)
+    with lake_sdk.Client(cluster.query.url) as fresh:
+        assert fresh.query_table("SELECT count(*) AS n FROM misuse.runs")["n"][0].as_py() == 0
+
+
+@pytest.mark.parametrize("url", ["grpc://127.0.0.1:1:2", "http://x:y:z"])
+def test_a_malformed_url_is_invalid_argument(url: str) -> None:
+    with pytest.raises(InvalidArgument, match="not a valid address"):
+        lake_sdk.Client(url)
