@@ -16,7 +16,7 @@ import pytest
 
 import lake_sdk
 from lake_core.config import MANAGED_OBJECT_ROOT, QUERY_TICKET_KEYS_FILE
-from lake_sdk.errors import FailedPrecondition, InvalidArgument
+from lake_sdk.errors import FailedPrecondition, InvalidAppend, InvalidArgument
 from tools.lake_testing.plugin import LakeCluster, write_ticket_keys
 from tools.lake_testing.servers import start_meta
 
@@ -68,3 +68,14 @@ def test_a_closed_client_refuses_every_call_as_failed_precondition(
 def test_a_malformed_url_is_invalid_argument(url: str) -> None:
     with pytest.raises(InvalidArgument, match="not a valid address"):
         lake_sdk.Client(url)
+
+
+@pytest.mark.parametrize("batches", [None, 5, "abc", ROWS.to_batches()[0]])
+def test_append_batches_refuses_what_is_not_batches_by_name(
+    cluster: LakeCluster, batches: Any
+) -> None:
+    """None or an int was a bare TypeError; a lone RecordBatch blamed its first column."""
+    with lake_sdk.Client(cluster.query.url) as client:
+        with pytest.raises(InvalidAppend, match="iterable of pyarrow"):
+            client.append_batches("misuse.runs", batches)
+        assert client.query_table("SELECT count(*) AS n FROM misuse.runs")["n"][0].as_py() == 0

@@ -10,7 +10,8 @@ and removed once its outcome is conclusive.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.flight as flight
@@ -66,6 +67,22 @@ def is_conclusive(error: LakeError) -> bool:
         | StaleReadVersion
         | Unimplemented,
     )
+
+
+def batch_list(batches: Any) -> list[Any]:
+    """``batches`` (an iterable of RecordBatches, or a Table) as a list, or InvalidAppend.
+
+    A lone RecordBatch is refused by name: iterating it would yield its
+    columns, and the error would then blame "batch 0" for being an array.
+    """
+    if isinstance(batches, pa.Table):
+        return list(batches.to_batches())
+    if isinstance(batches, pa.RecordBatch | str | bytes) or not isinstance(batches, Iterable):
+        raise InvalidAppend(
+            "batches must be an iterable of pyarrow.RecordBatch or a pyarrow.Table, "
+            f"not {type(batches).__name__}"
+        )
+    return list(batches)
 
 
 def validate_append(

@@ -34,7 +34,7 @@ from lake_objects.progress import ProgressCallback
 from lake_objects.reader import ObjectReader as AsyncObjectReader
 from lake_objects.s3 import DEFAULT_UPLOAD_CONCURRENCY
 from lake_objects.store import ManagedObjectStore
-from lake_sdk._appends import DEFAULT_APPEND_RETRIES, Appender, validate_append
+from lake_sdk._appends import DEFAULT_APPEND_RETRIES, Appender, batch_list, validate_append
 from lake_sdk._block_cache import (
     DEFAULT_BLOCK_SIZE,
     DEFAULT_CACHE_BYTES,
@@ -383,7 +383,7 @@ class AsyncClient:
         the append commits at most once.
         """
         ref = _ref(table)
-        items = batches.to_batches() if isinstance(batches, pa.Table) else list(batches)
+        items = batch_list(batches)
         schema = await self.table_schema(ref)
         items = validate_append(ref, schema, items)
         return await self._state.appender.append(
