@@ -233,20 +233,38 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _made_dir(value: str) -> Path:
+    """``--data-dir``, created if missing; refused on one line if it cannot be.
+
+    An empty value would resolve to the current directory and spread a whole
+    Lake data directory over it, so it is refused rather than taken as ".".
+    """
+    if not value:
+        raise click.BadParameter("must name a directory", param_hint="'--data-dir'")
+    path = Path(value)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise click.BadParameter(
+            f"cannot create {value!r}: {exc.strerror or exc}", param_hint="'--data-dir'"
+        ) from None
+    return path.resolve()
+
+
 @click.command()
 @click.option(
     "--data-dir",
-    type=click.Path(path_type=Path),
+    type=click.Path(file_okay=False),
+    metavar="PATH",
     default=None,
     help="Keep the demo's data here (default: a temporary directory).",
 )
-def demo(data_dir: Path | None) -> None:
+def demo(data_dir: str | None) -> None:
     """Run a local Lake on loopback: create, append, commit, query."""
     # SIGTERM unwinds like Ctrl-C, so the servers the demo started are stopped too.
     signal.signal(signal.SIGTERM, _interrupt)
     if data_dir is not None:
-        data_dir.mkdir(parents=True, exist_ok=True)
-        asyncio.run(_run(data_dir.resolve()))
+        asyncio.run(_run(_made_dir(data_dir)))
         return
     with tempfile.TemporaryDirectory(prefix="lake-demo-") as tmp:
         asyncio.run(_run(Path(tmp)))
