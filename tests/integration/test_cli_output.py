@@ -183,6 +183,21 @@ def test_lake_sql_reads_files_stdin_and_leading_comments(
     assert "No such option '--outptu'" in typo.output
 
 
+def test_lake_sql_refuses_a_file_that_is_not_utf8_on_one_line(tmp_path: Path) -> None:
+    """-f with a binary file was a UnicodeDecodeError traceback (exit 1)."""
+    binary = tmp_path / "clip.bin"
+    binary.write_bytes(b"SEL\xdf\xff\x00ECT")
+    done = subprocess.run(
+        [*LAKE, "sql", "-f", str(binary), "--addr", "grpc://127.0.0.1:1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "is not UTF-8 text" in done.stderr, done.stderr
+
+
 def test_lake_sql_as_of_reads_an_older_version(shots: LakeCluster) -> None:
     sql = "SELECT count(*) AS n FROM lake.robots.shots"
     url = ["--addr", shots.query.url, "-o", "json"]

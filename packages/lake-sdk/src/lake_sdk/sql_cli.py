@@ -140,10 +140,21 @@ def read_statement(statement: str | None, file: TextIO | None) -> str:
     """The statement from the argument or from ``-f FILE`` / ``-f -`` (exactly one of them)."""
     if (statement is None) == (file is None):
         raise click.UsageError("give the SQL either as STATEMENT or with -f FILE (-f - for stdin)")
-    text = statement if statement is not None else file.read()  # type: ignore[union-attr]
+    text = statement if statement is not None else _read_text(file)  # type: ignore[arg-type]
     if not text.strip():
         raise click.UsageError("the SQL statement is empty")
     return text
+
+
+def _read_text(file: TextIO) -> str:
+    """``file``'s text; bytes that are not UTF-8 (a binary file given by mistake) are a usage error."""
+    try:
+        return file.read()
+    except UnicodeDecodeError as exc:
+        raise click.BadParameter(
+            f"{getattr(file, 'name', 'the file')} is not UTF-8 text (byte {exc.start})",
+            param_hint="'--file' / '-f'",
+        ) from None
 
 
 @click.command(cls=_StatementCommand)
