@@ -16,7 +16,13 @@ from pydantic import BaseModel
 from lake_core import protocol
 from lake_core.auth import ON_BEHALF_OF_HEADER, Secret, encode_on_behalf_of
 from lake_core.endpoints import parse_endpoint
-from lake_core.errors import WANTS_CODES, LakeError, error_from_wire, wire_code
+from lake_core.errors import (
+    WANTS_CODES,
+    InvalidArgument,
+    LakeError,
+    error_from_wire,
+    wire_code,
+)
 from lake_core.flight.encoding import encode_stream
 from lake_core.names import TableRef
 from lake_core.principal import Principal
@@ -34,7 +40,20 @@ DO_PUT = "/arrow.flight.protocol.FlightService/DoPut"
 
 def _target(addr: str) -> tuple[str, bool]:
     endpoint = parse_endpoint(addr)
-    return (addr, False) if endpoint is None else (endpoint.target, endpoint.tls)
+    target, tls = (addr, False) if endpoint is None else (endpoint.target, endpoint.tls)
+    _check_port(addr, target)
+    return target, tls
+
+
+def _check_port(addr: str, target: str) -> None:
+    """Refuse a numeric port outside 1..65535.
+
+    gRPC takes it modulo 65536 (127.0.0.1:99999 dials port 34463): the
+    client would wait for, or talk to, a server nobody named.
+    """
+    port = target.rpartition(":")[2]
+    if port.isdigit() and not 0 < int(port) <= 65535:
+        raise InvalidArgument(f"Metasrv address {addr!r}: port {port} is not in 1..65535")
 
 
 class MetaClient:
