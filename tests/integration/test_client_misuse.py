@@ -15,10 +15,8 @@ import pyarrow as pa
 import pytest
 
 import lake_sdk
-from lake_core.config import MANAGED_OBJECT_ROOT, QUERY_TICKET_KEYS_FILE
 from lake_sdk.errors import FailedPrecondition, InvalidAppend, InvalidArgument
-from tools.lake_testing.plugin import LakeCluster, write_ticket_keys
-from tools.lake_testing.servers import start_meta
+from tools.lake_testing.plugin import LakeCluster, cluster_env
 
 RUNS = pa.schema([("run_id", pa.int64()), ("robot", pa.utf8())])
 ROWS = pa.table({"run_id": [1], "robot": ["r1"]}, schema=RUNS)
@@ -28,13 +26,8 @@ INSERT = "INSERT INTO misuse.runs (run_id, robot) VALUES (?, ?)"
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeCluster]:
     root = tmp_path_factory.mktemp("client-misuse")
-    env = {
-        QUERY_TICKET_KEYS_FILE: str(write_ticket_keys(root / "ticket-keys.json")),
-        MANAGED_OBJECT_ROOT: str(root / "data" / "objects"),
-    }
-    lake_cluster = LakeCluster(root=root, meta=start_meta(root / "data", root, env=env), env=env)
+    lake_cluster = LakeCluster.start(root, cluster_env(root))
     try:
-        lake_cluster.add_query()
         with lake_sdk.Client(lake_cluster.query.url) as client:
             client.create_table("misuse.runs", RUNS)
         yield lake_cluster

@@ -22,12 +22,11 @@ from click.testing import CliRunner
 
 import lake_sdk
 from lake_core.cli import lake
-from lake_core.config import MANAGED_OBJECT_ROOT, NO_PROGRESS, QUERY_TICKET_KEYS_FILE
+from lake_core.config import NO_PROGRESS
 from lake_core.errors import HashMismatch, InvalidArgument, TableNotFound
 from lake_core.filetype import file_field, location_to_row
 from lake_core.models import DataLocation
-from tools.lake_testing.plugin import LakeCluster, write_ticket_keys
-from tools.lake_testing.servers import start_meta
+from tools.lake_testing.plugin import LakeCluster, cluster_env
 
 LAKE = [sys.executable, "-c", "from lake_core.cli import main; main()"]
 CLIPS = pa.schema([("clip_id", pa.int64()), file_field("video")])
@@ -37,13 +36,8 @@ RUNS = pa.schema([("run_id", pa.int64()), ("robot", pa.utf8()), ("score", pa.flo
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LakeCluster]:
     root = tmp_path_factory.mktemp("files-cli")
-    env = {
-        QUERY_TICKET_KEYS_FILE: str(write_ticket_keys(root / "ticket-keys.json")),
-        MANAGED_OBJECT_ROOT: str(root / "data" / "objects"),
-    }
-    lake_cluster = LakeCluster(root=root, meta=start_meta(root / "data", root, env=env), env=env)
+    lake_cluster = LakeCluster.start(root, cluster_env(root))
     try:
-        lake_cluster.add_query()
         with lake_sdk.Client(lake_cluster.query.url) as client:
             client.create_table("cli.clips", CLIPS)
             client.create_table("cli.runs", RUNS)
