@@ -7,12 +7,14 @@ tests/iceberg/test_federation_rest.py.
 
 from __future__ import annotations
 
+import io
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 import requests
+import urllib3
 
 from lake_core.errors import Unavailable
 from lake_iceberg.federation.config import FederationConfig
@@ -31,9 +33,13 @@ class Interrupted(BaseException):
 
 
 def _response(status: int, body: dict[str, Any]) -> requests.Response:
+    """A streamed answer, as requests gives the client (it reads bodies from ``raw``)."""
     response = requests.Response()
     response.status_code = status
-    response._content = requests.compat.json.dumps(body).encode()  # type: ignore[attr-defined]
+    data = requests.compat.json.dumps(body).encode()
+    response.raw = urllib3.response.HTTPResponse(
+        body=io.BytesIO(data), preload_content=False, decode_content=False
+    )
     return response
 
 
