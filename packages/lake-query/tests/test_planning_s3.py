@@ -1,11 +1,15 @@
-"""Query opens S3 tables read-only through the DynamoDB manifest table alone.
+"""Query opens S3 tables read-only, from S3 alone when it can.
 
 No registry access: the descriptor (location, incarnation, engine version)
-plus :class:`~lake_core.cloud.DatasetStorage` is all a replica needs.
+plus :class:`~lake_core.cloud.DatasetStorage` is all a replica needs. A
+registered version's manifest is at its own path in S3, so a DynamoDB outage
+does not stop reads; one a crash left named in DynamoDB alone is opened
+through the manifest table.
 """
 
 from __future__ import annotations
 
+import boto3
 import lance
 import pyarrow as pa
 import pytest
@@ -58,6 +62,32 @@ def test_open_pinned_reads_an_s3_table_through_its_manifest_table(
         open_pinned(T, pinned.model_copy(update={"engine_version": 99}), storage)
     with pytest.raises(VersionReclaimed):  # dropped and recreated: another incarnation
         open_pinned(T, pinned.model_copy(update={"incarnation": "inc-8"}), storage)
+
+    # A writer killed after DynamoDB named its staged manifest, before the copy
+    # to the version's own path: only the manifest table knows that version.
+    s3 = s3_server.client()
+    listed = s3.list_objects_v2(Bucket=s3_bucket, Prefix="lake/robots/episodes.lance/_versions/")
+    final = sorted(o["Key"] for o in listed["Contents"])[0]  # the newest (v3): inverted names
+    staged = f"{final}-0b5e7c1e-6a9f-4d7e-9a49-2c1f0d3e5b77"
+    s3.copy_object(Bucket=s3_bucket, Key=staged, CopySource={"Bucket": s3_bucket, "Key": final})
+    s3.delete_object(Bucket=s3_bucket, Key=final)
+    dynamodb = boto3.client(
+        "dynamodb", endpoint_url=dynamodb_server.endpoint, region_name=dynamodb_server.region
+    )
+    dynamodb.update_item(
+        TableName=manifests,
+        Key={"base_uri": {"S": storage.manifest_base_uri(location)}, "version": {"N": "3"}},
+        UpdateExpression="SET #p = :staged",
+        ExpressionAttributeNames={"#p": "path"},
+        ExpressionAttributeValues={":staged": {"S": staged}},
+    )
+    newest = pinned.model_copy(update={"version": 2, "engine_version": 3})
+    assert sorted(open_pinned(T, newest, storage).to_table()["id"].to_pylist()) == [1, 2, 3]
+
+    # DynamoDB down: registered versions still open, from S3 alone.
+    dynamodb_server.stop()
+    assert open_pinned(T, pinned, storage).to_table()["id"].to_pylist() == [1, 2]
+    assert sorted(open_pinned(T, newest, storage).to_table()["id"].to_pylist()) == [1, 2, 3]
 
 
 def test_query_config_validates_table_storage_before_binding() -> None:

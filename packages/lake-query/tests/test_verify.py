@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -29,6 +30,7 @@ from lake_core.integrity import (
 )
 from lake_core.models import TableDescriptor
 from lake_core.names import TableRef
+from lake_query.planning.deadline import MARGIN_S, planning_until, wait_budget
 from lake_query.planning.verify import VERIFY_ON_OPEN, DataFileVerifier, MetaDigests, verify_on_open
 
 TABLE = TableRef("ns", "t")
@@ -253,6 +255,14 @@ class FailingOverMetasrv:
         )
 
 
+async def _cancel_the_rest() -> None:
+    """Cancel and await the calls a test left running (an abandoned digest call)."""
+    rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+    for task in rest:
+        task.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
+
+
 def run_on_loop(meta: object, timeout_s: float, paths: list[str]) -> object:
     loop = asyncio.new_event_loop()
     thread = threading.Thread(target=loop.run_forever, daemon=True)
@@ -260,6 +270,7 @@ def run_on_loop(meta: object, timeout_s: float, paths: list[str]) -> object:
     try:
         return MetaDigests(meta, loop, timeout_s=timeout_s)(TABLE, paths)
     finally:
+        asyncio.run_coroutine_threadsafe(_cancel_the_rest(), loop).result(5)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
@@ -277,3 +288,44 @@ def test_an_outage_longer_than_the_timeout_is_still_unavailable() -> None:
     with pytest.raises(Unavailable):
         run_on_loop(meta, 0.5, ["a"])
     assert 2 <= meta.calls <= 5
+
+
+class SilentMetasrv:
+    """Never answers (a Metasrv whose store hangs)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def action(self, kind: str, request: object, model: type) -> object:
+        self.calls += 1
+        await asyncio.sleep(3600)
+        raise AssertionError("unreachable")
+
+
+def test_a_metasrv_that_never_answers_is_unavailable_not_a_timeout() -> None:
+    # Was a bare TimeoutError, which the client saw as a SQL error.
+    started = time.monotonic()
+    with pytest.raises(Unavailable, match="digests"):
+        run_on_loop(SilentMetasrv(), 0.3, ["a"])
+    assert time.monotonic() - started < 5
+
+
+def test_a_planning_deadline_cuts_the_ride_out_short() -> None:
+    # Riding out an outage for the whole timeout (30 s by default) outlived the
+    # planning deadline: DEADLINE_EXCEEDED ("simplify it") and a lost thread.
+    meta = FailingOverMetasrv({}, outages=1_000)
+    started = time.monotonic()
+    with planning_until(started + 1.0), pytest.raises(Unavailable):
+        run_on_loop(meta, 30.0, ["a"])
+    assert time.monotonic() - started < 1.0
+    assert meta.calls >= 2
+
+
+def test_the_wait_budget_is_unchanged_off_a_planning_thread() -> None:
+    assert wait_budget(30.0) == 30.0
+    with planning_until(time.monotonic() + 10.0):
+        assert 9.0 < wait_budget(30.0) <= 10.0 - MARGIN_S
+        assert wait_budget(2.0) == 2.0
+    with planning_until(time.monotonic() - 1.0):
+        assert wait_budget(30.0) == 0.001
+    assert wait_budget(30.0) == 30.0

@@ -214,6 +214,21 @@ class DatasetStorage:
             return location
         return f"s3+ddb://{location[len('s3://') :]}?ddbTableName={self.manifest_table}"
 
+    def committed_read(self, location: str) -> tuple[str, dict[str, str] | None]:
+        """The URI and options that open a committed version without DynamoDB.
+
+        Lance's DynamoDB store only decides which manifest becomes a version;
+        its commit then copies that manifest to the version's own path in S3
+        before returning. A version Metasrv registered can therefore be read
+        from S3 alone, which a DynamoDB outage does not stop. A manifest
+        whose copy a crash cut short is only named in DynamoDB: open it
+        through :meth:`lance_uri` when this fails.
+        """
+        options = self.storage_options(location)
+        if options is not None:
+            options = {k: v for k, v in options.items() if k != "dynamodb_endpoint"}
+        return location, options
+
     def manifest_base_uri(self, location: str) -> str:
         """The key Lance's DynamoDB manifest store files a dataset under (no bucket)."""
         return split_s3_uri(location)[1].rstrip("/")

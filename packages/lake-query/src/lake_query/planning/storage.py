@@ -4,8 +4,12 @@ Lance reports every failure as a ``ValueError`` whose only distinction is
 its text, so Query never reads that text. After Lance fails, a
 :class:`~lake_core.storage_probe.StorageProbe` asks the store itself, through pyarrow's file
 systems, which answer in types: a file is there or ``FileType.NotFound``,
-and an unreachable store raises ``OSError``. An S3 table also needs its
-DynamoDB manifest table, which :class:`ManifestTableProbe` asks. That
+and an unreachable store raises ``OSError``.
+
+An S3 table's pinned version is opened from S3 alone (Lance copies each
+committed manifest to its version's path), so a DynamoDB outage does not stop
+reads; only a manifest a crash left named in DynamoDB alone is opened through
+it, and :class:`ManifestTableProbe` asks that table when this fails. That
 decides the Lake error:
 
     the store or the manifest table cannot be reached -> Unavailable (retry)
@@ -88,13 +92,22 @@ class DatasetOpener:
                 f"{table.qualified}: table engine {descriptor.engine!r} is not supported"
             )
         storage = self.storage
-        uri = storage.lance_uri(descriptor.location)
+        location = descriptor.location
+        uri = storage.lance_uri(location)
 
         def opener() -> Any:
+            if uri != location:  # S3: the registered version is read from S3 alone
+                committed_uri, options = storage.committed_read(location)
+                try:
+                    return lance.dataset(
+                        committed_uri, version=descriptor.engine_version, storage_options=options
+                    )
+                except (ValueError, OSError):
+                    pass  # reclaimed, unreachable, or its manifest never left DynamoDB
             return lance.dataset(
                 uri,
                 version=descriptor.engine_version,
-                storage_options=storage.storage_options(descriptor.location),
+                storage_options=storage.storage_options(location),
             )
 
         try:

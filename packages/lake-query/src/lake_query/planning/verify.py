@@ -55,6 +55,7 @@ from lake_core.models import TableDescriptor
 from lake_core.names import TableRef
 from lake_core.protocol import TableRequest
 from lake_core.telemetry import series
+from lake_query.planning.deadline import wait_budget
 
 __all__ = [
     "VERIFY_ON_OPEN",
@@ -127,15 +128,23 @@ class MetaDigests:
 
         A Metasrv leader that dies mid-call (or a balancer with no leader behind
         it yet) answers UNAVAILABLE for the seconds a takeover takes; a read must
-        not fail for that, so calls are retried with backoff until ``timeout_s``.
+        not fail for that, so calls are retried with backoff until ``timeout_s``,
+        or until just before the statement's planning deadline.
         """
-        deadline = time.monotonic() + self._timeout_s
+        deadline = time.monotonic() + wait_budget(self._timeout_s)
         backoff = RETRY_BACKOFF_S
         while True:
             call = self._meta.action(DATA_FILE_DIGESTS, request, DataFileDigestsResult)
             remaining = max(deadline - time.monotonic(), 0.001)
+            future = asyncio.run_coroutine_threadsafe(call, self._loop)
             try:
-                return asyncio.run_coroutine_threadsafe(call, self._loop).result(remaining)
+                return future.result(remaining)
+            except TimeoutError:  # concurrent.futures' own, since Python 3.11
+                future.cancel()
+                raise Unavailable(
+                    "Metasrv did not return data-file digests in time to verify the "
+                    "table's files; retry"
+                ) from None
             except Unavailable:
                 if time.monotonic() + backoff >= deadline:
                     raise

@@ -35,6 +35,7 @@ from lake_core import protocol
 from lake_core.errors import InvalidArgument, LakeError, Unimplemented
 from lake_core.models import TableDescriptor
 from lake_core.names import TableRef
+from lake_query.planning.deadline import wait_budget
 from lake_query.planning.versions import TableName
 
 __all__ = ["MARGIN_MS", "NEAR_HEAD", "MetaVersionStarts"]
@@ -103,7 +104,7 @@ class MetaVersionStarts:
         call = self._meta.action(protocol.TABLE_VERSION, request, protocol.TableVersionResult)
         future = asyncio.run_coroutine_threadsafe(call, self._loop)
         try:
-            result: protocol.TableVersionResult = future.result(self._timeout_s)
+            result: protocol.TableVersionResult = future.result(wait_budget(self._timeout_s))
         except (Unimplemented, InvalidArgument):
             log.info("Metasrv names no version to start a walk from; walking from heads")
             self._known = False

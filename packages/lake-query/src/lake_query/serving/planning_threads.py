@@ -39,6 +39,7 @@ from lake_core.config import QUERY_PLANNING_THREADS_PER_TENANT as PLANNING_THREA
 from lake_core.config import QUERY_PLANNING_TIMEOUT_MS as PLANNING_TIMEOUT_MS
 from lake_core.config import env_int
 from lake_core.errors import DeadlineExceeded, ResourceExhausted, Unavailable
+from lake_query.planning.deadline import planning_until
 
 __all__ = [
     "PLANNING_THREADS",
@@ -126,7 +127,8 @@ class PlanningThreads:
             )
         await self._take(tenant, deadline)
         started = time.monotonic()
-        future: Future[T] = self._executor.submit(_planned, fn, *args)
+        ends = started + max(0.0, deadline - loop.time())
+        future: Future[T] = self._executor.submit(_planned, ends, fn, *args)
         wrapped = asyncio.wrap_future(future)
         try:
             result = await asyncio.wait_for(
@@ -233,9 +235,12 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
         future.exception()
 
 
-def _planned(fn: Callable[..., T], *args: Any) -> T:
-    """Run ``fn`` on a planning thread (a test-only fault may make it slow first)."""
+def _planned(ends: float, fn: Callable[..., T], *args: Any) -> T:
+    """Run ``fn`` on a planning thread until ``ends`` (``time.monotonic()``), which
+    its waits see (:mod:`lake_query.planning.deadline`); a test-only fault may
+    make it slow first."""
     delay_ms = faults.setting(faults.QUERY_PLAN_DELAY_MS)
     if delay_ms:
         time.sleep(delay_ms / 1000)
-    return fn(*args)
+    with planning_until(ends):
+        return fn(*args)
