@@ -56,6 +56,7 @@ from lake_core.names import TableRef
 from lake_core.protocol import TableRequest
 from lake_core.telemetry import series
 from lake_query.planning.deadline import wait_budget
+from lake_query.planning.meta_calls import on_loop, result_within
 
 __all__ = [
     "VERIFY_ON_OPEN",
@@ -100,11 +101,7 @@ class MetaDigests:
         self._by_path = True
 
     def __call__(self, table: TableRef, paths: Sequence[str]) -> Mapping[str, DataFileDigest]:
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop:
+        if on_loop(self._loop):
             raise Internal("data files are verified off the event loop")  # would deadlock
         found: dict[str, DataFileDigest] = {}
         for start in range(0, len(paths), MAX_DIGEST_PATHS):
@@ -136,11 +133,9 @@ class MetaDigests:
         while True:
             call = self._meta.action(DATA_FILE_DIGESTS, request, DataFileDigestsResult)
             remaining = max(deadline - time.monotonic(), 0.001)
-            future = asyncio.run_coroutine_threadsafe(call, self._loop)
             try:
-                return future.result(remaining)
-            except TimeoutError:  # concurrent.futures' own, since Python 3.11
-                future.cancel()
+                return result_within(self._loop, call, remaining)
+            except TimeoutError:
                 raise Unavailable(
                     "Metasrv did not return data-file digests in time to verify the "
                     "table's files; retry"

@@ -26,7 +26,6 @@ yet), the walk starts at the head as before: slower, never different.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 from typing import Any, Final
 
 import structlog
@@ -35,7 +34,7 @@ from lake_core import protocol
 from lake_core.errors import InvalidArgument, LakeError, Unimplemented
 from lake_core.models import TableDescriptor
 from lake_core.names import TableRef
-from lake_query.planning.deadline import wait_budget
+from lake_query.planning.meta_calls import on_loop, result_within
 from lake_query.planning.versions import TableName
 
 __all__ = ["MARGIN_MS", "NEAR_HEAD", "MetaVersionStarts"]
@@ -95,22 +94,16 @@ class MetaVersionStarts:
         return protocol.TableVersionRequest(**common, after_ms=after_ms)
 
     def _ask(self, request: protocol.TableVersionRequest) -> protocol.TableVersionResult | None:
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is self._loop:
+        if on_loop(self._loop):
             return None  # waiting here would deadlock the loop the call needs
         call = self._meta.action(protocol.TABLE_VERSION, request, protocol.TableVersionResult)
-        future = asyncio.run_coroutine_threadsafe(call, self._loop)
         try:
-            result: protocol.TableVersionResult = future.result(wait_budget(self._timeout_s))
+            result: protocol.TableVersionResult = result_within(self._loop, call, self._timeout_s)
         except (Unimplemented, InvalidArgument):
             log.info("Metasrv names no version to start a walk from; walking from heads")
             self._known = False
             return None
-        except (LakeError, concurrent.futures.TimeoutError) as exc:
-            future.cancel()
+        except (LakeError, TimeoutError) as exc:
             log.info("no start for a time-travel walk; walking from the head", error=repr(exc))
             return None
         return result
