@@ -417,6 +417,51 @@ def test_output_json_is_the_same_document_as_json(local_lake: Lake, tmp_path: Pa
     assert replies[0] == replies[1]
 
 
+def test_a_safety_age_shorter_than_the_append_retention_is_warned_of(
+    local_lake: Lake, tmp_path: Path
+) -> None:
+    # A pending append may be resumed until Metasrv forgets its operation id
+    # (7 days by default), and it references objects uploaded before: with a
+    # shorter safety age GC may delete them first, and the resumed row would
+    # name a deleted object. Planning says so, on stderr and in the JSON reply.
+    local_lake.create()
+    command = [sys.executable, "-c", "from lake_core.cli import main; main()"]
+    base = ["--data-dir", str(local_lake.data), "gc", "--safety-age-secs", str(HOUR_S)]
+    env = {**os.environ, **local_lake.env}
+    env.pop("LAKE_APPEND_OPERATION_RETENTION_SECS", None)
+    done = subprocess.run(
+        [*command, *base, "--plan", str(tmp_path / "a"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
+    assert done.returncode == 0, done.stderr
+    (warning,) = json.loads(done.stdout)["warnings"]
+    assert "LAKE_APPEND_OPERATION_RETENTION_SECS (604800 s)" in warning
+    assert f"warning: {warning}" in done.stderr
+    # A safety age covering the retention (here shortened to an hour) plans quietly.
+    done = subprocess.run(
+        [*command, *base, "--plan", str(tmp_path / "b")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**env, "LAKE_APPEND_OPERATION_RETENTION_SECS": str(HOUR_S)},
+    )
+    assert done.returncode == 0, done.stderr
+    assert "warning" not in done.stderr
+    # A malformed retention is the operator's configuration error, before any plan.
+    code, reply = local_lake.gc(
+        "--plan",
+        str(tmp_path / "c"),
+        "--safety-age-secs",
+        str(HOUR_S),
+        env={"LAKE_APPEND_OPERATION_RETENTION_SECS": "a week"},
+    )
+    assert code != 0 and "LAKE_APPEND_OPERATION_RETENTION_SECS" in reply["message"], reply
+    assert not (tmp_path / "c").exists()
+
+
 @pytest.mark.parametrize("content", [b"not a database " * 100, b""])
 def test_a_registry_file_that_is_no_lake_registry_is_the_callers_mistake(
     tmp_path: Path, content: bytes

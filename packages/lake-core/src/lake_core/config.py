@@ -38,6 +38,7 @@ __all__ = [
     "COMMIT_GROUP_MAX_APPENDS",
     "COMMIT_GROUP_MAX_ROWS",
     "COMPACTION",
+    "DEFAULT_OPERATION_RETENTION_SECS",
     "DYNAMODB_TABLE",
     "FAULTS",
     "ICEBERG_NAMESPACES",
@@ -64,6 +65,7 @@ __all__ = [
     "MANAGED_OBJECT_PREFIX",
     "MANAGED_OBJECT_ROOT",
     "MANIFEST_DYNAMODB_TABLE",
+    "MAX_OPERATION_RETENTION_SECS",
     "METADATA_AUTH_TOKEN_FILE",
     "METADATA_CA_FILE",
     "METADATA_SERVER_NAME",
@@ -110,6 +112,7 @@ __all__ = [
     "all_variables",
     "env_int",
     "is_loopback_address",
+    "operation_retention_secs",
 ]
 
 #: Who reads a variable (the column "owner" of docs/configuration.md).
@@ -262,6 +265,24 @@ APPEND_OPERATION_RETENTION_SECS = EnvVar(
     default="604800 (7 days)",
     range="1..=315360000, seconds",
 )
+#: LAKE_APPEND_OPERATION_RETENTION_SECS: its default and its largest value.
+DEFAULT_OPERATION_RETENTION_SECS = 7 * 24 * 3600
+# Ten years: long enough for any deployment, short enough to stay a sane integer.
+MAX_OPERATION_RETENTION_SECS = 10 * 365 * 24 * 3600
+
+
+def operation_retention_secs(env: Mapping[str, str] | None = None) -> int:
+    """How long an append's operation id may be replayed (Metasrv's setting; GC checks
+    its safety age against it, since a resumed pending append references old uploads)."""
+    return env_int(
+        APPEND_OPERATION_RETENTION_SECS,
+        DEFAULT_OPERATION_RETENTION_SECS,
+        1,
+        MAX_OPERATION_RETENTION_SECS,
+        env,
+    )
+
+
 COMMIT_GROUP_MAX_APPENDS = EnvVar(
     "LAKE_COMMIT_GROUP_MAX_APPENDS",
     doc="Most concurrent appends to one table Metasrv commits together as one table "

@@ -21,6 +21,7 @@ from typing import Any
 import click
 
 from lake_core.cli import DATA_DIR_META
+from lake_core.config import APPEND_OPERATION_RETENTION_SECS, operation_retention_secs
 from lake_core.errors import LakeError
 from lake_core.output import Output, output_option
 from lake_objects.progress import progress_enabled
@@ -150,6 +151,7 @@ def gc(
             )
         else:
             assert safety_age_secs is not None
+            warnings = _resume_warnings(safety_age_secs)  # a bad setting fails before planning
             with _bar(show, "inventory") as update:
                 made = make_plan(
                     plan_dir,
@@ -161,6 +163,7 @@ def gc(
                     progress=lambda phase, done: update(phase, done),
                 )
             summary = made.summary()
+            summary["warnings"] = warnings
             text = (
                 f"plan {made.plan_id[:12]} in {plan_dir}: {summary['candidates']} candidates, "
                 f"{summary['candidate_bytes']} bytes (of {summary['inventory']} inventoried; "
@@ -170,4 +173,26 @@ def gc(
     except LakeError as error:
         _fail(error, as_json)
         return
+    for warning in summary.get("warnings", ()):
+        click.echo(f"warning: {warning}", err=True)
     click.echo(json.dumps(summary, indent=2) if as_json else text)
+
+
+def _resume_warnings(safety_age_secs: int) -> list[str]:
+    """Why this safety age may let GC delete what a resumed pending append references.
+
+    The SDK may resume a pending append (docs/files.md, "Durable appends") until
+    Metasrv forgets its operation id; its FILE values name objects uploaded
+    before. The contract (docs/gc.md) says an object older than the safety age
+    never becomes newly referenced, which only holds if clients resume sooner.
+    """
+    retention = operation_retention_secs()
+    if safety_age_secs >= retention:
+        return []
+    return [
+        f"the safety age ({safety_age_secs} s) is shorter than "
+        f"{APPEND_OPERATION_RETENTION_SECS} ({retention} s): a pending append an SDK "
+        "resumes later than the safety age after its upload references objects this plan "
+        "may delete. Resume pending appends sooner (docs/gc.md, 'Pending appends'), or "
+        "plan with a safety age of at least the retention."
+    ]

@@ -30,15 +30,16 @@ from pathlib import Path
 from lake_core.auth import PEER_AUTH_TOKEN_FILE, Authenticator, Secret
 from lake_core.cloud import CloudSettings
 from lake_core.config import (
-    APPEND_OPERATION_RETENTION_SECS,
     COMMIT_GROUP_MAX_APPENDS,
     COMMIT_GROUP_MAX_ROWS,
+    DEFAULT_OPERATION_RETENTION_SECS,
     INGEST_MAX_BYTES,
     INGEST_MAX_ROWS,
     LANCE_RETAIN_MIN_AGE_SECS,
     LANCE_RETAIN_VERSIONS,
     PEER_ADVERTISE_URL,
     env_int,
+    operation_retention_secs,
 )
 from lake_core.errors import ConfigError
 from lake_core.faults import LEASE_TTL_MS, Faults
@@ -68,9 +69,6 @@ MAX_RETAIN_VERSIONS = 10_000
 DEFAULT_RETAIN_MIN_AGE_SECS = 900
 #: 30 days; 0 keeps only the count window (tests).
 MAX_RETAIN_MIN_AGE_SECS = 30 * 24 * 3600
-DEFAULT_OPERATION_RETENTION_SECS = 7 * 24 * 3600
-# Ten years: long enough for any deployment, short enough to stay a sane integer.
-MAX_OPERATION_RETENTION_SECS = 10 * 365 * 24 * 3600
 
 DEFAULT_LEASE_TTL_S = 10.0
 DEFAULT_GROUP_MAX_APPENDS = 64
@@ -146,13 +144,7 @@ class MetaConfig:
                 MAX_RETAIN_MIN_AGE_SECS,
                 source,
             ),
-            operation_retention_secs=env_int(
-                APPEND_OPERATION_RETENTION_SECS,
-                DEFAULT_OPERATION_RETENTION_SECS,
-                1,
-                MAX_OPERATION_RETENTION_SECS,
-                source,
-            ),
+            operation_retention_secs=operation_retention_secs(source),
             shutdown_grace_ms=_grace_ms(source),
             group_max_appends=env_int(
                 COMMIT_GROUP_MAX_APPENDS,
