@@ -224,3 +224,51 @@ def test_a_segment_with_a_damaged_footer_is_a_typed_fatal_error(lane: Lane) -> N
     # The good segment before it registered; the damaged one did not.
     prefix = f"s3://{lane.bucket}/fleet/lake/v1/{PIPELINE}/pose/"
     assert data_files(lane.table("pose")) == [prefix + "000001.parquet"]
+
+
+def _replace_object(lane: Lane, dataset: str, segment: str, data: bytes) -> None:
+    """Overwrite a shipped object behind the segment catalog's back."""
+    key = f"fleet/lake/v1/{PIPELINE}/{dataset}/{segment}"
+    lane.s3().put_object(Bucket=lane.bucket, Key=key, Body=data)
+
+
+def test_a_segment_whose_bytes_are_not_the_shipped_digest_is_refused(lane: Lane) -> None:
+    """A flipped data byte, a replaced object and a short one (valid footers) are not registered.
+
+    The footer alone cannot tell: both objects read as valid Parquet of the
+    recorded size. Only the SHA-256 the shipper recorded can; the registrar
+    refuses them, registers the segments around them, and says which it refused.
+    """
+    lane.write("pose", "000001", POSE, {"robot": ["r1"], "t": [1], "x": [0.0]})
+    flipped = lane.write("pose", "000002", POSE, {"robot": ["r2"], "t": [2], "x": [1.0]})
+    lane.write("pose", "000003", POSE, {"robot": ["r3"], "t": [3], "x": [2.0]})
+    lane.write("pose", "000004", POSE, {"robot": ["r4", "r5"], "t": [4, 5], "x": [3.0, 4.0]})
+    lane.write("events", "000001", EVENTS, {"code": [1], "msg": ["a"]})
+    lane.write("events", "000002", EVENTS, {"code": [2], "msg": ["b"]})
+    lane.ship()
+    data = bytearray(flipped.read_bytes())
+    data[4] ^= 0x01  # inside the first column chunk: magic and footer intact
+    _replace_object(lane, "pose", "000002.parquet", bytes(data))
+    # Another segment's bytes (same schema, same size) under this key.
+    other = (lane.segments / "events" / "000001.parquet").read_bytes()
+    _replace_object(lane, "events", "000002.parquet", other)
+    # A short upload that still ends in a valid footer (a smaller segment's bytes).
+    _replace_object(
+        lane, "pose", "000004.parquet", (lane.segments / "pose" / "000001.parquet").read_bytes()
+    )
+    config = write_sinks(lane, lane.root / "registrar.yaml")
+    result = lake("iceberg", "registrar", "--config", str(config), "--once", "-o", "json")
+    assert "Traceback" not in result.stderr
+    prefix = f"s3://{lane.bucket}/fleet/lake/v1/{PIPELINE}/"
+    assert sorted(data_files(lane.table("pose"))) == [
+        prefix + "pose/000001.parquet",
+        prefix + "pose/000003.parquet",
+    ]
+    assert data_files(lane.table("events")) == [prefix + "events/000001.parquet"]
+    assert "segments.corrupted" in result.stderr
+    refused = [line for line in result.stderr.splitlines() if "registrar.refused" in line]
+    for key in ("pose/000002.parquet", "pose/000004.parquet", "events/000002.parquet"):
+        assert any(key in line for line in refused), result.stderr
+    # Refused segments are a failed pass: the exit status says so.
+    assert result.returncode == 1, result.stderr
+    assert '"refused": 3' in result.stdout

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from pathlib import Path
 
 import click
@@ -100,8 +101,11 @@ def registrar(
                 "registered": progress.registered,
                 "skipped": progress.skipped,
                 "pending": progress.pending,
+                "refused": progress.refused,
             }
             emit(counts, output, text=", ".join(f"{k} {v}" for k, v in counts.items()))
+            if progress.refused:
+                sys.exit(1)  # segments were refused (logged): the pass did not register all
         else:
             service.run(parse_duration(poll, "--poll"))
     except RegistrarError as error:

@@ -9,11 +9,13 @@
     │   ├── IcebergSchemaMismatch      sink.iceberg_schema_mismatch  (fatal)
     │   ├── IcebergUnsupportedType     sink.iceberg_unsupported_type (fatal)
     │   └── SegmentCatalogError        segments.catalog  (fatal: a catalog entry that cannot hold)
+    ├── DataCorrupted
+    │   └── SegmentCorrupted           segments.corrupted (that segment refused: not the shipped bytes)
     └── Unavailable
         └── CatalogUnavailable         catalog.unavailable (transient: unreachable, 5xx)
 
 Fatal errors stop the registrar; transient ones are retried with the
-configured backoff. Messages name the config key, table or object key,
+configured backoff; a corrupted segment is refused alone (the others go on). Messages name the config key, table or object key,
 never a secret.
 """
 
@@ -23,6 +25,7 @@ from typing import ClassVar
 
 from lake_core.errors import (
     ConfigError,
+    DataCorrupted,
     FailedPrecondition,
     LakeError,
     Unauthenticated,
@@ -37,6 +40,7 @@ __all__ = [
     "IcebergUnsupportedType",
     "RegistrarError",
     "SegmentCatalogError",
+    "SegmentCorrupted",
 ]
 
 
@@ -81,6 +85,16 @@ class IcebergUnsupportedType(RegistrarError, FailedPrecondition):
 
 class SegmentCatalogError(RegistrarError, FailedPrecondition):
     reason = "segments.catalog"
+
+
+class SegmentCorrupted(RegistrarError, DataCorrupted):
+    """A shipped object whose bytes are not the size and SHA-256 its shipper recorded.
+
+    A storage fault, not the caller's mistake: never registered, and the
+    registrar goes on with the other segments (the object may be re-shipped).
+    """
+
+    reason = "segments.corrupted"
 
 
 class CatalogUnavailable(RegistrarError, Unavailable):

@@ -207,7 +207,7 @@ MAINTENANCE_RUNS = counter(
 REGISTRAR_SEGMENTS = counter(
     "lake_registrar_segments_total",
     "Shipped segments the registrar looked at, by outcome.",
-    {"outcome": ("registered", "skipped")},
+    {"outcome": ("registered", "skipped", "refused")},
 )
 REGISTRAR_PASSES = counter(
     "lake_registrar_passes_total",

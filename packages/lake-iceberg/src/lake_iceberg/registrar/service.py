@@ -6,8 +6,12 @@ registrar reads the segment's footer, brings the table's schema up to it
 in the snapshot summary (a second commit). The set of registered keys comes
 from the table itself, rebuilt at startup and after every failed commit, so
 restarts, lost responses and competing writers converge on one data file per
-segment. Fatal errors (:attr:`RegistrarError.fatal`) stop the service;
-transient ones wait out the configured backoff and try again.
+segment. Before a segment is registered its bytes are checked against the
+size and SHA-256 the shipper recorded: one that differs is refused
+(:class:`SegmentCorrupted`, logged and counted) and the pass goes on with the
+others; it stays unregistered and is checked again on the next pass. Other
+fatal errors (:attr:`RegistrarError.fatal`) stop the service; transient ones
+wait out the configured backoff and try again.
 """
 
 from __future__ import annotations
@@ -25,9 +29,10 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 
 from lake_core.telemetry import series
-from lake_iceberg.errors import IcebergSchemaMismatch, RegistrarError
+from lake_iceberg.errors import IcebergSchemaMismatch, RegistrarError, SegmentCorrupted
 from lake_iceberg.registrar.append import append_segment, build_data_file, committed_keys
 from lake_iceberg.registrar.config import RegistrarConfig
+from lake_iceberg.registrar.digest import verify_digest
 from lake_iceberg.registrar.failures import CommitOutcome, classify, commit_outcome
 from lake_iceberg.registrar.footer import read_footer
 from lake_iceberg.registrar.schema_merge import file_schema, merge_schema
@@ -48,6 +53,8 @@ class Progress:
     registered: int = 0
     skipped: int = 0
     pending: int = 0
+    #: Segments whose object is not the bytes the shipper recorded (left unregistered).
+    refused: int = 0
 
 
 class _Dataset:
@@ -150,15 +157,9 @@ class Registrar:
             state = self._datasets.setdefault(entry.dataset, _Dataset(entry.dataset))
             if state.table is None:
                 self._reload(tables, state, None)
-            if entry.object_key in state.keys:
-                progress.skipped += 1
-                series.REGISTRAR_SEGMENTS.inc(outcome="skipped")
-            elif self._register(tables, state, entry):
-                progress.registered += 1
-                series.REGISTRAR_SEGMENTS.inc(outcome="registered")
-            else:
-                progress.skipped += 1
-                series.REGISTRAR_SEGMENTS.inc(outcome="skipped")
+            outcome = self._outcome(tables, state, entry)
+            setattr(progress, outcome, getattr(progress, outcome) + 1)
+            series.REGISTRAR_SEGMENTS.inc(outcome=outcome)
             progress.pending -= 1
             log.info(
                 "registrar.progress",
@@ -167,8 +168,26 @@ class Registrar:
                 registered=progress.registered,
                 skipped=progress.skipped,
                 pending=progress.pending,
+                refused=progress.refused,
             )
         return progress
+
+    def _outcome(self, tables: Tables, state: _Dataset, entry: Uploaded) -> str:
+        """What became of one entry: ``registered``, ``skipped`` or ``refused``."""
+        if entry.object_key in state.keys:
+            return "skipped"
+        try:
+            return "registered" if self._register(tables, state, entry) else "skipped"
+        except SegmentCorrupted as error:
+            # One damaged object must not hold back the segments after it.
+            log.error(
+                "registrar.refused",
+                dataset=entry.dataset,
+                key=entry.object_key,
+                code=error.reason,
+                error=str(error),
+            )
+            return "refused"
 
     def run(self, poll_interval: float = 5.0, stop: threading.Event | None = None) -> None:
         """Register new entries until ``stop`` is set; a fatal error ends it."""
@@ -207,6 +226,7 @@ class Registrar:
 
     def _register(self, tables: Tables, state: _Dataset, entry: Uploaded) -> bool:
         """Register one segment; False when it turned out to be registered already."""
+        self._retrying("verify", lambda: verify_digest(self.s3, entry))
         footer = self._retrying("footer", lambda: read_footer(self.s3, entry))
         segment = file_schema(footer.schema.to_arrow_schema(), entry.dataset)
         failures = 0
