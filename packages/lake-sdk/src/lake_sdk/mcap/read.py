@@ -6,7 +6,8 @@ requested topics. Lake serves those reads from an
 :class:`~lake_sdk.ObjectFile` with small blocks, except the footer and
 summary, which are fetched as exact ranges first (one or two range reads, a
 few kilobytes). A recording without chunk indexes is read from the start
-(the reader has nothing to seek by).
+(the reader has nothing to seek by), twice: once to index it, once to merge
+its chunks in log-time order (:mod:`lake_sdk.mcap.stream`), in bounded memory.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from lake_core.models import DataLocation
 from lake_sdk._object_file import ObjectFile
 from lake_sdk.errors import InvalidRecording
 from lake_sdk.mcap._lib import require
+from lake_sdk.mcap.stream import stream_messages
 from lake_sdk.mcap.summary import (
     FOOTER_BYTES,
     FOOTER_OPCODE,
@@ -272,13 +274,7 @@ class Messages:
         decoders: dict[int, Callable[[bytes], Any] | None] = {}
         try:
             check_summary_crc(stream, self._file.location.uri)
-            reader = _checked_reader(reader_module, stream)
-            for schema, channel, message in reader.iter_messages(
-                topics=self._topics,
-                starting_at=self._start,
-                ending_before=self._end,
-                log_time_order=True,
-            ):
+            for schema, channel, message in self._ordered(reader_module, stream):
                 if channel.id not in decoders:
                     decoders[channel.id] = decoder_for(schema, channel, ros2)
                 yield Message(
@@ -301,6 +297,20 @@ class Messages:
                 f"{type(exc).__name__}: {str(exc)[:200]}"
             ) from None
 
+    def _ordered(self, reader_module: Any, stream: TailedFile) -> Iterator[tuple[Any, Any, Any]]:
+        """``(schema, channel, message)`` of the window in log-time order, CRCs checked."""
+        reader = _indexed_reader(reader_module, stream)
+        if reader is None:
+            return stream_messages(stream, self._topics, self._start, self._end)
+        return iter(
+            reader.iter_messages(
+                topics=self._topics,
+                starting_at=self._start,
+                ending_before=self._end,
+                log_time_order=True,
+            )
+        )
+
     def close(self) -> None:
         self._file.close()
 
@@ -311,20 +321,18 @@ class Messages:
         self.close()
 
 
-def _checked_reader(reader_module: Any, stream: TailedFile) -> Any:
-    """An mcap reader that checks the CRC of every chunk it reads.
+def _indexed_reader(reader_module: Any, stream: TailedFile) -> Any:
+    """mcap's seeking reader, checking every chunk's CRC; None without chunk indexes.
 
-    A damaged chunk otherwise reads as other messages (or none). mcap's
-    seeking reader falls back to a linear read without chunk indexes but does
-    not pass ``validate_crcs`` on, so that case gets its own checked reader.
+    A damaged chunk otherwise reads as other messages (or none). Without
+    chunk indexes mcap falls back to a linear read that neither passes
+    ``validate_crcs`` on nor bounds its memory (it sorts the whole file):
+    that case is :func:`~lake_sdk.mcap.stream.stream_messages`'.
     """
     stream.seek(0)
     reader = reader_module.make_reader(stream, validate_crcs=True)
     summary = reader.get_summary()
-    if summary is not None and summary.chunk_indexes:
-        return reader
-    stream.seek(0)
-    return reader_module.NonSeekingReader(stream, validate_crcs=True)
+    return reader if summary is not None and summary.chunk_indexes else None
 
 
 class AsyncMessages:
