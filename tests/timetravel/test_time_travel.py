@@ -14,11 +14,13 @@ import json
 import re
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import adbc_driver_flightsql.dbapi as flightsql
 import adbc_driver_manager
+import lance
 import pyarrow as pa
 import pyarrow.flight as flight
 import pytest
@@ -28,8 +30,10 @@ from google.protobuf import any_pb2
 import lake_sdk
 from lake_core.admin_cli import client as admin_cli
 from lake_core.config import COMPACTION, LANCE_RETAIN_MIN_AGE_SECS, LANCE_RETAIN_VERSIONS
+from lake_core.models import TableDescriptor
 from lake_core.proto import flight_sql_pb2
 from lake_query.planning.version_starts import MARGIN_MS
+from lake_query.planning.versions import history, lance_steps, versions_table
 from tools.lake_testing.data import EPISODES, EPISODES_SCHEMA, create_table, episodes
 from tools.lake_testing.plugin import LakeCluster, write_ticket_keys
 
@@ -344,3 +348,73 @@ def test_the_docs_example_runs_twice(lake: LakeCluster, capsys: pytest.CaptureFi
         assert "'operation': 'maintenance'" in out
         assert f"rows at version 1: {ROWS}" in out
         assert f"rows now: {3 * ROWS}" in out
+
+
+def test_a_busy_history_lists_as_the_walk_through_lance_does(tmp_path: Path) -> None:
+    """``$versions`` (read from the ends of Lance's files) equals the walk through Lance.
+
+    Through real processes: appends alone and concurrent (commit groups), a
+    compaction, retention keeping a few versions, then a drop and recreate;
+    after each, the listing a fresh replica serves equals the rows the walk
+    through every manifest gives at the same head.
+    """
+    (tmp_path / "lake").mkdir()
+    running = cluster(
+        tmp_path / "lake", {LANCE_RETAIN_VERSIONS: "6", LANCE_RETAIN_MIN_AGE_SECS: "0"}
+    )
+
+    def same_as_the_walk(sdk: lake_sdk.Client) -> None:
+        listing = sdk.versions(EPISODES)
+        fresh = running.add_query()
+        with lake_sdk.Client(fresh.url) as other:
+            assert other.versions(EPISODES).to_pylist() == listing.to_pylist()
+        newest = listing.to_pylist()[-1]
+        # The newest dataset of the table (a recreated table starts a fresh one).
+        location = max(
+            (tmp_path / "lake").rglob("episodes*.lance"), key=lambda p: p.stat().st_mtime_ns
+        )
+        head = TableDescriptor(
+            location=str(location),
+            incarnation="-",
+            version=newest["version"],
+            engine_version=newest["engine_version"],
+        )
+        dataset = lance.dataset(str(location), version=head.engine_version)
+        walked = versions_table(history(dataset, head, lance_steps(dataset)))
+        assert listing.to_pylist() == walked.to_pylist()
+
+    try:
+        create_table(running.meta.addr, EPISODES, EPISODES_SCHEMA)
+        with lake_sdk.Client(running.query.url) as sdk:
+            for i in range(4):
+                sdk.append_batches(EPISODES, [episodes(i * ROWS, ROWS)])
+            with ThreadPoolExecutor(4) as pool:
+                list(
+                    pool.map(
+                        lambda i: sdk.append_batches(EPISODES, [episodes(i * ROWS, ROWS)]),
+                        range(4, 12),
+                    )
+                )
+            same_as_the_walk(sdk)
+            result = CliRunner().invoke(
+                admin_cli,
+                ["--addr", running.meta.addr, "optimize-table", str(EPISODES)],
+                catch_exceptions=False,
+            )
+            assert result.exit_code == 0, result.output
+            sdk.append_batches(EPISODES, [episodes(100, ROWS)])
+            same_as_the_walk(sdk)
+            assert any(len(ids) > 1 for ids in sdk.versions(EPISODES)["operation_ids"].to_pylist())
+            result = CliRunner().invoke(
+                admin_cli,
+                ["--addr", running.meta.addr, "drop-table", str(EPISODES)],
+                catch_exceptions=False,
+            )
+            assert result.exit_code == 0, result.output
+            create_table(running.meta.addr, EPISODES, EPISODES_SCHEMA)
+            for i in range(3):
+                sdk.append_batches(EPISODES, [episodes(i * ROWS, ROWS)])
+            same_as_the_walk(sdk)
+            assert sdk.versions(EPISODES)["version"].to_pylist() == [0, 1, 2, 3]
+    finally:
+        running.stop()

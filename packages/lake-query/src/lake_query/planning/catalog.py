@@ -143,7 +143,8 @@ class Binder(ABC):
                 dataset = self._open(ref, wanted)
                 if wanted.listing:
                     head = self._datasets[key][0]
-                    found = Table(pads.dataset(versions_table(history(dataset, head))))
+                    steps = self._opener.version_steps(dataset, head)
+                    found = Table(pads.dataset(versions_table(history(dataset, head, steps))))
                 else:
                     found = Table(lance.FFILanceTableProvider(dataset))
                 self._tables[key] = found

@@ -42,6 +42,8 @@ from lake_core.storage_probe import MAX_PROBED_FILES, StorageProbe
 from lake_query.planning.manifests import ManifestTableProbe
 from lake_query.planning.pinned import PinnedDatasets
 from lake_query.planning.verify import DataFileVerifier
+from lake_query.planning.version_files import VersionFiles
+from lake_query.planning.versions import StepReader
 
 __all__ = ["MAX_PROBED_FILES", "DatasetOpener", "StorageProbe", "open_pinned"]
 
@@ -64,6 +66,7 @@ class DatasetOpener:
         self._cache = cache
         self._probe = StorageProbe(self.storage)
         self._manifests = ManifestTableProbe(self.storage)
+        self._version_files = VersionFiles(self.storage)
         #: Checks data files against their commit's digests: before any row is
         #: served with LAKE_QUERY_VERIFY_ON_OPEN (default), and after every failed scan.
         self._verifier = verifier
@@ -75,6 +78,10 @@ class DatasetOpener:
         """Whether a query opened ``descriptor``'s table in the last ``seconds``."""
         at = self._read_at.get((descriptor.location, descriptor.incarnation))
         return at is not None and time.monotonic() - at <= seconds
+
+    def version_steps(self, dataset: Any, head: TableDescriptor) -> StepReader:
+        """How a ``$versions`` listing reads each version (:mod:`.version_files`)."""
+        return self._version_files.steps(dataset, head)
 
     def open(self, table: TableRef, descriptor: TableDescriptor, *, ahead: bool = False) -> Any:
         """The Lance dataset at exactly ``descriptor``'s version, or a typed Lake error.

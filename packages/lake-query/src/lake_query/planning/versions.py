@@ -22,13 +22,15 @@ transaction gives exactly the versions the registry pointed at:
 The walk stops at the first version retention has reclaimed, so the listing
 is the retained window, and a version older than it is VersionReclaimed.
 ``committed_at`` is Lance's commit time, taken just before the registry made
-the version visible.
+the version visible. A ``t$versions`` listing walks every retained version,
+so it reads each step from the small ends of Lance's files instead of its
+whole manifest (:mod:`lake_query.planning.version_files`).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
@@ -45,8 +47,12 @@ __all__ = [
     "VERSIONS_SCHEMA",
     "VERSIONS_SELECTOR",
     "RetainedVersion",
+    "Step",
+    "StepReader",
     "TableName",
     "history",
+    "lance_steps",
+    "operation_ids",
     "parse_table_name",
     "resolve",
     "versions_table",
@@ -171,49 +177,92 @@ def _committed_at(info: dict[str, Any]) -> datetime:
     return stamp.astimezone(UTC)
 
 
-def history(dataset: Any, head: TableDescriptor) -> Iterator[RetainedVersion]:
-    """The retained versions at or before ``head``, newest first, read as far as asked.
+@dataclass(frozen=True)
+class Step:
+    """What a walk needs of one Lance version: what its transaction did, and when."""
 
-    ``dataset`` is the table opened at ``head.engine_version``. Each step reads
-    one version's manifest and transaction, so resolving a version near the
-    head costs a few reads whatever the table retains (listing every version,
-    as Lance's ``versions()`` does, read every retained manifest on each plan,
-    and failed with "Not found" when retention deleted one meanwhile). A version
-    that retention reclaimed ends the walk.
+    committed_at: datetime
+    #: ``restore``: a Restore, whose state is the version it names (never listed).
+    kind: Operation | Literal["restore"]
+    rows_added: int
+    operation_ids: tuple[str, ...]
+    #: The version the walk goes to next: the transaction's read version, or a Restore's target.
+    previous: int
+
+
+#: Reads one Lance version's :class:`Step` (None: reclaimed, before or while we walked).
+StepReader = Callable[[int], Step | None]
+
+
+def lance_steps(dataset: Any) -> StepReader:
+    """Reads each step through Lance: the version's manifest, then its transaction.
+
+    Lance's read_transaction borrows its dataset mutably: on the pinned dataset
+    that concurrent queries share, any of them touching it meanwhile fails with
+    "Already borrowed". Each step reads through a handle of its own.
     """
-    current, version = head.engine_version, head.version
-    # Lance's read_transaction borrows its dataset mutably: on the pinned dataset that
-    # concurrent queries share, any of them touching it meanwhile fails with "Already
-    # borrowed". This walk reads through handles of its own.
-    while version >= 0:
+
+    def read(current: int) -> Step | None:
         try:
             own = dataset.checkout_version(current)
             info = own.get_version()
             transaction = own.read_transaction(current)
         except (OSError, ValueError):
-            return  # reclaimed (before or while we walked)
+            return None
         if transaction is None:
-            return
+            return None
         operation = transaction.operation
         if isinstance(operation, lance.LanceOperation.Restore):
-            current = int(operation.version)
-            continue
+            return Step(_committed_at(info), "restore", 0, (), int(operation.version))
         kind: Operation
         held: tuple[str, ...] = ()
         if isinstance(operation, lance.LanceOperation.Append):
             kind, added = "append", sum(int(f.physical_rows) for f in operation.fragments)
-            properties = transaction.transaction_properties or {}
-            held = tuple(i for i in properties.get(_OPERATION_IDS_PROPERTY, "").split(",") if i)
+            held = operation_ids(transaction.transaction_properties or {})
         elif isinstance(operation, lance.LanceOperation.Overwrite):
             kind, added = "create", int(info["metadata"].get("total_rows", 0))
         else:
             kind, added = "maintenance", 0
-        yield RetainedVersion(version, current, _committed_at(info), kind, added, held)
-        if kind == "create":
+        return Step(_committed_at(info), kind, added, held, int(transaction.read_version))
+
+    return read
+
+
+def operation_ids(properties: Mapping[str, str]) -> tuple[str, ...]:
+    """The appends an Append's transaction properties name (Metasrv's commit group)."""
+    return tuple(i for i in properties.get(_OPERATION_IDS_PROPERTY, "").split(",") if i)
+
+
+def history(
+    dataset: Any, head: TableDescriptor, steps: StepReader | None = None
+) -> Iterator[RetainedVersion]:
+    """The retained versions at or before ``head``, newest first, read as far as asked.
+
+    ``dataset`` is the table opened at ``head.engine_version``. Each step reads
+    one version's manifest and transaction (``steps``, by default through
+    Lance), so resolving a version near the head costs a few reads whatever
+    the table retains (listing every version, as Lance's ``versions()`` does,
+    read every retained manifest on each plan, and failed with "Not found"
+    when retention deleted one meanwhile). A version that retention reclaimed
+    ends the walk.
+    """
+    read = steps or lance_steps(dataset)
+    current, version = head.engine_version, head.version
+    while version >= 0:
+        step = read(current)
+        if step is None:
+            return  # reclaimed (before or while we walked)
+        if step.kind == "restore":
+            current = step.previous
+            continue
+        yield RetainedVersion(
+            version, current, step.committed_at, step.kind, step.rows_added, step.operation_ids
+        )
+        if step.kind == "create":
             return
-        if kind in _NEW_LAKE_VERSION:
+        if step.kind in _NEW_LAKE_VERSION:
             version -= 1
-        current = int(transaction.read_version)
+        current = step.previous
 
 
 def resolve(
