@@ -4,7 +4,8 @@ A real ``lake meta`` on SeaweedFS + dynalite, armed to crash at one commit
 step while a group of four appends commits (the test-only fault setting
 ``meta.commit_group_gather`` makes the committer wait for all four). A new
 leader then answers every retry exactly once, and a fresh Query replica
-reads each append's rows exactly once.
+reads each append's rows exactly once, and lists the versions (``$versions``)
+exactly as the walk through every manifest does.
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ import pyarrow.compute as pc
 import pytest
 
 from lake_core import faults, protocol
+from lake_core.cloud import DatasetStorage
 from lake_core.errors import LakeError
 from lake_core.ids import new_operation_id
+from lake_query.planning import DatasetOpener
+from lake_query.planning.versions import history, lance_steps, versions_table
 from tools.lake_testing.data import EPISODES, EPISODES_SCHEMA, episodes
 from tools.lake_testing.faults import fault_env
 
@@ -34,7 +38,7 @@ T = TypeVar("T")
     "point", ["before_lance_commit", "after_lance_commit", "after_registry_commit"]
 )
 def test_a_crash_at_each_step_of_a_group_commit_lands_all_or_none(
-    make_cloud_lake, point: str
+    make_cloud_lake, point: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lake = make_cloud_lake(meta_env=fault_env(f"{faults.LEASE_TTL_MS}=2000"))
     armed = lake.start_meta(
@@ -102,3 +106,18 @@ def test_a_crash_at_each_step_of_a_group_commit_lands_all_or_none(
     assert all(c["counts"] == 1 for c in counts), "a row appears twice"
     expected = {starts[op] + i for op in ops for i in range(ROWS)}
     assert set(table["steps"].to_pylist()) == expected
+
+    # $versions, read from the ends of Lance's files, lists what the walk through
+    # every manifest does at the same head (a DynamoDB registry; after a crash
+    # between Lance's commit and the registry's, an orphan behind a Restore).
+    with lake.sdk(fresh) as client:
+        listing = client.versions(EPISODES)
+    assert listing["version"].to_pylist() == ([0, 1] if landed else list(range(GROUP + 1)))
+    if point == "after_lance_commit":  # the orphan (and the Restore over it) are not listed
+        assert listing["engine_version"].to_pylist()[-1] > listing.num_rows
+    for key, value in lake.query_env.items():
+        monkeypatch.setenv(key, value)  # Lance reads credentials from the environment
+    head = lake.admin(lambda c: c.describe_table(EPISODES), successor).entry.descriptor
+    dataset = DatasetOpener(DatasetStorage.from_env(lake.query_env)).open(EPISODES, head)
+    walked = versions_table(history(dataset, head, lance_steps(dataset)))
+    assert listing.to_pylist() == walked.to_pylist()
