@@ -407,3 +407,36 @@ def test_a_far_version_is_walked_to_from_the_start_metasrv_names(catalog: LocalC
 def _lance_time(location: str, version: int) -> datetime:
     stamp: datetime = lance.dataset(location, version=version).get_version()["timestamp"]
     return stamp.astimezone(UTC)
+
+
+def test_selectors_walk_past_a_compaction_of_an_indexed_table(catalog: LocalCatalog) -> None:
+    # pylance cannot read back the transaction of a compaction that rewrote an
+    # index (LanceOperation.RewrittenIndex: TypeError), so a walk through Lance
+    # past one failed every selector behind it: SqlError with the TypeError's text.
+    catalog.create("robots.episodes", episodes(0, 2))
+    catalog.append("robots.episodes", episodes(2, 3))
+    entry = catalog.append("robots.episodes", episodes(5, 1))
+    location = entry.descriptor.location
+    lance.dataset(location).create_scalar_index("episode_id", "BTREE")
+    lance.dataset(location).optimize.compact_files()
+    catalog._register(
+        entry.table,
+        entry.descriptor.incarnation,
+        3,
+        int(lance.dataset(location).version),
+        episodes(0, 1).schema,
+    )
+    catalog.append("robots.episodes", episodes(6, 2))
+    planner = Planner(catalog.resolve, catalog.refs)
+    assert ids(rows(planner, 'SELECT * FROM lake.robots."episodes@v1"')) == [0, 1]
+    assert ids(rows(planner, 'SELECT * FROM lake.robots."episodes@v3"')) == list(range(6))
+    assert ids(rows(planner, 'SELECT * FROM lake.robots."episodes@v4"')) == list(range(8))
+    listing = rows(planner, 'SELECT * FROM lake.robots."episodes$versions"')
+    assert listing.column("operation").to_pylist() == [
+        "create",
+        "append",
+        "append",
+        "maintenance",
+        "maintenance",
+        "append",
+    ]

@@ -227,7 +227,9 @@ class PlanningBinder(Binder):
             return head
         # The head's Lance history says which Lance version holds the one asked for,
         # walked back from the head or from a version Metasrv names nearer to it.
-        return resolve(ref, head, history(*self._walk_origin(ref, head, wanted)), wanted)
+        dataset, origin = self._walk_origin(ref, head, wanted)
+        steps = self._opener.version_steps(dataset, origin, ahead=False)
+        return resolve(ref, head, history(dataset, origin, steps), wanted)
 
     def _walk_origin(
         self, ref: TableRef, head: TableDescriptor, wanted: TableName

@@ -79,9 +79,11 @@ class DatasetOpener:
         at = self._read_at.get((descriptor.location, descriptor.incarnation))
         return at is not None and time.monotonic() - at <= seconds
 
-    def version_steps(self, dataset: Any, head: TableDescriptor) -> StepReader:
-        """How a ``$versions`` listing reads each version (:mod:`.version_files`)."""
-        return self._version_files.steps(dataset, head)
+    def version_steps(
+        self, dataset: Any, head: TableDescriptor, *, ahead: bool = True
+    ) -> StepReader:
+        """How a walk back from ``head`` reads each version (:mod:`.version_files`)."""
+        return self._version_files.steps(dataset, head, ahead=ahead)
 
     def open(self, table: TableRef, descriptor: TableDescriptor, *, ahead: bool = False) -> Any:
         """The Lance dataset at exactly ``descriptor``'s version, or a typed Lake error.

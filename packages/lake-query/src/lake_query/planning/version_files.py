@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -87,14 +87,34 @@ class VersionFiles:
         #: Steps read, per table incarnation ``(location, incarnation)``.
         self._kept: dict[tuple[str, str], dict[int, Step]] = {}
 
-    def steps(self, dataset: Any, head: TableDescriptor) -> StepReader:
-        """Steps for walking back from ``head``: read ahead, else through Lance."""
-        ahead = self._read_ahead(head)
+    def steps(self, dataset: Any, head: TableDescriptor, *, ahead: bool = True) -> StepReader:
+        """Steps for walking back from ``head`` from the files, else through Lance.
+
+        ``ahead``: read every stored version up to the head first (a listing
+        walks them all); otherwise each as the walk reaches it (a selector's
+        walk takes a few steps).
+        """
         through_lance = lance_steps(dataset)
+        found = self._read_ahead(head).get if ahead else self._one_by_one(head)
 
         def read(current: int) -> Step | None:
-            found = ahead.get(current)
-            return found if found is not None else through_lance(current)
+            step = found(current)
+            return step if step is not None else through_lance(current)
+
+        return read
+
+    def _one_by_one(self, head: TableDescriptor) -> Callable[[int], Step | None]:
+        fs, root = self._stores.where(head.location)
+        with self._lock:
+            kept = self._kept.get((head.location, head.incarnation), {})
+
+        def read(version: int) -> Step | None:
+            step = kept.get(version)
+            if step is not None:
+                return step
+            names = (f"{_U64_MAX - version:020d}.manifest", f"{version}.manifest")
+            paths = (f"{root}/_versions/{name}" for name in names)
+            return next((s for path in paths if (s := _step(fs, root, version, path))), None)
 
         return read
 
@@ -117,7 +137,7 @@ class VersionFiles:
         ahead = {version: kept[version] for version in stored if version in kept}
         unread = [(version, info) for version, info in stored.items() if version not in kept]
         with ThreadPoolExecutor(READERS, thread_name_prefix="lake-versions") as pool:
-            found = pool.map(lambda item: _step(fs, root, *item), unread)
+            found = pool.map(lambda item: _step(fs, root, item[0], item[1].path), unread)
             ahead.update((v, step) for (v, _), step in zip(unread, found, strict=True) if step)
         self._keep(key, ahead)
         return ahead
@@ -142,9 +162,9 @@ def _manifest_version(name: str) -> int | None:
     return number
 
 
-def _step(fs: pafs.FileSystem, root: str, version: int, info: pafs.FileInfo) -> Step | None:
+def _step(fs: pafs.FileSystem, root: str, version: int, path: str) -> Step | None:
     try:
-        with fs.open_input_file(info.path) as manifest:
+        with fs.open_input_file(path) as manifest:
             size = manifest.size()
             start = max(0, size - TAIL_BYTES)
             facts = manifest_facts(manifest.read_at(size - start, start), version)

@@ -22,9 +22,9 @@ transaction gives exactly the versions the registry pointed at:
 The walk stops at the first version retention has reclaimed, so the listing
 is the retained window, and a version older than it is VersionReclaimed.
 ``committed_at`` is Lance's commit time, taken just before the registry made
-the version visible. A ``t$versions`` listing walks every retained version,
-so it reads each step from the small ends of Lance's files instead of its
-whole manifest (:mod:`lake_query.planning.version_files`).
+the version visible. Planning reads each step from the small ends of Lance's
+files rather than the whole manifest, and through Lance only what those do
+not settle (:mod:`lake_query.planning.version_files`).
 """
 
 from __future__ import annotations
