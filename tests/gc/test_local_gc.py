@@ -458,7 +458,8 @@ def test_a_safety_age_shorter_than_the_append_retention_is_warned_of(
         str(HOUR_S),
         env={"LAKE_APPEND_OPERATION_RETENTION_SECS": "a week"},
     )
-    assert code != 0 and "LAKE_APPEND_OPERATION_RETENTION_SECS" in reply["message"], reply
+    assert code != 0, reply
+    assert "LAKE_APPEND_OPERATION_RETENTION_SECS" in reply["message"], reply
     assert not (tmp_path / "c").exists()
 
 
