@@ -11,6 +11,7 @@ import pytest
 
 from lake_core.errors import ConfigError
 from lake_iceberg.federation import FederationConfig
+from lake_iceberg.federation.locations import Locations
 from lake_iceberg.federation.plugin import plugin
 from lake_query.planning.external import PLUGIN_GROUP, load_external_catalogs
 from tools.lake_testing.servers import free_port
@@ -168,6 +169,73 @@ def test_auth_rules() -> None:
     assert TOKEN not in repr(static)
 
 
+@pytest.mark.parametrize(
+    "warehouse",
+    ["very-private-warehouse", "s3:///very-private-warehouse", "wh/very-private-warehouse"],
+)
+def test_a_warehouse_that_is_no_location_needs_one(warehouse: str) -> None:
+    """Query could not confine the files it opens: it refuses to start, naming the variables."""
+    message = _refused({**BASE, "LAKE_ICEBERG_WAREHOUSE": warehouse}, "LAKE_ICEBERG_WAREHOUSE")
+    assert "LAKE_ICEBERG_LOCATION" in message
+    env = {**BASE, "LAKE_ICEBERG_WAREHOUSE": warehouse, "LAKE_ICEBERG_LOCATION": "s3://b/t"}
+    config = FederationConfig.from_env(env)
+    assert config is not None
+    assert config.locations().allows("s3://b/t/x.parquet")
+    assert not config.locations().allows("s3://very-private-warehouse/x.parquet")
+    _refused(
+        {**env, "LAKE_ICEBERG_LOCATION": "/very-private-warehouse/.."}, "LAKE_ICEBERG_LOCATION"
+    )
+
+
+@pytest.mark.parametrize(
+    ("location", "inside"),
+    [
+        ("s3://lakewh/tables/ns/t/data/a.parquet", True),
+        ("S3://lakewh/tables/a.parquet", True),  # schemes in any case
+        ("s3a://lakewh/tables/a.parquet", True),  # one S3 client reads all three
+        ("s3n://lakewh/tables/a.parquet", True),
+        ("s3://lakewh/tables/a%20b.parquet", True),  # an encoded partition value
+        ("s3://lakewh/tables2/a.parquet", False),  # a prefix ends at a segment
+        ("s3://lakewh/other/a.parquet", False),
+        ("s3://lakewh/tables", False),
+        ("s3://elsewhere/tables/a.parquet", False),
+        ("s3://LAKEWH/tables/a.parquet", False),
+        ("s3://key:secret@lakewh/tables/a.parquet", False),
+        ("s3://lakewh/tables/../other/a.parquet", False),
+        ("s3://lakewh/tables/%2e%2E/other/a.parquet", False),
+        ("s3://lakewh/tables/./a.parquet", False),
+        ("s3://lakewh/tables/a.parquet?versionId=1", False),
+        ("s3://lakewh/tables/a.parquet#x", False),
+        ("s3://lakewh/tables\\..\\other/a.parquet", False),
+        ("gs://lakewh/tables/a.parquet", False),
+        ("file:///lakewh/tables/a.parquet", False),
+        ("/lakewh/tables/a.parquet", False),
+        ("lakewh/tables/a.parquet", False),
+        ("", False),
+    ],
+)
+def test_what_lies_inside_the_warehouse(location: str, inside: bool) -> None:
+    assert Locations("s3://lakewh/tables/", "LAKE_ICEBERG_WAREHOUSE").allows(location) is inside
+
+
+@pytest.mark.parametrize(
+    ("location", "inside"),
+    [
+        ("file:///srv/wh/ns/t/a.parquet", True),
+        ("/srv/wh/ns/t/a.parquet", True),
+        ("file:/srv/wh/ns/t/a.parquet", True),
+        ("file:///srv/wh/../../etc/passwd", False),
+        ("/srv/wh/ns/../../../etc/passwd", False),
+        ("file://otherhost/srv/wh/a.parquet", False),
+        ("file:///srv/wharf/a.parquet", False),
+        ("srv/wh/a.parquet", False),  # relative: resolved against the replica's cwd
+        ("s3://srv/wh/a.parquet", False),
+    ],
+)
+def test_a_local_warehouse_admits_only_its_own_directory(location: str, inside: bool) -> None:
+    assert Locations("file:///srv/wh", "LAKE_ICEBERG_WAREHOUSE").allows(location) is inside
+
+
 def test_an_option_without_the_triple_refuses() -> None:
     _refused({"LAKE_ICEBERG_REST_TOKEN": TOKEN}, "LAKE_ICEBERG_REST_TOKEN")
 
@@ -207,6 +275,7 @@ def _start_query(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
         ),
         ({**BASE, "LAKE_ICEBERG_REST_CREDENTIAL": SECRET}, "LAKE_ICEBERG_REST_CREDENTIAL"),
         ({**BASE, "LAKE_ICEBERG_S3_TIMEOUT_MS": "0"}, "LAKE_ICEBERG_S3_TIMEOUT_MS"),
+        ({**BASE, "LAKE_ICEBERG_WAREHOUSE": "very-private-warehouse"}, "LAKE_ICEBERG_WAREHOUSE"),
     ],
 )
 def test_lake_query_refuses_to_start(env: dict[str, str], variable: str) -> None:

@@ -22,7 +22,7 @@ from lake_iceberg.federation.rest import RestClient
 
 ENV = {
     "LAKE_ICEBERG_REST_ENDPOINT": "http://127.0.0.1:9",
-    "LAKE_ICEBERG_WAREHOUSE": "w",
+    "LAKE_ICEBERG_WAREHOUSE": "s3://w/",
     "LAKE_ICEBERG_NAMESPACES": "ns",
     "LAKE_ICEBERG_REST_CREDENTIAL": "id:secret",
 }

@@ -41,6 +41,7 @@ __all__ = [
     "DEFAULT_OPERATION_RETENTION_SECS",
     "DYNAMODB_TABLE",
     "FAULTS",
+    "ICEBERG_LOCATION",
     "ICEBERG_NAMESPACES",
     "ICEBERG_REST_CREDENTIAL",
     "ICEBERG_REST_ENDPOINT",
@@ -607,6 +608,15 @@ ICEBERG_WAREHOUSE = EnvVar(
     "LAKE_ICEBERG_WAREHOUSE",
     doc="The warehouse identifier sent to the Iceberg REST catalog (never logged or shown).",
     owner=QUERY,
+)
+ICEBERG_LOCATION = EnvVar(
+    "LAKE_ICEBERG_LOCATION",
+    doc="The location (s3://bucket/prefix, or file:///path) every file of a federated Iceberg "
+    "table must lie under; a file the catalog names elsewhere is refused unread. Defaults to "
+    "LAKE_ICEBERG_WAREHOUSE, which must then be such a location (never logged or shown).",
+    owner=QUERY,
+    default="LAKE_ICEBERG_WAREHOUSE",
+    range="URL",
 )
 ICEBERG_NAMESPACES = EnvVar(
     "LAKE_ICEBERG_NAMESPACES",

@@ -13,6 +13,9 @@ variable, never its value when the value is a secret or the warehouse):
 - ``LAKE_ICEBERG_REST_TOKEN`` and ``LAKE_ICEBERG_REST_CREDENTIAL`` exclude each
   other; the credential is ``client-id:client-secret``; the OAuth options
   require the credential.
+- ``LAKE_ICEBERG_LOCATION`` (else ``LAKE_ICEBERG_WAREHOUSE``) is a location
+  (``s3://bucket/prefix``, ``file:///path``): the only place Query opens a
+  table's files (:mod:`~lake_iceberg.federation.locations`).
 - ``LAKE_ICEBERG_REST_TIMEOUT_MS`` and ``LAKE_ICEBERG_S3_TIMEOUT_MS``: integers
   in range (milliseconds).
 """
@@ -27,6 +30,7 @@ from urllib.parse import urlsplit
 
 from lake_core.auth import Secret
 from lake_core.config import (
+    ICEBERG_LOCATION,
     ICEBERG_NAMESPACES,
     ICEBERG_REST_CREDENTIAL,
     ICEBERG_REST_ENDPOINT,
@@ -46,6 +50,7 @@ from lake_core.config import (
 )
 from lake_core.errors import ConfigError, InvalidName
 from lake_core.names import validate_identifier
+from lake_iceberg.federation.locations import Locations
 
 __all__ = ["REQUIRED", "FederationConfig", "OAuthSettings", "check_external_url"]
 
@@ -136,6 +141,8 @@ class FederationConfig:
     s3_anonymous: bool = False
     s3_timeout_ms: int = DEFAULT_S3_TIMEOUT_MS
     extra_file_io: Mapping[str, str] = field(default_factory=dict)
+    #: LAKE_ICEBERG_LOCATION; None: the warehouse is the location.
+    location: Secret | None = None
 
     def __repr__(self) -> str:
         auth = "oauth" if self.oauth else "token" if self.token else "none"
@@ -145,6 +152,12 @@ class FederationConfig:
         )
 
     __str__ = __repr__
+
+    def locations(self) -> Locations:
+        """Where the tables' files may be; ConfigError when that is not a location."""
+        if self.location is not None:
+            return Locations(self.location.reveal(), ICEBERG_LOCATION.name)
+        return Locations(self.warehouse.reveal(), ICEBERG_WAREHOUSE.name)
 
     @property
     def timeout_s(self) -> float:
@@ -207,7 +220,8 @@ class FederationConfig:
         if s3_endpoint is not None:
             s3_endpoint = check_external_url(s3_endpoint, ICEBERG_S3_ENDPOINT)
         token, oauth = _auth(source)
-        return cls(
+        location = _text(source, ICEBERG_LOCATION)
+        config = cls(
             endpoint=endpoint,
             warehouse=Secret(_text(source, ICEBERG_WAREHOUSE) or ""),
             namespaces=namespaces,
@@ -221,10 +235,14 @@ class FederationConfig:
             s3_timeout_ms=env_int(
                 ICEBERG_S3_TIMEOUT_MS, DEFAULT_S3_TIMEOUT_MS, 100, 300_000, source
             ),
+            location=None if location is None else Secret(location),
         )
+        config.locations()  # refuse a replica that could not confine what it reads
+        return config
 
 
 _OPTIONAL = (
+    ICEBERG_LOCATION,
     ICEBERG_REST_TOKEN,
     ICEBERG_REST_CREDENTIAL,
     ICEBERG_REST_OAUTH2_SERVER_URI,

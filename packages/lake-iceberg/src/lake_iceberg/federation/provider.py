@@ -39,6 +39,7 @@ from lake_iceberg.federation.contents import ManifestBytes, ManifestLists
 from lake_iceberg.federation.counters import CounterSwitch, FederationCounters
 from lake_iceberg.federation.fileios import FileIOs
 from lake_iceberg.federation.filters import to_iceberg_filter
+from lake_iceberg.federation.locations import Locations, outside
 from lake_iceberg.federation.rest import RestClient
 from lake_iceberg.federation.scan import PinFiles, PinnedSnapshot
 
@@ -111,6 +112,8 @@ class IcebergFederation:
             SnapshotCache(counters=self.counters) if cache is None else cache
         )
         self._files = files
+        #: Where this catalog's tables may keep files (nothing else is opened).
+        self.locations: Locations = config.locations()
         #: Manifest bytes read by this replica's direct reads (a manifest never changes).
         self.manifests = ManifestBytes()
         #: The manifests each manifest list names, as read by this replica (never rewritten).
@@ -209,6 +212,10 @@ class IcebergFederation:
                 f"{CATALOG}.{namespace}.{table} snapshot {snapshot_id} is no longer retained "
                 "by the Iceberg catalog; run the query again"
             )
+        snapshot = None if snapshot_id is None else metadata.snapshot_by_id(snapshot_id)
+        named = [loaded.metadata_location] + ([] if snapshot is None else [snapshot.manifest_list])
+        if not all(self.locations.allows(location) for location in named):
+            raise outside(f"{CATALOG}.{namespace}.{table}")
         properties = {
             **loaded.config,
             **self._file_io,
@@ -227,4 +234,5 @@ class IcebergFederation:
             manifests=self.manifests,
             file_ios=self.file_ios,
             manifest_lists=self.manifest_lists,
+            locations=self.locations,
         )

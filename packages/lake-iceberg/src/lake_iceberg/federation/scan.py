@@ -37,7 +37,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any
@@ -63,6 +63,7 @@ from pyiceberg.utils.concurrent import ExecutorFactory
 from lake_core.errors import DataCorrupted, LakeError, Unavailable, Unimplemented
 from lake_iceberg.federation.contents import ManifestBytes, ManifestLists
 from lake_iceberg.federation.fileios import FileIOs
+from lake_iceberg.federation.locations import Locations, outside
 from lake_iceberg.federation.manifests import live_entries
 from lake_iceberg.federation.reader import (
     DataFileError,
@@ -142,6 +143,7 @@ class PinnedSnapshot:
         manifests: ManifestBytes | None = None,
         file_ios: FileIOs | None = None,
         manifest_lists: ManifestLists | None = None,
+        locations: Locations | None = None,
     ) -> None:
         self.namespace = namespace
         self.table = table
@@ -157,6 +159,8 @@ class PinnedSnapshot:
         self._manifest_lists = manifest_lists
         #: The replica's reused FileIOs (lake_iceberg.federation.fileios); None: one per call.
         self._file_ios = file_ios
+        #: Where the catalog's files may be (None: anywhere, for in-process tools only).
+        self._locations = locations
         # None: a table without any snapshot yet (it reads as empty).
         self._snapshot = None if snapshot_id is None else metadata.snapshot_by_id(snapshot_id)
         assert snapshot_id is None or self._snapshot is not None, "the caller checked it exists"
@@ -193,8 +197,14 @@ class PinnedSnapshot:
         directory = self._files.get(key)
         if directory is None:
             staged = self._files.stage()
-            manifest_list = self._pruned_manifest_list(staged, row_filter) if pruning else None
-            self._write_metadata(staged, manifest_list)
+            try:
+                manifest_list = self._pruned_manifest_list(staged, row_filter) if pruning else None
+                if manifest_list is None and self._snapshot is not None:
+                    self._tasks(None)  # iceberg-rust reads the originals: check all they name
+                self._write_metadata(staged, manifest_list)
+            except BaseException:
+                shutil.rmtree(staged, ignore_errors=True)
+                raise
             directory = self._files.put(key, staged)
         return IcebergDataFusionTable(
             [self.namespace, self.table],
@@ -344,6 +354,7 @@ class PinnedSnapshot:
             for manifest in manifests
         ):
             return None
+        self._confine(manifest.manifest_path for manifest in manifests)  # before any is read
         if kept is None and self._manifest_lists is not None:
             self._manifest_lists.put(path, manifests)
         return self._stream(io, manifests)
@@ -359,6 +370,7 @@ class PinnedSnapshot:
                 for entry in entries:
                     if entry.data_file.record_count == 0:
                         continue  # as plan_files' metrics evaluator (empty files are skipped)
+                    self._confine([entry.data_file.file_path])
                     task = FileScanTask(entry.data_file)
                     if entry.data_file.content != DataFileContent.DATA or not direct_file(task):
                         raise Unimplemented(
@@ -451,6 +463,11 @@ class PinnedSnapshot:
             "unreachable right now; retry"
         )
 
+    def _confine(self, locations: Iterable[str]) -> None:
+        """Refuse, before anything is opened, a file the catalog placed outside the location."""
+        if self._locations is not None and not all(map(self._locations.allows, locations)):
+            raise outside(f"iceberg.{self.namespace}.{self.table}")
+
     def _first_data_files(self, count: int) -> list[str]:
         """Up to ``count`` live data files of the snapshot, in manifest order.
 
@@ -465,7 +482,9 @@ class PinnedSnapshot:
             for manifest in self._snapshot.manifests(io):
                 if manifest.content != ManifestContent.DATA:
                     continue
+                self._confine([manifest.manifest_path])
                 for entry in manifest.fetch_manifest_entry(io, discard_deleted=True):
+                    self._confine([entry.data_file.file_path])
                     found.append(entry.data_file.file_path)
                     if len(found) >= count:
                         return found
@@ -484,13 +503,16 @@ class PinnedSnapshot:
 
     def _tasks(self, row_filter: BooleanExpression | None) -> list[FileScanTask]:
         """The snapshot's data files that may match ``row_filter`` (manifest reads)."""
+        io = self._io()
         scan = DataScan(
             self.metadata,
-            self._io(),
+            io,
             row_filter=row_filter if row_filter is not None else AlwaysTrue(),
             snapshot_id=self.snapshot_id,
         )
         try:
+            if self._snapshot is not None:  # the list is read (and kept by pyiceberg) once
+                self._confine(manifest.manifest_path for manifest in self._snapshot.manifests(io))
             tasks = list(scan.plan_files())
         except FileNotFoundError:  # a manifest of a retained snapshot is gone
             raise self.corrupted() from None
@@ -498,5 +520,6 @@ class PinnedSnapshot:
             raise self.unreachable() from None
         except _UNDECODABLE:  # a manifest (list) that is truncated or garbled
             raise self.corrupted() from None
+        self._confine(file.file_path for task in tasks for file in (task.file, *task.delete_files))
         self._scanned = tasks
         return tasks

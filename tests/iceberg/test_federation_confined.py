@@ -1,0 +1,307 @@
+"""A catalog cannot make Query open files outside the configured warehouse.
+
+A real ``lake query`` federates a scripted catalog (a tiny HTTP server) that
+answers with the metadata of a real table SeaweedFS's catalog holds, with one
+location changed: the metadata file, the snapshot's manifest list, one
+manifest it lists or one data file a manifest names points either at a local
+file of the replica or at another bucket of the same store (one Query's
+credentials can read). Query reads the table's objects through a counting
+proxy (tools/lake_testing/s3proxy.py).
+
+Each is refused with ``Unavailable`` naming the table (the catalog's fault,
+never the caller's) and neither path nor bucket, whichever way the statement
+is read (the plug-in's own reader, or DataFusion over iceberg-rust), and
+nothing is read: the local file is a FIFO whose writer would notice a reader,
+and the proxy sees no request for the other bucket. The same table with its
+own locations reads as it should.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import json
+import os
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyiceberg.manifest import (
+    ManifestEntry,
+    ManifestEntryStatus,
+    ManifestFile,
+    write_manifest,
+    write_manifest_list,
+)
+
+import lake_sdk
+from lake_core.errors import Unavailable
+from tools.lake_testing.iceberg import SeaweedIceberg, proxied_query, write_episodes
+from tools.lake_testing.s3proxy import S3Proxy
+from tools.lake_testing.servers import LakeProcess
+
+pytestmark = [pytest.mark.iceberg, pytest.mark.s3, pytest.mark.slow]
+
+NAMESPACE = "confined"
+#: Another bucket of the same store: Query's own credentials could read it.
+OTHER = "elsewhere"
+PATHS = {
+    "direct": "SELECT episode_id, robot_id, reward FROM iceberg.confined.{table}",
+    "datafusion": "SELECT robot_id, count(*) AS n FROM iceberg.confined.{table} GROUP BY robot_id",
+}
+
+
+class _Catalog(ThreadingHTTPServer):
+    daemon_threads = True
+    documents: dict[str, bytes]
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Catalog
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_HEAD(self) -> None:  # namespace checks
+        self.send_response(200)
+        self.end_headers()
+
+    def do_GET(self) -> None:
+        name = self.path.rsplit("/", 1)[-1]
+        if self.path.startswith("/v1/config"):
+            self._send(200, b"{}")
+        elif name in self.server.documents:
+            self._send(200, self.server.documents[name])
+        else:
+            error = {"error": {"message": "no such table", "type": "NoSuchTableException"}}
+            self._send(404, json.dumps({**error, "code": 404}).encode())
+
+    def _send(self, status: int, body: bytes) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+
+class _Fifo:
+    """A local "file" that serves ``content`` once, and records whether anyone opened it."""
+
+    def __init__(self, path: Path, content: bytes) -> None:
+        os.mkfifo(path)
+        self.path = path
+        self.opened = threading.Event()
+        self._closing = False
+        self._thread = threading.Thread(target=self._serve, args=(content,), daemon=True)
+        self._thread.start()
+
+    @property
+    def uri(self) -> str:
+        return self.path.as_uri()
+
+    def _serve(self, content: bytes) -> None:
+        fd = os.open(self.path, os.O_WRONLY)  # blocks until a reader opens the FIFO
+        if not self._closing:
+            self.opened.set()
+        with contextlib.suppress(OSError):
+            os.write(fd, content)
+        os.close(fd)
+
+    def close(self) -> None:
+        """Release the writer if nobody opened the FIFO."""
+        self._closing = True
+        if not self.opened.is_set():
+            reader = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+            self._thread.join(5)
+            os.close(reader)
+
+
+@dataclass
+class Confined:
+    server: SeaweedIceberg
+    proxy: S3Proxy
+    query: LakeProcess
+    catalog: _Catalog
+    table: Any
+    root: Path
+    fifos: list[_Fifo]
+
+    def serve(self, name: str, metadata_location: str, metadata: dict[str, Any]) -> None:
+        document = {"metadata-location": metadata_location, "metadata": metadata, "config": {}}
+        self.catalog.documents[name] = json.dumps(document).encode()
+
+    def fifo(self, name: str, content: bytes) -> _Fifo:
+        fifo = _Fifo(self.root / name, content)
+        self.fifos.append(fifo)
+        return fifo
+
+    def read(self, location: str) -> bytes:
+        with self.table.io.new_input(location).open() as stream:
+            return bytes(stream.read())
+
+    def copy_elsewhere(self, location: str, key: str) -> str:
+        self.server.client().put_object(Bucket=OTHER, Key=key, Body=self.read(location))
+        return f"s3://{OTHER}/{key}"
+
+    def other_requests(self) -> int:
+        return sum(n for (_, path), n in self.proxy.paths.items() if path.startswith(f"/{OTHER}"))
+
+
+@pytest.fixture(scope="module")
+def confined(
+    iceberg_server: SeaweedIceberg, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Confined]:
+    root = tmp_path_factory.mktemp("federation-confined")
+    table = write_episodes(iceberg_server.catalog(), NAMESPACE, "episodes")
+    iceberg_server.create_bucket(OTHER)
+    catalog = _Catalog(("127.0.0.1", 0), _Handler)
+    catalog.documents = {}
+    thread = threading.Thread(target=catalog.serve_forever, daemon=True)
+    thread.start()
+    env = {
+        "LAKE_ICEBERG_REST_ENDPOINT": f"http://127.0.0.1:{catalog.server_address[1]}",
+        "LAKE_ICEBERG_REST_CREDENTIAL": "",  # the scripted catalog asks for none
+    }
+    fifos: list[_Fifo] = []
+    try:
+        with proxied_query(iceberg_server, NAMESPACE, root, env) as (proxy, query):
+            yield Confined(iceberg_server, proxy, query, catalog, table, root, fifos)
+    finally:
+        for fifo in fifos:
+            fifo.close()
+        catalog.shutdown()
+        catalog.server_close()
+
+
+def _metadata(table: Any) -> dict[str, Any]:
+    document: dict[str, Any] = json.loads(
+        table.metadata.model_dump_json(by_alias=True, exclude_none=True)
+    )
+    return document
+
+
+def _with_manifest_list(table: Any, manifest_list: str) -> dict[str, Any]:
+    metadata = _metadata(table)
+    for snapshot in metadata["snapshots"]:
+        if snapshot["snapshot-id"] == table.metadata.current_snapshot_id:
+            snapshot["manifest-list"] = manifest_list
+    return metadata
+
+
+def _write_list(table: Any, location: str, manifests: list[ManifestFile]) -> None:
+    snapshot = table.current_snapshot()
+    with write_manifest_list(
+        table.metadata.format_version,
+        table.io.new_output(location),
+        snapshot.snapshot_id,
+        snapshot.parent_snapshot_id,
+        snapshot.sequence_number,
+        "deflate",
+    ) as writer:
+        writer.add_manifests(manifests)
+
+
+def _listing(c: Confined, name: str, first_manifest: Callable[[ManifestFile], str]) -> str:
+    """A manifest list in the table's own location whose first manifest is moved."""
+    manifests = c.table.current_snapshot().manifests(c.table.io)
+    moved = copy.copy(manifests[0])
+    moved._data = [first_manifest(manifests[0]), *manifests[0]._data[1:]]  # read-only fields
+    location = f"{c.table.location()}/metadata/hostile-{name}-list.avro"
+    _write_list(c.table, location, [moved, *manifests[1:]])
+    return location
+
+
+def _manifest_naming(c: Confined, name: str, data_file: Callable[[str], str]) -> str:
+    """A manifest list in the table's location whose first manifest names a moved data file."""
+    table = c.table
+    snapshot = table.current_snapshot()
+    manifests = snapshot.manifests(table.io)
+    entries = manifests[0].fetch_manifest_entry(table.io, discard_deleted=True)
+    path = f"{table.location()}/metadata/hostile-{name}-manifest.avro"
+    with write_manifest(
+        table.metadata.format_version,
+        table.spec(),
+        table.schema(),
+        table.io.new_output(path),
+        snapshot.snapshot_id,
+        "deflate",
+    ) as writer:
+        for entry in entries:
+            moved = copy.copy(entry.data_file)
+            fields = entry.data_file._data  # the path is a read-only field
+            moved._data = [fields[0], data_file(entry.data_file.file_path), *fields[2:]]
+            writer.add_entry(
+                ManifestEntry.from_args(
+                    status=ManifestEntryStatus.ADDED,
+                    snapshot_id=snapshot.snapshot_id,
+                    data_file=moved,
+                )
+            )
+    location = f"{table.location()}/metadata/hostile-{name}-list.avro"
+    _write_list(table, location, [writer.to_manifest_file(), *manifests[1:]])
+    return location
+
+
+def _local(c: Confined, name: str) -> Callable[[str], str]:
+    return lambda location: c.fifo(f"{name}-{location.rsplit('/', 1)[-1]}", c.read(location)).uri
+
+
+def _other(c: Confined, name: str) -> Callable[[str], str]:
+    return lambda location: c.copy_elsewhere(location, f"{name}/{location.rsplit('/', 1)[-1]}")
+
+
+def _hostile(c: Confined, case: str, name: str) -> None:
+    """Serve table ``name``: the real table with the one location ``case`` moves."""
+    table = c.table
+    where, _, what = case.partition("-")
+    move = _local(c, name) if where == "local" else _other(c, name)
+    if what == "metadata":
+        c.serve(name, move(table.metadata_location), _metadata(table))
+    elif what == "manifest_list":
+        listing = move(table.current_snapshot().manifest_list)
+        c.serve(name, table.metadata_location, _with_manifest_list(table, listing))
+    elif what == "manifest":
+        listing = _listing(c, name, lambda manifest: move(manifest.manifest_path))
+        c.serve(name, table.metadata_location, _with_manifest_list(table, listing))
+    else:
+        listing = _manifest_naming(c, name, move)
+        c.serve(name, table.metadata_location, _with_manifest_list(table, listing))
+
+
+CASES = [
+    f"{where}-{what}"
+    for where in ("local", "other")
+    for what in ("metadata", "manifest_list", "manifest", "data")
+]
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+@pytest.mark.parametrize("case", CASES)
+def test_a_location_outside_the_warehouse_is_refused_unread(
+    confined: Confined, case: str, path: str
+) -> None:
+    name = f"{case}_{path}".replace("-", "_")
+    _hostile(confined, case, name)
+    before = confined.other_requests()
+    with lake_sdk.Client(confined.query.url) as sdk, pytest.raises(Unavailable) as caught:
+        sdk.query_table(PATHS[path].format(table=name))
+    message = str(caught.value)
+    assert "outside the configured location" in message, message
+    assert f"iceberg.{NAMESPACE}.{name}" in message, message
+    for leak in ("s3://", "file:", OTHER, str(confined.root), confined.server.warehouse_bucket):
+        assert leak not in message, message
+    assert confined.other_requests() == before  # the other bucket was never asked
+    assert not any(fifo.opened.is_set() for fifo in confined.fifos)  # no local file opened
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_the_tables_own_locations_still_read(confined: Confined, path: str) -> None:
+    name = f"own_{path}"
+    confined.serve(name, confined.table.metadata_location, _metadata(confined.table))
+    with lake_sdk.Client(confined.query.url) as sdk:
+        got = sdk.query_table(PATHS[path].format(table=name))
+    assert got.num_rows == (60 if path == "direct" else 3)
