@@ -29,7 +29,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 import pytest
+from datafusion import SessionContext
+from datafusion.catalog import Table
 from pyiceberg.manifest import (
     ManifestEntry,
     ManifestEntryStatus,
@@ -40,7 +43,13 @@ from pyiceberg.manifest import (
 
 import lake_sdk
 from lake_core.errors import Unavailable
-from tools.lake_testing.iceberg import SeaweedIceberg, proxied_query, write_episodes
+from lake_iceberg.federation import FederationConfig, IcebergFederation
+from tools.lake_testing.iceberg import (
+    SeaweedIceberg,
+    federation_env,
+    proxied_query,
+    write_episodes,
+)
 from tools.lake_testing.s3proxy import S3Proxy
 from tools.lake_testing.servers import LakeProcess
 
@@ -305,3 +314,95 @@ def test_the_tables_own_locations_still_read(confined: Confined, path: str) -> N
     with lake_sdk.Client(confined.query.url) as sdk:
         got = sdk.query_table(PATHS[path].format(table=name))
     assert got.num_rows == (60 if path == "direct" else 3)
+
+
+def _in_process(c: Confined, s3_endpoint: str | None) -> IcebergFederation:
+    """A federation of the scripted catalog reading with Query's identity (the AWS variables)."""
+    env = {
+        **federation_env(c.server, NAMESPACE),
+        "LAKE_ICEBERG_REST_ENDPOINT": f"http://127.0.0.1:{c.catalog.server_address[1]}",
+        "LAKE_ICEBERG_REST_CREDENTIAL": "",
+        "LAKE_ICEBERG_S3_ENDPOINT": s3_endpoint or "",
+        "LAKE_ICEBERG_S3_REGION": c.server.region if s3_endpoint else "",
+        "LAKE_ICEBERG_S3_TIMEOUT_MS": "2000",
+    }
+    config = FederationConfig.from_env(env)
+    assert config is not None
+    identity = {
+        "s3.access-key-id": c.server.access_key,
+        "s3.secret-access-key": c.server.secret_key,
+    }
+    federation = IcebergFederation(config, file_io=identity)
+    federation.start()
+    return federation
+
+
+def _scan(federation: IcebergFederation, name: str, path: str) -> int:
+    table = federation.plan(NAMESPACE, name)
+    if path == "direct":
+        schema = pa.schema([("episode_id", pa.int64())])
+        batches = table.batches(schema, 1024)
+        assert batches is not None
+        return sum(batch.num_rows for batch in batches)
+    context = SessionContext()
+    context.register_table("t", Table(table.provider()))
+    return context.sql("SELECT count(*) AS n FROM t").to_arrow_table()["n"][0].as_py()
+
+
+@pytest.mark.parametrize("path", sorted(PATHS))
+def test_the_catalog_cannot_route_querys_requests(confined: Confined, path: str) -> None:
+    """A proxy, a role or an endpoint in the table config never carries Query's identity."""
+    elsewhere = S3Proxy(confined.server.endpoint).start()
+    try:
+        config = {
+            "s3.proxy-uri": elsewhere.endpoint,
+            "s3.endpoint": elsewhere.endpoint,
+            "s3.role-arn": "arn:aws:iam::123456789012:role/catalog-chosen",
+            "s3.assume-role.arn": "arn:aws:iam::123456789012:role/catalog-chosen",
+        }
+        for name, endpoint in (
+            (f"routed_{path}", confined.proxy.endpoint),
+            (f"unset_{path}", None),
+        ):
+            document = {
+                "metadata-location": confined.table.metadata_location,
+                "metadata": _metadata(confined.table),
+                "config": config,
+            }
+            confined.catalog.documents[name] = json.dumps(document).encode()
+            federation = _in_process(confined, endpoint)
+            try:
+                if endpoint is not None:  # the operator's endpoint, and only it, is asked
+                    assert _scan(federation, name, path) == 60
+                else:  # none configured: AWS's own (unreachable here), never the catalog's
+                    with pytest.raises(Unavailable):
+                        _scan(federation, name, path)
+            finally:
+                federation.close()
+        assert elsewhere.total == 0
+    finally:
+        elsewhere.stop()
+
+
+def test_vended_credentials_may_bring_their_endpoint(confined: Confined) -> None:
+    """With its own credentials the catalog decides where they are used: Query's are not sent."""
+    name = "vended"
+    config = {
+        "s3.endpoint": confined.proxy.endpoint,
+        "s3.access-key-id": confined.server.access_key,
+        "s3.secret-access-key": confined.server.secret_key,
+        "s3.path-style-access": "true",
+    }
+    document = {
+        "metadata-location": confined.table.metadata_location,
+        "metadata": _metadata(confined.table),
+        "config": config,
+    }
+    confined.catalog.documents[name] = json.dumps(document).encode()
+    federation = _in_process(confined, None)
+    before = confined.proxy.total
+    try:
+        assert _scan(federation, name, "direct") == 60
+    finally:
+        federation.close()
+    assert confined.proxy.total > before

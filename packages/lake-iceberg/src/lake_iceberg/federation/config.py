@@ -52,7 +52,13 @@ from lake_core.errors import ConfigError, InvalidName
 from lake_core.names import validate_identifier
 from lake_iceberg.federation.locations import Locations
 
-__all__ = ["REQUIRED", "FederationConfig", "OAuthSettings", "check_external_url"]
+__all__ = [
+    "REQUIRED",
+    "FederationConfig",
+    "OAuthSettings",
+    "catalog_file_io",
+    "check_external_url",
+]
 
 #: The triple that turns federation on.
 REQUIRED = (ICEBERG_REST_ENDPOINT, ICEBERG_WAREHOUSE, ICEBERG_NAMESPACES)
@@ -61,6 +67,12 @@ DEFAULT_S3_TIMEOUT_MS = 10_000
 #: pyiceberg's file I/O over pyarrow's filesystems (the one the timeouts reach).
 PYARROW_FILE_IO = "pyiceberg.io.pyarrow.PyArrowFileIO"
 DEFAULT_SCOPE = "catalog"
+#: Credentials a catalog may vend for a table's files (Query then reads as the catalog says).
+VENDED = ("s3.access-key-id", "s3.secret-access-key")
+#: The other table config properties a catalog may set: none routes or re-identifies Query.
+CATALOG_FILE_IO = frozenset(
+    {*VENDED, "s3.session-token", "s3.region", "client.region", "s3.path-style-access"}
+)
 
 
 def check_external_url(value: str, variable: str) -> str:
@@ -91,6 +103,22 @@ def check_external_url(value: str, variable: str) -> str:
             "(127.0.0.0/8 or ::1); use https://"
         )
     return value.rstrip("/")
+
+
+def catalog_file_io(config: Mapping[str, str]) -> dict[str, str]:
+    """The file-I/O properties Lake takes from a catalog's table config.
+
+    Vended credentials, the region and path style, and the catalog's endpoint
+    only with credentials it vends: then Query signs with the catalog's key,
+    not its own. Everything else (a proxy, a role to assume, an endpoint for
+    Query's own identity, another FileIO) would let the catalog send
+    Query's requests, signed with Query's credentials, where the operator never
+    configured: it is dropped.
+    """
+    kept = {key: value for key, value in config.items() if key in CATALOG_FILE_IO}
+    if all(config.get(key) for key in VENDED) and "s3.endpoint" in config:
+        kept["s3.endpoint"] = config["s3.endpoint"]
+    return kept
 
 
 def _strict_bool(source: Mapping[str, str], variable: str) -> bool | None:

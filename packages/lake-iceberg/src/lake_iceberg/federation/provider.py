@@ -34,7 +34,7 @@ from lake_core.errors import (
     VersionReclaimed,
 )
 from lake_iceberg.federation.cache import SnapshotCache
-from lake_iceberg.federation.config import FederationConfig
+from lake_iceberg.federation.config import FederationConfig, catalog_file_io
 from lake_iceberg.federation.contents import ManifestBytes, ManifestLists
 from lake_iceberg.federation.counters import CounterSwitch, FederationCounters
 from lake_iceberg.federation.fileios import FileIOs
@@ -217,7 +217,7 @@ class IcebergFederation:
         if not all(self.locations.allows(location) for location in named):
             raise outside(f"{CATALOG}.{namespace}.{table}")
         properties = {
-            **loaded.config,
+            **catalog_file_io(loaded.config),
             **self._file_io,
             **self.config.file_io_overrides(),
             **self.config.storage_bounds(),  # Lake's bound, whatever the catalog says
