@@ -204,6 +204,7 @@ def test_a_warehouse_that_is_no_location_needs_one(warehouse: str) -> None:
         ("s3://lakewh/tables/../other/a.parquet", False),
         ("s3://lakewh/tables/%2e%2E/other/a.parquet", False),
         ("s3://lakewh/tables/./a.parquet", False),
+        ("s3://lakewh/tables/x%2F..%2F..%2Fother/a.parquet", False),
         ("s3://lakewh/tables/a.parquet?versionId=1", False),
         ("s3://lakewh/tables/a.parquet#x", False),
         ("s3://lakewh/tables\\..\\other/a.parquet", False),

@@ -44,9 +44,9 @@ def _parts(location: str) -> tuple[str, str, tuple[str, ...]] | None:
         return None
     if scheme == _LOCAL and (parts.netloc or not parts.path.startswith("/")):
         return None  # file://host/... or a relative path (resolved against the cwd)
+    if any(s in (".", "..") for s in unquote(parts.path).split("/")):
+        return None  # also where an encoded '/' would make one once decoded
     segments = tuple(parts.path.split("/")[1:])
-    if any(unquote(s) in (".", "..") for s in segments):
-        return None
     return scheme, parts.netloc, segments
 
 
