@@ -8,6 +8,8 @@ append leaves the table as it was (checked through a fresh client).
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -21,6 +23,8 @@ from tools.lake_testing.plugin import LakeCluster, cluster_env
 RUNS = pa.schema([("run_id", pa.int64()), ("robot", pa.utf8())])
 ROWS = pa.table({"run_id": [1], "robot": ["r1"]}, schema=RUNS)
 INSERT = "INSERT INTO misuse.runs (run_id, robot) VALUES (?, ?)"
+#: A well-formed handle: a closed client must refuse it before asking anyone about it.
+HANDLE = lake_sdk.JobHandle(capability=b"c" * 32, expires_at=time.time() + 3600)
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +46,13 @@ CALLS: dict[str, Callable[[lake_sdk.Client], Any]] = {
     "append_batches": lambda c: c.append_batches("misuse.runs", ROWS.to_batches()),
     "ingest": lambda c: c.ingest("misuse.runs", ROWS),
     "insert": lambda c: c.insert(INSERT, [2, "r2"]),
+    # Durable jobs poll over their own gRPC channel, which close() must not let reopen.
+    "jobs.submit": lambda c: c.jobs.submit("SELECT 1 AS x"),
+    "jobs.query": lambda c: c.jobs.query("SELECT 1 AS x"),
+    "jobs.poll": lambda c: c.jobs.poll(HANDLE),
+    "jobs.wait": lambda c: c.jobs.wait(HANDLE),
+    "jobs.resume": lambda c: c.jobs.resume(HANDLE),
+    "jobs.cancel": lambda c: c.jobs.cancel(HANDLE),
 }
 
 
@@ -55,6 +66,20 @@ def test_a_closed_client_refuses_every_call_as_failed_precondition(
         CALLS[call](client)
     with lake_sdk.Client(cluster.query.url) as fresh:
         assert fresh.query_table("SELECT count(*) AS n FROM misuse.runs")["n"][0].as_py() == 0
+
+
+def test_a_closed_async_client_refuses_job_calls(cluster: LakeCluster) -> None:
+    """The async client's jobs share the sync client's channel logic: refused after close()."""
+
+    async def after_close() -> None:
+        client = lake_sdk.AsyncClient(cluster.query.url)
+        await client.close()
+        with pytest.raises(FailedPrecondition, match="is closed"):
+            await client.jobs.submit("SELECT 1 AS x")
+        with pytest.raises(FailedPrecondition, match="is closed"):
+            await client.jobs.poll(HANDLE)
+
+    asyncio.run(after_close())
 
 
 @pytest.mark.parametrize("url", ["grpc://127.0.0.1:1:2", "http://x:y:z"])

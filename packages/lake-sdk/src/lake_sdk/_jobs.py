@@ -38,6 +38,7 @@ from lake_core.endpoints import parse_endpoint
 from lake_core.errors import (
     WANTS_CODES,
     WIRE_CLASSES,
+    FailedPrecondition,
     Internal,
     InvalidArgument,
     LakeError,
@@ -187,6 +188,7 @@ class JobCalls:
         self._connection = connection
         self._poll_interval_s = poll_interval_s
         self._channel: grpc.Channel | None = None
+        self._closed = False
 
     def __repr__(self) -> str:
         return f"JobCalls({self._connection.url!r})"
@@ -245,9 +247,21 @@ class JobCalls:
                 raise error_from_wire(exc.code(), exc.details() or "", trailers) from None
         return info
 
+    def _check_open(self) -> None:
+        """Refuse a job call after :meth:`close`, as the client's other calls do.
+
+        Without it a closed client's next poll would open a fresh channel and
+        submit SQL as if the client were still open.
+        """
+        if self._closed:
+            raise FailedPrecondition(
+                f"the client of {self._connection.url} is closed: make a new client"
+            )
+
     async def _poll(
         self, descriptor: flight_pb2.FlightDescriptor, job_id: str | None, wait_ms: int = 0
     ) -> tuple[JobHandle, pa.Schema]:
+        self._check_open()
         info = await asyncio.to_thread(self._poll_call, descriptor, job_id, wait_ms)
         return _handle(info, descriptor.cmd if job_id is None else b"")
 
@@ -302,6 +316,7 @@ class JobCalls:
         """CancelFlightInfo; True when the job is (now) cancelled."""
         if not isinstance(handle, JobHandle):
             raise InvalidArgument("jobs.cancel needs a JobHandle")
+        self._check_open()
         info = flight_pb2.FlightInfo(
             flight_descriptor=flight_pb2.FlightDescriptor(
                 type=flight_pb2.FlightDescriptor.CMD, cmd=handle.capability
@@ -313,6 +328,8 @@ class JobCalls:
         return bool(result.status == flight_pb2.CANCEL_STATUS_CANCELLED)
 
     def close(self) -> None:
+        """Close the channel; closing is final (the client is closed for clones too)."""
+        self._closed = True
         if self._channel is not None:
             self._channel.close()
             self._channel = None
