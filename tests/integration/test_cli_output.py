@@ -122,6 +122,34 @@ def test_read_only_commands_refuse_a_missing_data_dir(tmp_path: Path, command: s
     assert not missing.exists()
 
 
+def test_the_root_data_dir_reaches_the_table_commands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``lake --data-dir D table ...`` reads D, as ``lake table ... --data-dir D`` does.
+
+    The table commands kept their own default: they read and created ./lake-data.
+    """
+    monkeypatch.chdir(tmp_path)  # where the default ./lake-data would appear
+    root = ["--data-dir", str(tmp_path / "elsewhere")]
+    _json(*root, "table", "create", "robots.t", "--column", "a:string")
+    assert [t["table"] for t in _json(*root, "table", "list")] == ["robots.t"]
+    assert _json("table", "list", *root)[0]["table"] == "robots.t"
+    assert not (tmp_path / "lake-data").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "name"),
+    [("sql SELECT 1", "sql"), ("files put x.mp4", "files put"), ("table load a.b x", "table load")],
+)
+def test_the_root_data_dir_is_refused_where_it_cannot_apply(
+    tmp_path: Path, args: str, name: str
+) -> None:
+    """A command that reads no data directory says so instead of ignoring the option."""
+    result = CliRunner().invoke(lake, ["--data-dir", str(tmp_path), *args.split()])
+    assert result.exit_code == 2
+    assert f"does not apply to `lake {name}`" in result.output
+
+
 def test_lake_sql_streams_json_csv_and_tables(shots: LakeCluster) -> None:
     sql = "SELECT shot_id, reward, video FROM robots.shots ORDER BY shot_id"
     done = subprocess.run(

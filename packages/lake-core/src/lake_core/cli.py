@@ -11,7 +11,9 @@ whichever packages are installed.
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from importlib.metadata import entry_points, version
+from typing import Any, TypeVar
 
 import click
 
@@ -21,6 +23,32 @@ from lake_core.errors import LakeError
 ENTRY_POINT_GROUP = "lake.commands"
 #: ``ctx.meta`` key of the root's ``--data-dir`` (subcommands read it from there).
 DATA_DIR_META = "lake.data_dir"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def data_dir_option(default: str | None, help: str, **options: Any) -> Callable[[F], F]:
+    """A subcommand's ``--data-dir``: its own value, else the root's, else ``default``.
+
+    ``lake --data-dir D table list`` and ``lake table list --data-dir D`` must
+    read the same directory; a subcommand that kept its own default silently
+    read ``./lake-data`` instead of D. ``options`` go to ``click.option`` (type, metavar).
+    """
+
+    def resolve(ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+        if value is not None:
+            return value
+        root: str | None = ctx.meta.get(DATA_DIR_META)
+        return root if root is not None else default
+
+    shown = f"  [default: {default}]" if default is not None else ""
+    return click.option(
+        "--data-dir",
+        default=None,
+        callback=resolve,
+        help=f"{help} (also `lake --data-dir`).{shown}",
+        **options,
+    )
 
 
 class _LakeGroup(click.Group):
@@ -45,6 +73,35 @@ class _LakeGroup(click.Group):
             return _merged(cmd_name, commands)
         return commands[0] if commands else None
 
+    def invoke(self, ctx: click.Context) -> Any:
+        """Refuse ``lake --data-dir`` for a subcommand that reads no data directory.
+
+        Ignoring it would run the command against something else than the
+        user named (``lake --data-dir D sql`` still asks the Query at --addr).
+        """
+        if ctx.params.get("data_dir") is not None:
+            names, command = self._leaf(ctx, [*ctx._protected_args, *ctx.args])
+            if command is not None and not any(p.name == "data_dir" for p in command.params):
+                raise click.UsageError(
+                    f"`lake --data-dir` does not apply to `lake {' '.join(names)}`: "
+                    "it reads no local data directory"
+                )
+        return super().invoke(ctx)
+
+    def _leaf(self, ctx: click.Context, args: list[str]) -> tuple[list[str], click.Command | None]:
+        """The command ``args`` name (through nested groups), or None if that is not plain."""
+        command: click.Command = self
+        names: list[str] = []
+        while isinstance(command, click.Group):
+            if not args or args[0].startswith("-"):
+                return names, None  # a group's own help or options: nothing runs
+            found = command.get_command(ctx, args[0])
+            if found is None:
+                return names, None  # click reports the unknown name itself
+            names.append(args[0])
+            command, args = found, args[1:]
+        return names, command
+
 
 def _merged(name: str, groups: list[click.Command]) -> click.Group:
     """One group holding every command of ``groups`` (same-named groups of several packages).
@@ -68,7 +125,10 @@ def _merged(name: str, groups: list[click.Command]) -> click.Group:
     "--data-dir",
     default=None,
     metavar="DIR",
-    help="Local Lake data directory, for subcommands that read one (`lake --data-dir D gc`).",
+    help=(
+        "Local Lake data directory, for the subcommands that read one (`lake --data-dir D "
+        "table list`: gc, meta, query, table, demo); the others refuse it."
+    ),
 )
 @click.pass_context
 def lake(ctx: click.Context, data_dir: str | None) -> None:

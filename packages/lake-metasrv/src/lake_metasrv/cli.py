@@ -24,6 +24,7 @@ from lake_core.admin_cli import (
     index_kind_option,
     json_flag_option,
 )
+from lake_core.cli import data_dir_option
 from lake_core.errors import LakeError, TableExists, TableNotFound
 from lake_core.flight.server import FlightServer
 from lake_core.integrity import VerifyTableResult, render_report
@@ -114,12 +115,7 @@ async def run_server(
 
 @click.command()
 @click.option("--addr", default=DEFAULT_ADDR, show_default=True, help="Loopback host:port.")
-@click.option(
-    "--data-dir",
-    default=DEFAULT_DATA_DIR,
-    show_default=True,
-    help="Registry, tables and sidecars live here.",
-)
+@data_dir_option(DEFAULT_DATA_DIR, "Registry, tables and sidecars live here")
 @log_format_option
 def meta(addr: str, data_dir: str, log_format: str | None) -> None:
     """Run Metasrv: the registry and the commit authority for native tables."""
@@ -201,9 +197,7 @@ def table() -> None:
     """Manage tables in a local data directory (no server needed)."""
 
 
-_data_dir_option = click.option(
-    "--data-dir", default=DEFAULT_DATA_DIR, show_default=True, help="Local Lake data directory."
-)
+_data_dir_option = data_dir_option(DEFAULT_DATA_DIR, "Local Lake data directory")
 
 
 @table.command("create")

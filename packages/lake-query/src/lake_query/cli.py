@@ -22,6 +22,7 @@ import sys
 import click
 import structlog
 
+from lake_core.cli import data_dir_option
 from lake_core.errors import LakeError
 from lake_core.flight.server import FlightServer, UncleanShutdown, serve, shutdown_grace_ms
 from lake_core.integrity import DataFileReader
@@ -234,10 +235,8 @@ async def _drain_on_stop(plane: DataPlane, stop: asyncio.Event) -> int:
     help="Metasrv URL (http:// or https://).",
 )
 @click.option("--log-level", default="info", show_default=True, help="debug, info, warning, error.")
-@click.option(
-    "--data-dir",
-    default=None,
-    help="Metasrv's local data directory: SDKs get the managed stage <data-dir>/objects.",
+@data_dir_option(
+    None, "Metasrv's local data directory: SDKs get the managed stage <data-dir>/objects"
 )
 @log_format_option
 def query(

@@ -26,6 +26,7 @@ from pathlib import Path
 import click
 import pyarrow as pa
 
+from lake_core.cli import data_dir_option
 from lake_core.install import package_hint
 from lake_core.metaclient import MetaClient
 from lake_core.names import TableRef
@@ -252,12 +253,11 @@ def _made_dir(value: str) -> Path:
 
 
 @click.command()
-@click.option(
-    "--data-dir",
+@data_dir_option(
+    None,
+    "Keep the demo's data here; without it, in a temporary directory",
     type=click.Path(file_okay=False),
     metavar="PATH",
-    default=None,
-    help="Keep the demo's data here (default: a temporary directory).",
 )
 def demo(data_dir: str | None) -> None:
     """Run a local Lake on loopback: create, append, commit, query."""
