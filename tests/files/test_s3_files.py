@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Awaitable
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -25,6 +28,7 @@ from lake_objects import (
     InvalidUpload,
     LocationOutsideStage,
     ObjectOverlong,
+    ObjectReader,
     ObjectStoreUnavailable,
     PrematureEof,
     RangeMismatch,
@@ -199,6 +203,80 @@ async def test_a_ranged_capability_read_during_an_outage_is_unavailable(
 
 async def _drain(client: LakeClient, location: DataLocation) -> bytes:
     return await (await client.open(location)).read()
+
+
+async def _read_all(opened: Awaitable[ObjectReader]) -> bytes:
+    return await (await opened).read()
+
+
+#: The storage_timeout the stall tests give their clients, in seconds.
+STALL_S = 1.0
+#: Slack on top of the documented bound, for a loaded machine (the old wait was minutes).
+SLACK_S = 10.0
+
+
+async def _fails_promptly(proxy_fault: str, lake: S3Lake, read: Any, bound_s: float) -> None:
+    """``read()`` under ``proxy_fault`` raises a retryable ObjectStoreUnavailable within bound."""
+    lake.proxy.fault = proxy_fault
+    began = time.monotonic()
+    try:
+        with pytest.raises(ObjectStoreUnavailable) as caught:
+            await asyncio.wait_for(read(), 60)
+    finally:
+        lake.proxy.fault = None
+    took = time.monotonic() - began
+    assert caught.value.retryable
+    assert took < bound_s, f"{proxy_fault}: {took:.1f}s"
+
+
+async def test_a_stalled_s3_fails_a_read_within_the_storage_timeout(
+    s3_lake: S3Lake, tmp_path: Path
+) -> None:
+    """S3 that stops answering is ObjectStoreUnavailable within the client's storage_timeout.
+
+    Found by stalling S3 under an SDK read (/tmp/attack/sdkcli/s3_stall.py): a
+    GET waited 120 s per try, five tries (about 10 minutes), and a body that
+    went silent 120 s, with no way for the caller to shorten it. Direct reads
+    try twice (2 x storage_timeout and a backoff); capability reads once.
+    """
+    location = await _upload(s3_lake, tmp_path, MIB)
+    async with lake_sdk.AsyncClient(s3_lake.url, storage_timeout=STALL_S) as client:
+        for fault in ("stall", "stall_body"):
+            await _fails_promptly(
+                fault, s3_lake, lambda: _drain(client, location), 2 * STALL_S + SLACK_S
+            )
+    async with lake_sdk.AsyncClient(
+        s3_lake.url, query_only=True, storage_timeout=STALL_S
+    ) as client:
+        for fault in ("stall", "stall_body"):
+            await _fails_promptly(
+                fault,
+                s3_lake,
+                lambda: _read_all(client.open_via_query(location, 60)),
+                STALL_S + SLACK_S,
+            )
+
+
+async def test_a_slow_moving_read_outlasts_the_storage_timeout(
+    s3_lake: S3Lake, tmp_path: Path
+) -> None:
+    """storage_timeout bounds silence, not the transfer: a read far longer than it completes."""
+    location = await _upload(s3_lake, tmp_path, MIB)
+    s3_lake.proxy.trickle_gap_s = STALL_S / 2  # 16 slivers: 8 s, four times 2 x storage_timeout
+    s3_lake.proxy.fault = "trickle"
+    try:
+        async with lake_sdk.AsyncClient(s3_lake.url, storage_timeout=STALL_S) as client:
+            began = time.monotonic()
+            direct = await _drain(client, location)
+            assert time.monotonic() - began > 4 * STALL_S
+        async with lake_sdk.AsyncClient(
+            s3_lake.url, query_only=True, storage_timeout=STALL_S
+        ) as client:
+            via_query = await _read_all(client.open_via_query(location, 60))
+    finally:
+        s3_lake.proxy.fault = None
+    assert hashlib.sha256(direct).hexdigest() == location.sha256
+    assert via_query == direct
 
 
 async def test_corrupted_objects_fail_open(s3_lake: S3Lake, tmp_path: Path) -> None:

@@ -14,6 +14,8 @@ rewrite the upstream's real response:
   answer ever comes (a silent store);
 - ``"stall_body"``: the upstream's status and headers, then the first few
   bytes of the body, then silence;
+- ``"trickle"``: the upstream's answer, its body sent in 16 slivers
+  ``trickle_gap_s`` apart (a slow link that keeps moving);
 - ``"garble"``: a GET's body keeps its length but its second half becomes
   0xFF bytes (an object damaged at rest).
 
@@ -54,6 +56,8 @@ class S3Proxy:
     requests: Counter[str] = field(default_factory=Counter)
     #: Requests a stall fault is holding (or held) unanswered.
     stalled: int = 0
+    #: The pause between the slivers of a ``"trickle"`` body.
+    trickle_gap_s: float = 0.25
     #: Requests per (method, object path): what a failure probe's cap is counted by.
     paths: Counter[tuple[str, str]] = field(default_factory=Counter)
 
@@ -133,6 +137,8 @@ class S3Proxy:
             if fault == "garble":
                 half = len(payload) // 2
                 payload = payload[:half] + b"\xff" * (len(payload) - half)
+            if fault == "trickle" and request.method == "GET":
+                return await self._trickle(request, status, out_headers, payload)
             if fault == "stall_body" and len(payload) > 1:
                 return await self._stall_body(request, status, out_headers, payload)
             return web.Response(status=status, body=payload, headers=out_headers)
@@ -147,6 +153,19 @@ class S3Proxy:
         await response.prepare(request)
         await response.write(payload[: min(16, len(payload) - 1)])
         await self._released.wait()
+        return response
+
+    async def _trickle(
+        self, request: web.Request, status: int, headers: dict[str, str], payload: bytes
+    ) -> web.StreamResponse:
+        """The whole body, in 16 slivers with a pause before each: slow but never silent long."""
+        response = web.StreamResponse(status=status, headers=headers)
+        response.content_length = len(payload)
+        await response.prepare(request)
+        step = max(1, -(-len(payload) // 16))
+        for offset in range(0, len(payload), step):
+            await asyncio.sleep(self.trickle_gap_s)
+            await response.write(payload[offset : offset + step])
         return response
 
     def stop(self) -> None:

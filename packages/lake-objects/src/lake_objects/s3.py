@@ -62,6 +62,8 @@ LEGACY_PART_SIZE = 5 * MIB
 DEFAULT_UPLOAD_CONCURRENCY = 4
 MAX_UPLOAD_CONCURRENCY = 16
 ABORT_TIMEOUT_S = 10.0
+#: Tries of one request when the client bounds stalls (``stall_timeout_s``).
+STALL_ATTEMPTS = 2
 OBJECTS_DIR = "objects"
 
 
@@ -99,10 +101,33 @@ def _is_storage_failure(exc: BaseException) -> bool:
     )
 
 
-def s3_client(endpoint_url: str | None, region: str, pool: int = 12) -> Any:
-    """An aiobotocore S3 client context manager using the default credential chain."""
+def s3_client(
+    endpoint_url: str | None, region: str, pool: int = 12, *, stall_timeout_s: float | None = None
+) -> Any:
+    """An aiobotocore S3 client context manager using the default credential chain.
+
+    ``stall_timeout_s`` bounds how long S3 may stay silent: it is botocore's
+    read timeout, the longest wait for the next bytes (a response, or more of
+    a body), never the length of a transfer, so a slow but moving multi-GB
+    read is not cut. With it a request is tried :data:`STALL_ATTEMPTS` times,
+    so a stall surfaces within about ``STALL_ATTEMPTS * stall_timeout_s``.
+    Without it, 120 s and five tries (what the server processes use).
+    """
     import aioboto3
     from aiobotocore.config import AioConfig
+
+    if stall_timeout_s is None:
+        bounds: dict[str, Any] = {
+            "retries": {"max_attempts": 4, "mode": "standard"},
+            "connect_timeout": 30,
+            "read_timeout": 120,
+        }
+    else:
+        bounds = {
+            "retries": {"total_max_attempts": STALL_ATTEMPTS, "mode": "standard"},
+            "connect_timeout": min(30.0, stall_timeout_s),
+            "read_timeout": stall_timeout_s,
+        }
 
     config = AioConfig(
         region_name=region,
@@ -112,9 +137,7 @@ def s3_client(endpoint_url: str | None, region: str, pool: int = 12) -> Any:
         max_pool_connections=pool,
         signature_version="s3v4",
         s3={"addressing_style": "path" if endpoint_url else "auto"},
-        retries={"max_attempts": 4, "mode": "standard"},
-        connect_timeout=30,
-        read_timeout=120,
+        **bounds,
     )
     return aioboto3.Session().client("s3", endpoint_url=endpoint_url, config=config)
 
@@ -174,6 +197,7 @@ class S3ObjectStore(ManagedObjectStore):
         part_size: int | None = None,
         endpoint_url: str | None = None,
         region: str | None = None,
+        stall_timeout_s: float | None = None,
     ) -> None:
         if descriptor.kind != "s3":
             raise ValueError("S3ObjectStore needs an s3 stage descriptor")
@@ -195,6 +219,8 @@ class S3ObjectStore(ManagedObjectStore):
         self.bucket = descriptor.bucket
         self.key_prefix = descriptor.key_prefix
         self.upload_concurrency = upload_concurrency
+        # How long S3 may stay silent before a request fails (see s3_client).
+        self.stall_timeout_s = stall_timeout_s
         self.part_size = part_size
         self.max_parts = MAX_PARTS
         self.endpoint_url = (
@@ -223,7 +249,12 @@ class S3ObjectStore(ManagedObjectStore):
             return self._client
         async with self._client_lock:
             if self._client is None:
-                cm = s3_client(self.endpoint_url, self.region, self.upload_concurrency + 8)
+                cm = s3_client(
+                    self.endpoint_url,
+                    self.region,
+                    self.upload_concurrency + 8,
+                    stall_timeout_s=self.stall_timeout_s,
+                )
                 client = await cm.__aenter__()
                 client.meta.events.register("before-call.s3", self._count)
                 self._client_cm = cm

@@ -42,7 +42,12 @@ from lake_sdk._block_cache import (
 )
 from lake_sdk._builder import LakeClientBuilder, connect_kwargs
 from lake_sdk._deprecation import deprecated
-from lake_sdk._files import DEFAULT_FILE_TTL_S, FileAccess, FileOptions
+from lake_sdk._files import (
+    DEFAULT_FILE_TTL_S,
+    DEFAULT_STORAGE_TIMEOUT_S,
+    FileAccess,
+    FileOptions,
+)
 from lake_sdk._frames import as_location
 from lake_sdk._ingest import as_reader, ingest_descriptor
 from lake_sdk._inserts import insert_rows
@@ -100,6 +105,11 @@ class AsyncClient:
     - ``ca_pem``, ``server_name``: verify Query's certificate against this CA
       bundle and expect this name in it (``https://`` endpoints only);
     - ``connect_timeout``: seconds entering ``async with`` waits for Query (10);
+    - ``storage_timeout``: seconds object storage may stay silent during a FILE
+      read or upload before it fails as ObjectStoreUnavailable (retryable; 30).
+      It bounds a stall, not a transfer: a slow multi-GB read that keeps moving
+      is never cut. A direct S3 request is tried twice, so a stalled S3 surfaces
+      within about twice this; a read through a Query capability within it;
     - ``retries``: how often an append whose outcome a transport failure left
       unknown is re-sent with the same operation id (0..=9, default 2);
     - ``schema_cache``: the :class:`~lake_sdk.SchemaCache` for table schemas
@@ -132,6 +142,7 @@ class AsyncClient:
         ca_pem: bytes | str | None = None,
         server_name: str | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+        storage_timeout: float = DEFAULT_STORAGE_TIMEOUT_S,
         retries: int = DEFAULT_APPEND_RETRIES,
         schema_cache: SchemaCache | None = None,
         upload_checkpoint_dir: str | os.PathLike[str] | None = None,
@@ -151,6 +162,7 @@ class AsyncClient:
             query_only=query_only,
             store=store,
             progress=progress,
+            storage_timeout=storage_timeout,
         )
         options = ConnectOptions.create(token=token, ca_pem=ca_pem, server_name=server_name)
         schemas = schema_cache if schema_cache is not None else SchemaCache()

@@ -19,6 +19,7 @@ from pathlib import Path
 import aiohttp
 
 from lake_core import protocol
+from lake_core.errors import InvalidArgument
 from lake_core.models import DataLocation
 from lake_objects.capability import ReadCapability, capability_session, open_capability
 from lake_objects.descriptor import (
@@ -35,10 +36,21 @@ from lake_objects.reader import ObjectReader, check_range
 from lake_objects.s3 import DEFAULT_UPLOAD_CONCURRENCY, MAX_UPLOAD_CONCURRENCY
 from lake_objects.store import ManagedObjectStore, capability_ttl, open_store
 
-__all__ = ["DEFAULT_FILE_TTL_S", "CapabilityRanges", "FileAccess", "FileOptions", "StoreRanges"]
+__all__ = [
+    "DEFAULT_FILE_TTL_S",
+    "DEFAULT_STORAGE_TIMEOUT_S",
+    "CapabilityRanges",
+    "FileAccess",
+    "FileOptions",
+    "StoreRanges",
+]
 
 #: Lifetime of each capability an ``open_file`` on a query-only client asks for.
 DEFAULT_FILE_TTL_S = 300
+#: How long object storage may stay silent before a FILE read or upload fails
+#: (ObjectStoreUnavailable, retryable); a direct S3 request is tried twice, so
+#: a stalled S3 surfaces within about twice this (lake_objects.s3.s3_client).
+DEFAULT_STORAGE_TIMEOUT_S = 30.0
 #: Renew a capability when less than this much of its life is left (at most a quarter of it).
 RENEW_MARGIN_S = 30.0
 
@@ -54,6 +66,7 @@ class FileOptions:
     query_only: bool = False
     store: ManagedObjectStore | None = None
     progress: ProgressCallback | bool | None = None
+    storage_timeout: float = DEFAULT_STORAGE_TIMEOUT_S
 
     @classmethod
     def create(
@@ -64,8 +77,13 @@ class FileOptions:
         query_only: bool = False,
         store: ManagedObjectStore | None = None,
         progress: ProgressCallback | bool | None = None,
+        storage_timeout: float = DEFAULT_STORAGE_TIMEOUT_S,
     ) -> FileOptions:
         """Validated options: bad ones fail before connecting (and long before any storage call)."""
+        if isinstance(storage_timeout, bool) or not isinstance(storage_timeout, int | float):
+            raise InvalidArgument("storage_timeout must be a number of seconds")
+        if not 0 < storage_timeout <= 3600:
+            raise InvalidArgument(f"storage_timeout must be in (0, 3600] s, got {storage_timeout}")
         if (
             isinstance(upload_concurrency, bool)
             or not isinstance(upload_concurrency, int)
@@ -84,7 +102,9 @@ class FileOptions:
             if upload_checkpoint_dir is None
             else Path(upload_checkpoint_dir).expanduser().absolute()
         )
-        return cls(directory, upload_concurrency, query_only, store, progress)
+        return cls(
+            directory, upload_concurrency, query_only, store, progress, float(storage_timeout)
+        )
 
 
 class FileAccess:
@@ -117,6 +137,7 @@ class FileAccess:
                 options: dict[str, object] = {}
                 if descriptor.kind == "s3":
                     options["upload_concurrency"] = self.options.upload_concurrency
+                    options["stall_timeout_s"] = self.options.storage_timeout
                 self._store = open_store(descriptor, **options)
         return self._store
 
@@ -151,14 +172,16 @@ class FileAccess:
 
     async def open_via_query(self, location: DataLocation, ttl: float | timedelta) -> ObjectReader:
         capability = await self.presign_read_via_query(location, ttl)
-        return await open_capability(capability, location)
+        return await open_capability(capability, location, timeout_s=self.options.storage_timeout)
 
     async def open_range_via_query(
         self, location: DataLocation, start: int, end: int, ttl: float | timedelta
     ) -> ObjectReader:
         check_range(location, start, end)
         capability = await self.presign_read_via_query(location, ttl, start=start, end=end)
-        return await open_capability(capability, location, start=start, end=end)
+        return await open_capability(
+            capability, location, start=start, end=end, timeout_s=self.options.storage_timeout
+        )
 
     async def range_fetcher(
         self, location: DataLocation, ttl: float | timedelta
@@ -227,7 +250,7 @@ class CapabilityRanges:
 
     async def fetch(self, start: int, end: int) -> bytes:
         if self._session is None:
-            self._session = capability_session()
+            self._session = capability_session(self._files.options.storage_timeout)
         for attempt in range(2):
             capability = await self.capability()
             try:

@@ -39,7 +39,7 @@ from lake_sdk._block_cache import DEFAULT_BLOCK_SIZE, DEFAULT_CACHE_BYTES
 from lake_sdk._builder import ClientBuilder, connect_kwargs
 from lake_sdk._client import DEFAULT_CONNECT_TIMEOUT_S, AsyncClient
 from lake_sdk._deprecation import deprecated
-from lake_sdk._files import DEFAULT_FILE_TTL_S
+from lake_sdk._files import DEFAULT_FILE_TTL_S, DEFAULT_STORAGE_TIMEOUT_S
 from lake_sdk._jobs import AsyncJobResult, AsyncJobs, JobHandle
 from lake_sdk._object_file import ObjectFile
 from lake_sdk._results import AsyncQueryResult
@@ -73,6 +73,7 @@ class Client:
         ca_pem: bytes | str | None = None,
         server_name: str | None = None,
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT_S,
+        storage_timeout: float = DEFAULT_STORAGE_TIMEOUT_S,
         retries: int = DEFAULT_APPEND_RETRIES,
         schema_cache: SchemaCache | None = None,
         upload_checkpoint_dir: str | os.PathLike[str] | None = None,
@@ -88,6 +89,7 @@ class Client:
             ca_pem=ca_pem,
             server_name=server_name,
             connect_timeout=connect_timeout,
+            storage_timeout=storage_timeout,
             retries=retries,
             schema_cache=schema_cache,
             upload_checkpoint_dir=upload_checkpoint_dir,
