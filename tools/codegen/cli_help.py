@@ -42,6 +42,19 @@ appears), and `lake table load robots.episodes episodes.parquet` appends a
 Parquet or CSV file as one table version. `lake client` and `lake table
 create|drop|...` are the administrator's commands against Metasrv or a data
 directory; the SDK does the same through Query (`client.create_table`).
+
+## Exit status
+
+Every command exits 0 on success and otherwise with (`lake_core.cli`):
+
+- 1: a check ran and found problems (`verify`, `verify-table`);
+- 2: the command was refused: a usage error (click's convention: an unknown
+  option, a bad value, a missing argument, an option that does not apply), or
+  a Lake error that rerunning will not fix (not found, invalid input or SQL,
+  permission denied, a conflict, a missing credential);
+- 75 (`EX_TEMPFAIL`): a retryable fault: object storage, Metasrv or Query
+  unavailable, a timeout. The same command may succeed later;
+- 130: interrupted (Ctrl-C).
 """
 
 

@@ -18,6 +18,7 @@ import click
 import pyarrow as pa
 
 from lake_core.auth import METADATA_AUTH_TOKEN_FILE
+from lake_core.cli import command_error
 from lake_core.errors import LakeError, TableExists, Unavailable, Unimplemented
 from lake_core.integrity import (
     VERIFY_TABLE,
@@ -75,7 +76,7 @@ def _client(addr: str, timeout_s: float = 30.0) -> MetaClient:
         token = optional_token(os.environ, METADATA_AUTH_TOKEN_FILE)
         tls = load_client_tls(os.environ, METADATA_CA_FILE, METADATA_SERVER_NAME)
     except LakeError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise command_error(exc) from None
     return MetaClient(
         addr, token=token, ca_pem=tls.ca_pem, server_name=tls.server_name, timeout_s=timeout_s
     )

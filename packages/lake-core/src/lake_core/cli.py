@@ -24,7 +24,38 @@ ENTRY_POINT_GROUP = "lake.commands"
 #: ``ctx.meta`` key of the root's ``--data-dir`` (subcommands read it from there).
 DATA_DIR_META = "lake.data_dir"
 
+#: Exit statuses of every ``lake`` command (docs/cli.md, "Exit status"): a check that
+#: found problems (``verify``); a refused command (click's usage errors, and Lake
+#: errors that rerunning will not fix); a retryable fault (storage or a server
+#: unavailable, a timeout: rerun later); Ctrl-C.
+EXIT_FINDINGS = 1
+EXIT_REFUSED = 2
+EXIT_RETRYABLE = 75  # sysexits EX_TEMPFAIL
+EXIT_INTERRUPTED = 130
+
 F = TypeVar("F", bound=Callable[..., Any])
+
+
+def exit_status(error: LakeError) -> int:
+    """The exit status for a Lake error: a storage fault is never shown as the caller's mistake."""
+    return EXIT_RETRYABLE if error.retryable else EXIT_REFUSED
+
+
+class CommandRefused(click.ClickException):
+    """A Lake error rerunning will not fix, printed on one line (click would exit 1)."""
+
+    exit_code = EXIT_REFUSED
+
+
+class CommandRetryable(click.ClickException):
+    """A retryable Lake error (an outage), printed on one line."""
+
+    exit_code = EXIT_RETRYABLE
+
+
+def command_error(error: LakeError) -> click.ClickException:
+    """``error`` for a command to raise, with its :func:`exit_status`."""
+    return (CommandRetryable if error.retryable else CommandRefused)(str(error))
 
 
 def data_dir_option(default: str | None, help: str, **options: Any) -> Callable[[F], F]:
@@ -142,7 +173,7 @@ def main() -> None:
         lake.main(standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
-        sys.exit(130)
+        sys.exit(EXIT_INTERRUPTED)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
@@ -150,11 +181,11 @@ def main() -> None:
         sys.exit(exc.exit_code)
     except LakeError as exc:
         click.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        sys.exit(exit_status(exc))
     except Exception as exc:
         # A missing cloud credential is the user's setup, not a bug: one line, no traceback.
         missing = credential_error(exc)
         if missing is None:
             raise
         click.echo(f"error: {missing}", err=True)
-        sys.exit(2)
+        sys.exit(EXIT_REFUSED)

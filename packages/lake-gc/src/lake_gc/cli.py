@@ -20,7 +20,7 @@ from typing import Any
 
 import click
 
-from lake_core.cli import DATA_DIR_META
+from lake_core.cli import DATA_DIR_META, exit_status
 from lake_core.config import APPEND_OPERATION_RETENTION_SECS, operation_retention_secs
 from lake_core.errors import LakeError
 from lake_core.output import Output, output_option
@@ -63,7 +63,7 @@ def _fail(error: LakeError, as_json: bool) -> None:
         )
     else:
         click.echo(f"error: {error}", err=True)
-    sys.exit(2)
+    sys.exit(exit_status(error))
 
 
 @click.command("gc")

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import click
 
+from lake_core.cli import command_error
+from lake_core.errors import InvalidArgument
 from lake_core.logs import log_format_option
 from lake_core.output import Output, emit, output_option
 
@@ -45,7 +47,7 @@ def ship(directory: Path, url: str, pipeline: str, endpoint: str | None, output:
     try:
         report = Shipper(directory, url, pipeline, client).ship()
     except ValueError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise command_error(InvalidArgument(str(exc))) from None
     except Exception as exc:
         missing = credential_error(exc)
         if missing is None:
@@ -90,7 +92,7 @@ def registrar(
         configure_logging(logging.INFO, log_format=log_format)
         telemetry = ProcessTelemetry.load("lake-registrar")
     except LakeError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise command_error(exc) from None
     try:
         config = load_config(config_file)
         service = Registrar(config)

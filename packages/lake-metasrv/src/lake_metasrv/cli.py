@@ -24,7 +24,7 @@ from lake_core.admin_cli import (
     index_kind_option,
     json_flag_option,
 )
-from lake_core.cli import data_dir_option
+from lake_core.cli import EXIT_REFUSED, command_error, data_dir_option
 from lake_core.errors import LakeError, TableExists, TableNotFound
 from lake_core.flight.server import FlightServer
 from lake_core.integrity import VerifyTableResult, render_report
@@ -52,14 +52,16 @@ log = structlog.get_logger("lake_metasrv")
 
 
 class LakeCommandError(click.ClickException):
-    exit_code = 2
+    """A refused ``lake table``/``meta`` command (a Lake error raises ``command_error``)."""
+
+    exit_code = EXIT_REFUSED
 
 
 def _load_config(**kwargs: Any) -> MetaConfig:
     try:
         return MetaConfig.load(**kwargs)
     except LakeError as exc:
-        raise LakeCommandError(str(exc)) from None
+        raise command_error(exc) from None
 
 
 def loopback_principal(metadata: object, peer: str, method: str) -> Principal:
@@ -128,7 +130,7 @@ def meta(addr: str, data_dir: str, log_format: str | None) -> None:
     try:
         code = run_process("lake-meta", load=load, serve=run_server, log_format=log_format)
     except (LakeError, OSError) as exc:
-        raise LakeCommandError(str(exc)) from None
+        raise command_error(exc) from None
     sys.exit(code)
 
 
@@ -171,14 +173,14 @@ def _local(
     try:
         return asyncio.run(go())
     except LakeError as exc:
-        raise LakeCommandError(str(exc)) from None
+        raise command_error(exc) from None
 
 
 def _parse_table(name: str) -> TableRef:
     try:
         return TableRef.parse(name)
     except LakeError as exc:
-        raise LakeCommandError(str(exc)) from None
+        raise command_error(exc) from None
 
 
 def _describe(record: TableRecord) -> dict[str, Any]:
@@ -214,7 +216,7 @@ def create_table(
     try:
         schema = validate_table_schema(pa.schema([parse_column_spec(c) for c in columns]))
     except LakeError as exc:
-        raise LakeCommandError(str(exc)) from None
+        raise command_error(exc) from None
 
     async def create(c: CommitCoordinator) -> TableRecord:
         try:
