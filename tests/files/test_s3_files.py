@@ -237,13 +237,13 @@ async def test_a_stalled_s3_fails_a_read_within_the_storage_timeout(
     Found by stalling S3 under an SDK read (/tmp/attack/sdkcli/s3_stall.py): a
     GET waited 120 s per try, five tries (about 10 minutes), and a body that
     went silent 120 s, with no way for the caller to shorten it. Direct reads
-    try twice (2 x storage_timeout and a backoff); capability reads once.
+    try three times (3 x storage_timeout and backoffs); capability reads once.
     """
     location = await _upload(s3_lake, tmp_path, MIB)
     async with lake_sdk.AsyncClient(s3_lake.url, storage_timeout=STALL_S) as client:
         for fault in ("stall", "stall_body"):
             await _fails_promptly(
-                fault, s3_lake, lambda: _drain(client, location), 2 * STALL_S + SLACK_S
+                fault, s3_lake, lambda: _drain(client, location), 3 * STALL_S + SLACK_S
             )
     async with lake_sdk.AsyncClient(
         s3_lake.url, query_only=True, storage_timeout=STALL_S

@@ -62,8 +62,10 @@ LEGACY_PART_SIZE = 5 * MIB
 DEFAULT_UPLOAD_CONCURRENCY = 4
 MAX_UPLOAD_CONCURRENCY = 16
 ABORT_TIMEOUT_S = 10.0
-#: Tries of one request when the client bounds stalls (``stall_timeout_s``).
-STALL_ATTEMPTS = 2
+#: Tries of one request when the client bounds stalls (``stall_timeout_s``): a retry
+#: more than a stall needs, since the same client sends upload parts, which S3's
+#: throttling (503 SlowDown) under a fleet's load can refuse twice in a row.
+STALL_ATTEMPTS = 3
 OBJECTS_DIR = "objects"
 
 

@@ -108,8 +108,9 @@ class AsyncClient:
     - ``storage_timeout``: seconds object storage may stay silent during a FILE
       read or upload before it fails as ObjectStoreUnavailable (retryable; 30).
       It bounds a stall, not a transfer: a slow multi-GB read that keeps moving
-      is never cut. A direct S3 request is tried twice, so a stalled S3 surfaces
-      within about twice this; a read through a Query capability within it;
+      is never cut. A direct S3 request is tried three times, so a stalled S3
+      surfaces within about three times this; a read through a Query
+      capability within it;
     - ``retries``: how often an append whose outcome a transport failure left
       unknown is re-sent with the same operation id (0..=9, default 2);
     - ``schema_cache``: the :class:`~lake_sdk.SchemaCache` for table schemas

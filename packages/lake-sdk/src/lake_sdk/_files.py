@@ -48,8 +48,8 @@ __all__ = [
 #: Lifetime of each capability an ``open_file`` on a query-only client asks for.
 DEFAULT_FILE_TTL_S = 300
 #: How long object storage may stay silent before a FILE read or upload fails
-#: (ObjectStoreUnavailable, retryable); a direct S3 request is tried twice, so
-#: a stalled S3 surfaces within about twice this (lake_objects.s3.s3_client).
+#: (ObjectStoreUnavailable, retryable); a direct S3 request is tried three times,
+#: so a stalled S3 surfaces within about three times this (lake_objects.s3.s3_client).
 DEFAULT_STORAGE_TIMEOUT_S = 30.0
 #: Renew a capability when less than this much of its life is left (at most a quarter of it).
 RENEW_MARGIN_S = 30.0
