@@ -9,6 +9,13 @@ DataFusion's: integer literals within an integer column's range, strings
 and booleans (never floats: NaN orders differently); comparisons (either
 way round), AND, OR, NOT, IN lists and IS [NOT] NULL. Anything else renders
 as nothing, which costs pruning, never rows.
+
+One more exception: a column some partition spec truncates as an integer.
+Iceberg's truncate of an int or long wraps near its minimum (the spec's
+arithmetic in 32 or 64 bits: ``truncate[10](-2**31)`` is ``2**31 - 2``), so a
+file holding such values sits in a partition that pruning by value skips;
+``v < 10`` and even ``v = -2**31`` lost those rows. Predicates on such a
+column render as nothing (:func:`wrapping_columns`).
 """
 
 from __future__ import annotations
@@ -39,8 +46,11 @@ from pyiceberg.expressions import (
 from pyiceberg.expressions import (
     Not as IcebergNot,
 )
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.transforms import TruncateTransform
+from pyiceberg.types import IntegerType, LongType
 
-__all__ = ["to_iceberg_filter"]
+__all__ = ["to_iceberg_filter", "wrapping_columns"]
 
 _FLIPPED = {"=": "=", "!=": "!=", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 _PREDICATES = {
@@ -57,13 +67,34 @@ class _Unrendered(Exception):
     pass
 
 
-def to_iceberg_filter(filters: Sequence[Any], schema: pa.Schema) -> BooleanExpression:
-    """The AND of every conjunct of ``filters`` that renders (AlwaysTrue if none)."""
+def wrapping_columns(metadata: TableMetadata) -> frozenset[str]:
+    """Top-level columns any of the table's partition specs truncates as an int or long."""
+    names: set[str] = set()
+    for spec in metadata.specs().values():
+        for field in spec.fields:
+            if not isinstance(field.transform, TruncateTransform):
+                continue
+            for schema in metadata.schemas:  # the source column in any schema it had
+                try:
+                    source = schema.find_field(field.source_id)
+                except ValueError:
+                    continue
+                if isinstance(source.field_type, IntegerType | LongType):
+                    names.add(schema.find_column_name(field.source_id) or source.name)
+    return frozenset(name.split(".")[0] for name in names)
+
+
+def to_iceberg_filter(
+    filters: Sequence[Any], schema: pa.Schema, unprunable: frozenset[str] = frozenset()
+) -> BooleanExpression:
+    """The AND of every conjunct of ``filters`` that renders (AlwaysTrue if none);
+    a conjunct naming a column of ``unprunable`` does not."""
+    narrowed = pa.schema([f for f in schema if f.name not in unprunable])
     result: BooleanExpression = AlwaysTrue()
     for expr in filters:
         for conjunct in _conjuncts(expr):
             try:
-                rendered = _render(conjunct, schema)
+                rendered = _render(conjunct, narrowed)
             except (_Unrendered, ValueError, TypeError):
                 continue  # weaker, still safe: DataFusion filters the rows itself
             result = rendered if isinstance(result, AlwaysTrue) else And(result, rendered)

@@ -38,7 +38,7 @@ from lake_iceberg.federation.config import FederationConfig, catalog_file_io
 from lake_iceberg.federation.contents import ManifestBytes, ManifestLists
 from lake_iceberg.federation.counters import CounterSwitch, FederationCounters
 from lake_iceberg.federation.fileios import FileIOs
-from lake_iceberg.federation.filters import to_iceberg_filter
+from lake_iceberg.federation.filters import to_iceberg_filter, wrapping_columns
 from lake_iceberg.federation.locations import Locations, outside
 from lake_iceberg.federation.rest import RestClient
 from lake_iceberg.federation.scan import PinFiles, PinnedSnapshot
@@ -73,7 +73,7 @@ class IcebergTable:
         row_filter = None
         if filters:
             schema: pa.Schema = schema_to_pyarrow(self._pinned.schema, include_field_ids=False)
-            row_filter = to_iceberg_filter(filters, schema)
+            row_filter = to_iceberg_filter(filters, schema, wrapping_columns(self._pinned.metadata))
         return self._pinned.provider(row_filter)
 
     def batches(self, schema: pa.Schema, batch_rows: int) -> Iterator[pa.RecordBatch] | None:
