@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import random
-import threading
 import tracemalloc
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from lake_sdk import ObjectFile
 from lake_sdk._block_cache import CacheLimits
 from lake_sdk.errors import InvalidRecording
 from lake_sdk.mcap.read import Messages
+from tools.lake_testing.loops import loop_on_thread
 from tools.lake_testing.recordings import SECOND, T0, Spec, write_recording
 
 MIB = 1024 * 1024
@@ -63,15 +63,8 @@ class FileRanges:
 
 @pytest.fixture(scope="module")
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield loop
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join()
-        loop.close()
+    with loop_on_thread() as running:
+        yield running
 
 
 def open_messages(

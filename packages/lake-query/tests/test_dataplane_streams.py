@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import threading
 import time
 from collections.abc import Iterator
@@ -16,6 +15,7 @@ import pytest
 from lake_core.errors import DeadlineExceeded
 from lake_query.dataplane.server import release_if_granted
 from lake_query.dataplane.streams import ServedStream, Watchdog
+from tools.lake_testing.loops import loop_on_thread
 
 BATCH = pa.record_batch({"x": pa.array([1, 2, 3])})
 
@@ -85,10 +85,7 @@ def test_end_reports_a_write_blocked_on_the_client() -> None:
 
 
 def test_a_permit_granted_after_the_wait_ran_out_is_released() -> None:
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
+    with loop_on_thread() as loop:
         released = threading.Event()
 
         class _Permit:
@@ -109,10 +106,6 @@ def test_a_permit_granted_after_the_wait_ran_out_is_released() -> None:
         cancelled: Future[Any] = Future()
         cancelled.cancel()
         release_if_granted(loop, cancelled)
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(5)
-        loop.close()
 
 
 def test_the_watchdog_wakes_for_a_deadline_before_its_next_check_only() -> None:

@@ -32,6 +32,7 @@ from lake_core.models import TableDescriptor
 from lake_core.names import TableRef
 from lake_query.planning.deadline import MARGIN_S, planning_until, wait_budget
 from lake_query.planning.verify import VERIFY_ON_OPEN, DataFileVerifier, MetaDigests, verify_on_open
+from tools.lake_testing.loops import loop_on_thread
 
 TABLE = TableRef("ns", "t")
 
@@ -219,17 +220,10 @@ class OldMetasrv:
 def test_a_replica_falls_back_to_whole_table_digests_from_an_older_metasrv() -> None:
     digests = {p: DataFileDigest(path=p, size_bytes=1, sha256="0" * 64) for p in ("a", "b", "c")}
     meta = OldMetasrv(digests)
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
+    with loop_on_thread() as loop:
         source = MetaDigests(meta, loop)
         assert source(TABLE, ["b"]) == {"b": digests["b"]}
         assert source(TABLE, ["a", "x"]) == {"a": digests["a"]}
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
     # Asked by path once; whole-table requests after that.
     assert [type(r).__name__ for r in meta.requests] == [
         "DataFileDigestsRequest",
@@ -255,25 +249,9 @@ class FailingOverMetasrv:
         )
 
 
-async def _cancel_the_rest() -> None:
-    """Cancel and await the calls a test left running (an abandoned digest call)."""
-    rest = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    for task in rest:
-        task.cancel()
-    await asyncio.gather(*rest, return_exceptions=True)
-
-
 def run_on_loop(meta: object, timeout_s: float, paths: list[str]) -> object:
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
+    with loop_on_thread() as loop:
         return MetaDigests(meta, loop, timeout_s=timeout_s)(TABLE, paths)
-    finally:
-        asyncio.run_coroutine_threadsafe(_cancel_the_rest(), loop).result(5)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
 
 
 def test_digests_ride_out_a_metasrv_takeover() -> None:

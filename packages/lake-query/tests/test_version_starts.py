@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -16,6 +15,7 @@ from lake_core.models import TableDescriptor
 from lake_core.names import TableRef
 from lake_query.planning.version_starts import MARGIN_MS, NEAR_HEAD, MetaVersionStarts
 from lake_query.planning.versions import parse_table_name
+from tools.lake_testing.loops import loop_on_thread
 
 T = TableRef("robots", "episodes")
 HEAD = TableDescriptor(
@@ -46,13 +46,8 @@ class FakeMeta:
 
 @pytest.fixture
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    running = asyncio.new_event_loop()
-    thread = threading.Thread(target=running.run_forever, daemon=True)
-    thread.start()
-    yield running
-    running.call_soon_threadsafe(running.stop)
-    thread.join(5)
-    running.close()
+    with loop_on_thread() as running:
+        yield running
 
 
 def test_a_far_version_starts_at_metasrvs_record(loop: asyncio.AbstractEventLoop) -> None:

@@ -11,7 +11,6 @@ import asyncio
 import hashlib
 import io
 import random
-import threading
 from collections.abc import Iterator
 
 import pytest
@@ -21,6 +20,7 @@ from lake_core.models import DataLocation
 from lake_objects.errors import HashMismatch
 from lake_sdk import ObjectFile
 from lake_sdk._block_cache import BlockCache, CacheLimits
+from tools.lake_testing.loops import loop_on_thread
 
 KIB = 1024
 
@@ -42,15 +42,8 @@ class Ranges:
 
 @pytest.fixture
 def loop() -> Iterator[asyncio.AbstractEventLoop]:
-    loop = asyncio.new_event_loop()
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield loop
-    finally:
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join()
-        loop.close()
+    with loop_on_thread() as running:
+        yield running
 
 
 def _location(data: bytes, sha256: str | None = None) -> DataLocation:
