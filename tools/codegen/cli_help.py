@@ -61,9 +61,11 @@ Every command exits 0 on success and otherwise with (`lake_core.cli`):
 def _walk(
     command: click.Command, parent: click.Context | None, name: str
 ) -> Iterator[tuple[str, str]]:
-    ctx = click.Context(
-        command, parent=parent, info_name=name, terminal_width=WIDTH, max_content_width=WIDTH
-    )
+    # The command's own settings (the root's -h), as click applies them when the
+    # command runs: without them the page said "--help", which `lake -h` does not,
+    # and click's cached help option made the page depend on what ran before.
+    settings = {"terminal_width": WIDTH, "max_content_width": WIDTH, **command.context_settings}
+    ctx = click.Context(command, parent=parent, info_name=name, **settings)
     yield ctx.command_path, command.get_help(ctx)
     if isinstance(command, click.Group):
         for sub in command.list_commands(ctx):
