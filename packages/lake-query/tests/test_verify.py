@@ -30,7 +30,7 @@ from lake_core.integrity import (
 )
 from lake_core.models import TableDescriptor
 from lake_core.names import TableRef
-from lake_query.planning.deadline import MARGIN_S, planning_until, wait_budget
+from lake_core.planning_deadline import MARGIN_S, planning_until, wait_budget
 from lake_query.planning.verify import VERIFY_ON_OPEN, DataFileVerifier, MetaDigests, verify_on_open
 from tools.lake_testing.loops import loop_on_thread
 

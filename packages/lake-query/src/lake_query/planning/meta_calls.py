@@ -3,7 +3,7 @@
 The replica's :class:`~lake_core.meta_client.MetaClient` lives on its event
 loop; planning runs on worker threads. A thread hands the call to the loop
 and waits for it within a budget that ends before its planning deadline
-(:func:`lake_query.planning.deadline.wait_budget`). On the loop itself that
+(:func:`lake_core.planning_deadline.wait_budget`). On the loop itself that
 wait would deadlock, so callers check :func:`on_loop` first and decide what
 not asking means for them.
 """
@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from lake_query.planning.deadline import wait_budget
+from lake_core.planning_deadline import wait_budget
 
 __all__ = ["on_loop", "result_within"]
 

@@ -53,9 +53,9 @@ from lake_core.integrity import (
 )
 from lake_core.models import TableDescriptor
 from lake_core.names import TableRef
+from lake_core.planning_deadline import wait_budget
 from lake_core.protocol import TableRequest
 from lake_core.telemetry import series
-from lake_query.planning.deadline import wait_budget
 from lake_query.planning.meta_calls import on_loop, result_within
 
 __all__ = [

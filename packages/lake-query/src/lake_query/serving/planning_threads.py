@@ -39,7 +39,7 @@ from lake_core.config import QUERY_PLANNING_THREADS_PER_TENANT as PLANNING_THREA
 from lake_core.config import QUERY_PLANNING_TIMEOUT_MS as PLANNING_TIMEOUT_MS
 from lake_core.config import env_int
 from lake_core.errors import DeadlineExceeded, ResourceExhausted, Unavailable
-from lake_query.planning.deadline import planning_until
+from lake_core.planning_deadline import planning_until
 
 __all__ = [
     "PLANNING_THREADS",
@@ -237,7 +237,7 @@ def _retrieve(future: asyncio.Future[Any]) -> None:
 
 def _planned(ends: float, fn: Callable[..., T], *args: Any) -> T:
     """Run ``fn`` on a planning thread until ``ends`` (``time.monotonic()``), which
-    its waits see (:mod:`lake_query.planning.deadline`); a test-only fault may
+    its waits see (:mod:`lake_core.planning_deadline`); a test-only fault may
     make it slow first."""
     delay_ms = faults.setting(faults.QUERY_PLAN_DELAY_MS)
     if delay_ms:

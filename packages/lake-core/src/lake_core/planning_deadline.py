@@ -1,7 +1,7 @@
 """How long a wait inside planning may last: up to the statement's planning deadline.
 
 Planning runs on a thread with a deadline
-(:mod:`lake_query.serving.planning_threads`). A wait inside it that outlives
+(``lake_query.serving.planning_threads``). A wait inside it that outlives
 the deadline, such as asking Metasrv for data-file digests while Metasrv is
 down, turns a dependency's outage into DEADLINE_EXCEEDED ("simplify it") and
 leaves the thread lost until the wait ends; enough of those and the replica
