@@ -27,6 +27,8 @@ from tools.lake_testing.otlp import OtlpReceiver, ReceivedSpan
 pytestmark = [pytest.mark.slow, pytest.mark.s3, pytest.mark.dynamodb]
 
 DO_PUT = "arrow.flight.protocol.FlightService/DoPut"
+#: Query and Metasrv send a small append to Metasrv as one request (lake_core.flight.unary_put).
+APPEND = "lake.metasrv.v1.Appends/Append"
 SERVER, CLIENT = 2, 3  # OTLP SpanKind values
 
 
@@ -57,12 +59,12 @@ def _chain(spans: list[ReceivedSpan]) -> list[ReceivedSpan] | None:
     ]
     for root in roots:
         chain, current = [root], root
-        for service, kind in [
-            ("lake-query", SERVER),
-            ("lake-query", CLIENT),
-            ("lake-meta", SERVER),
-            ("lake-meta", CLIENT),
-            ("lake-meta", SERVER),
+        for service, kind, name in [
+            ("lake-query", SERVER, DO_PUT),
+            ("lake-query", CLIENT, APPEND),
+            ("lake-meta", SERVER, APPEND),
+            ("lake-meta", CLIENT, APPEND),
+            ("lake-meta", SERVER, APPEND),
         ]:
             child = next(
                 (
@@ -71,7 +73,7 @@ def _chain(spans: list[ReceivedSpan]) -> list[ReceivedSpan] | None:
                     if s.parent_id == current.span_id
                     and s.service == service
                     and s.kind == kind
-                    and s.name == DO_PUT
+                    and s.name == name
                 ),
                 None,
             )
@@ -121,7 +123,8 @@ def test_one_append_is_one_trace_and_status_follows_the_leader(
         assert chain[0].attributes["db.operation.name"] == "append"
         for span in chain[1:]:
             assert span.attributes["rpc.system"] == "grpc"
-            assert span.attributes["rpc.method"] == "DoPut"
+            assert span.attributes["rpc.method"] == span.name.rsplit("/", 1)[1]
+        assert [s.attributes["rpc.method"] for s in chain[1:]] == ["DoPut"] + ["Append"] * 4
         # The follower's log line about this append carries the trace and its span.
         forwarded = [
             r for r in json_lines(follower.log()) if r.get("event") == "forwarding to the leader"

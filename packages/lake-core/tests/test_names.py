@@ -2,7 +2,9 @@ from __future__ import annotations
 
 import pytest
 
-from lake_core.errors import InvalidName
+from lake_core import protocol
+from lake_core.errors import InvalidArgument, InvalidName
+from lake_core.ids import new_operation_id
 from lake_core.names import MAX_NAME_LENGTH, TableRef
 
 
@@ -48,3 +50,30 @@ def test_wire_round_trip_validates() -> None:
     assert TableRef.model_validate_json('{"namespace":"a","name":"b"}') == TableRef("a", "b")
     with pytest.raises(InvalidName):
         TableRef.model_validate_json('{"namespace":"a","name":"../b"}')
+
+
+def test_every_bit_flip_of_an_encoded_command_decodes_or_is_invalid_argument() -> None:
+    """A table reference missing a key inside a wire body is the sender's mistake.
+
+    Pydantic builds the nested reference through ``TableRef.__init__``; before,
+    a flipped bit in ``"namespace"`` or ``"name"`` made it a TypeError, which
+    Metasrv answered as an internal server error.
+    """
+    command = protocol.AppendCommand(
+        table=TableRef("robots", "episodes"), operation_id=new_operation_id()
+    )
+    body = protocol.encode(command)
+    refused = 0
+    for i in range(len(body)):
+        for bit in range(8):
+            flipped = bytearray(body)
+            flipped[i] ^= 1 << bit
+            try:
+                protocol.decode(protocol.AppendCommand, bytes(flipped))
+            except InvalidArgument:
+                refused += 1
+    assert refused > len(body)  # most flips break it
+    with pytest.raises(InvalidName, match="namespace must be a string"):
+        protocol.decode(protocol.TableRequest, b'{"table": {"name": "episodes"}}')
+    with pytest.raises(InvalidName, match="table name must be a string"):
+        protocol.decode(protocol.TableRequest, b'{"table": {"namespace": "robots"}}')

@@ -99,10 +99,14 @@ class serve_handler:
     """``async with serve_handler(coordinator, authenticate=...) as served``."""
 
     def __init__(
-        self, coordinator: CommitCoordinator, authenticate: object = loopback_principal
+        self,
+        coordinator: CommitCoordinator,
+        authenticate: object = loopback_principal,
+        handler: Callable[[CommitCoordinator], MetaHandler] = MetaHandler,
     ) -> None:
         self._coordinator = coordinator
         self._authenticate = authenticate
+        self._handler = handler
         self._stop = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
 
@@ -110,7 +114,7 @@ class serve_handler:
         started: asyncio.Future[FlightServer] = asyncio.get_running_loop().create_future()
         self._task = asyncio.create_task(
             serve(
-                MetaHandler(self._coordinator),
+                self._handler(self._coordinator),
                 "127.0.0.1:0",
                 authenticate=self._authenticate,  # type: ignore[arg-type]
                 grace_ms=5_000,

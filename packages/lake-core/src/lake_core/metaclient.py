@@ -23,6 +23,7 @@ from lake_core.errors import (
     error_from_wire,
     wire_code,
 )
+from lake_core.flight import unary_put
 from lake_core.flight.encoding import encode_stream
 from lake_core.names import TableRef
 from lake_core.principal import Principal
@@ -90,6 +91,10 @@ class MetaClient:
         else:
             self._channel = grpc.aio.insecure_channel(target, options=options)
         self._stub = flight_grpc.FlightServiceStub(self._channel)  # type: ignore[no-untyped-call]
+        # Raw bytes both ways (lake_core.flight.unary_put frames the request).
+        self._append_call = self._channel.unary_unary(unary_put.APPEND_METHOD)
+        #: Whether the server has the unary append (a Metasrv older than it has not).
+        self._unary = True
         secret = token if isinstance(token, Secret) or token is None else Secret(token)
         credentials = (("authorization", f"Bearer {secret.reveal()}"),) if secret else ()
         self._metadata: tuple[tuple[str, str], ...] = (*credentials, WANTS_CODES)
@@ -210,8 +215,63 @@ class MetaClient:
         *,
         on_behalf_of: Principal | None = None,
     ) -> protocol.AppendResult:
-        """Forward an already-encoded DoPut stream (its first message carries the command)."""
-        payload = await self._put(messages, on_behalf_of, self._timeout)
+        """Forward an already-encoded DoPut stream (its first message carries the command).
+
+        An append whose messages fit :data:`~lake_core.flight.unary_put.UNARY_MAX_BYTES`
+        goes as one request (:meth:`append_raw`); a larger one streams on.
+        """
+        held: list[flight_pb2.FlightData] = []
+        if self._unary:
+            raws: list[bytes] = []
+            size = 0
+            async for message in messages:
+                held.append(message)
+                raws.append(message.SerializeToString())
+                size += unary_put.framed_size(raws[-1:])
+                if size > unary_put.UNARY_MAX_BYTES:
+                    break
+            else:
+                return await self.append_raw(raws, on_behalf_of=on_behalf_of)
+
+        async def stream() -> AsyncIterator[flight_pb2.FlightData]:
+            for message in held:
+                yield message
+            async for message in messages:
+                yield message
+
+        payload = await self._put(stream(), on_behalf_of, self._timeout)
+        return protocol.decode(protocol.AppendResult, payload)
+
+    async def append_raw(
+        self, raws: Sequence[bytes], *, on_behalf_of: Principal | None = None
+    ) -> protocol.AppendResult:
+        """One append whose serialized DoPut messages are ``raws``, as one unary request.
+
+        Against a Metasrv without the unary method (an older one, during a
+        rolling upgrade) the append goes as a DoPut stream, and so do this
+        client's later appends.
+        """
+        if self._unary:
+            metadata = self._call_metadata(on_behalf_of)
+            body = unary_put.pack(raws)
+            with client_span(unary_put.APPEND_METHOD) as trace:
+                try:
+                    reply = await self._append_call(
+                        body, metadata=(*metadata, *trace), timeout=self._timeout
+                    )
+                except grpc.aio.AioRpcError as exc:
+                    if not _missing_method(exc):
+                        raise lake_error(exc, commit=True) from None
+                    self._unary = False  # nothing ran: the server has no such method
+                else:
+                    payload = flight_pb2.PutResult.FromString(reply).app_metadata
+                    return protocol.decode(protocol.AppendResult, payload)
+
+        async def stream() -> AsyncIterator[flight_pb2.FlightData]:
+            for raw in raws:
+                yield flight_pb2.FlightData.FromString(raw)
+
+        payload = await self._put(stream(), on_behalf_of, self._timeout)
         return protocol.decode(protocol.AppendResult, payload)
 
     async def ingest_messages(
@@ -255,15 +315,23 @@ class MetaClient:
         descriptor = flight_pb2.FlightDescriptor(
             type=flight_pb2.FlightDescriptor.CMD, cmd=protocol.encode(command)
         ).SerializeToString()
+        raws = list(encode_stream(schema, batches, descriptor=descriptor))
+        if unary_put.framed_size(raws) <= unary_put.UNARY_MAX_BYTES:
+            return await self.append_raw(raws, on_behalf_of=on_behalf_of)
 
         async def messages() -> AsyncIterator[flight_pb2.FlightData]:
-            for i, raw in enumerate(encode_stream(schema, batches)):
-                message = flight_pb2.FlightData.FromString(raw)
-                if i == 0:
-                    message.flight_descriptor.ParseFromString(descriptor)
-                yield message
+            for raw in raws:
+                yield flight_pb2.FlightData.FromString(raw)
 
-        return await self.append_messages(messages(), on_behalf_of=on_behalf_of)
+        payload = await self._put(messages(), on_behalf_of, self._timeout)
+        return protocol.decode(protocol.AppendResult, payload)
+
+
+def _missing_method(exc: grpc.aio.AioRpcError) -> bool:
+    """UNIMPLEMENTED from gRPC itself (no such method), not from a Lake server's handler."""
+    return (
+        exc.code() == grpc.StatusCode.UNIMPLEMENTED and wire_code(exc.trailing_metadata()) is None
+    )
 
 
 def lake_error(exc: grpc.aio.AioRpcError, *, commit: bool = False) -> LakeError:

@@ -55,7 +55,10 @@ class TableRef(BaseModel):
             validate_identifier(data.get("name"), "table name")
         return data
 
-    def __init__(self, namespace: str, name: str, **_: Any) -> None:
+    def __init__(self, namespace: str | None = None, name: str | None = None, **_: Any) -> None:
+        # Pydantic builds a nested reference (a command's "table") through this
+        # __init__: a body without one of the keys reaches the validator as None
+        # (InvalidName), not as a TypeError here (an internal error).
         super().__init__(namespace=namespace, name=name)
 
     @classmethod

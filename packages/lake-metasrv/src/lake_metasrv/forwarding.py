@@ -29,7 +29,8 @@ import structlog
 
 from lake_core import protocol, status
 from lake_core.auth import ON_BEHALF_OF_HEADER, Secret
-from lake_core.errors import WANTS_CODES, InvalidAppend, Unavailable
+from lake_core.errors import WANTS_CODES, InvalidAppend, InvalidArgument, Unavailable
+from lake_core.flight import unary_put
 from lake_core.metaclient import DO_ACTION, MetaClient, lake_error
 from lake_core.principal import Principal
 from lake_core.proto import flight_pb2 as pb
@@ -191,3 +192,20 @@ class ForwardingMetaHandler(MetaHandler):
             log.info("forwarding to the leader", action="append", leader=leader.addr)
             result = await leader.append_messages(stream(), on_behalf_of=principal)
         yield pb.PutResult(app_metadata=protocol.encode(result))
+
+    async def append_unary(self, body: bytes, context: Context) -> bytes:
+        leader = self._leader(context)
+        if leader is None:
+            return await super().append_unary(body, context)
+        principal = _caller()
+        messages = unary_put.unpack(body)
+        first = messages[0]
+        descriptor = first.flight_descriptor if first.HasField("flight_descriptor") else None
+        if is_ingest(descriptor):
+            raise InvalidArgument("a bulk ingest is a stream: send it by DoPut")
+        command = _append_command(descriptor)
+        _require_role(principal, command.table, "user", "admin")
+        log.info("forwarding to the leader", action="append", leader=leader.addr)
+        raws = [message.SerializeToString() for message in messages]
+        result = await leader.append_raw(raws, on_behalf_of=principal)
+        return pb.PutResult(app_metadata=protocol.encode(result)).SerializeToString()

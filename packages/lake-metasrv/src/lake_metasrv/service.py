@@ -1,5 +1,8 @@
 """Metasrv's Flight surface: Lake actions by DoAction, appends by DoPut.
 
+An append whose messages are small also comes as one unary request
+(:mod:`lake_core.flight.unary_put`): the same messages, the same checks.
+
 Every call is authorized against :func:`current_principal` before the
 registry or storage is touched. A table in a namespace the caller may not see
 gets the same PermissionDenied whether or not it exists, so existence never
@@ -16,9 +19,10 @@ namespaces.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
+import grpc
 import pyarrow as pa
 
 from lake_core import integrity, protocol, status
@@ -30,7 +34,9 @@ from lake_core.errors import (
     Unauthenticated,
     Unimplemented,
 )
+from lake_core.flight import unary_put
 from lake_core.flight.encoding import FlightDataDecoder
+from lake_core.flight.handler import bytes_service
 from lake_core.flight.server import FlightHandler, current_principal
 from lake_core.names import TableRef
 from lake_core.principal import Principal
@@ -249,9 +255,6 @@ class MetaHandler(FlightHandler):
             done = await self.ingests.ingest(ingest, first, messages, principal)
             yield pb.PutResult(app_metadata=protocol.encode(done))
             return
-        decoder = FlightDataDecoder(max_bytes=protocol.MAX_APPEND_BYTES, too_large=_too_large)
-        command: protocol.AppendCommand | None = None
-        batches: list[pa.RecordBatch] = []
 
         async def stream() -> AsyncIterator[pb.FlightData]:
             if first is not None:
@@ -259,7 +262,30 @@ class MetaHandler(FlightHandler):
             async for message in messages:
                 yield message
 
-        async for message in stream():
+        result = await self._append(principal, stream())
+        yield pb.PutResult(app_metadata=protocol.encode(result))
+
+    # -- Append, in one message (lake_core.flight.unary_put) ----------------------
+
+    def extra_services(self) -> Sequence[grpc.GenericRpcHandler]:
+        return (bytes_service(unary_put.APPENDS_SERVICE, {"Append": self.append_unary}),)
+
+    async def append_unary(self, body: bytes, context: Context) -> bytes:
+        """An append's DoPut messages in one request; the reply is its ``PutResult``."""
+        principal = _caller()
+        messages = unary_put.unpack(body)
+        if is_ingest(_descriptor(messages[0])):
+            raise InvalidArgument("a bulk ingest is a stream: send it by DoPut")
+        result = await self._append(principal, _each(messages))
+        return pb.PutResult(app_metadata=protocol.encode(result)).SerializeToString()
+
+    async def _append(
+        self, principal: Principal, messages: AsyncIterator[pb.FlightData]
+    ) -> protocol.AppendResult:
+        decoder = FlightDataDecoder(max_bytes=protocol.MAX_APPEND_BYTES, too_large=_too_large)
+        command: protocol.AppendCommand | None = None
+        batches: list[pa.RecordBatch] = []
+        async for message in messages:
             produced = decoder.feed(message)
             if command is None:
                 # Authorize on the first message, before reading any data.
@@ -269,10 +295,18 @@ class MetaHandler(FlightHandler):
         if command is None or decoder.schema is None:
             raise InvalidAppend("an append stream needs a descriptor and an Arrow schema")
         # Counted by outcome here, so fenced arrivals count too (lake_metasrv_commits_total).
-        result = await observed_append(
+        return await observed_append(
             self.coordinator.append(command, decoder.schema, batches, tenant_id=principal.tenant_id)
         )
-        yield pb.PutResult(app_metadata=protocol.encode(result))
+
+
+def _descriptor(message: pb.FlightData) -> pb.FlightDescriptor | None:
+    return message.flight_descriptor if message.HasField("flight_descriptor") else None
+
+
+async def _each(messages: list[pb.FlightData]) -> AsyncIterator[pb.FlightData]:
+    for message in messages:
+        yield message
 
 
 def _too_large(message: str) -> InvalidAppend:

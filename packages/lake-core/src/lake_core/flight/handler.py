@@ -12,7 +12,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, NoReturn, TypeAlias, TypeVar
 
 import grpc
@@ -33,6 +33,7 @@ __all__ = [
     "FlightHandler",
     "abort_for_exception",
     "abort_with",
+    "bytes_service",
     "flight_generic_handler",
 ]
 
@@ -199,6 +200,10 @@ class FlightHandler(abc.ABC):  # noqa: B024 - every method has a default
         raise _unimplemented("ListActions")
         yield
 
+    def extra_services(self) -> Sequence[grpc.GenericRpcHandler]:
+        """Services the server carries beside Flight (built with :func:`bytes_service`)."""
+        return ()
+
 
 def _identity(data: bytes) -> bytes:
     return data
@@ -207,6 +212,25 @@ def _identity(data: bytes) -> bytes:
 def _bytes_or_message(message: pb.FlightData | bytes) -> bytes:
     # DoExchange may send pre-encoded FlightData like DoGet, or messages.
     return message if isinstance(message, bytes) else message.SerializeToString()
+
+
+def bytes_service(
+    service: str, methods: Mapping[str, Callable[[bytes, Context], Awaitable[bytes]]]
+) -> grpc.GenericRpcHandler:
+    """A service of unary methods taking and returning raw bytes.
+
+    Errors end the call as on the Flight methods (:func:`abort_with`), and the
+    server's interceptor authenticates and counts each call the same way.
+    """
+    handlers = {
+        name: grpc.unary_unary_rpc_method_handler(
+            _unary(f"{service}/{name}", fn),
+            request_deserializer=_identity,
+            response_serializer=_identity,
+        )
+        for name, fn in methods.items()
+    }
+    return grpc.method_handlers_generic_handler(service, handlers)
 
 
 def flight_generic_handler(handler: FlightHandler) -> grpc.GenericRpcHandler:

@@ -297,7 +297,9 @@ class FlightServer:
                 *options,
             ],
         )
-        self._server.add_generic_rpc_handlers((flight_generic_handler(handler),))
+        self._server.add_generic_rpc_handlers(
+            (flight_generic_handler(handler), *handler.extra_services())
+        )
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
 
     async def start(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import abc
 import asyncio
 import base64
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -40,6 +41,13 @@ __all__ = [
 ]
 
 
+@functools.lru_cache(maxsize=1024)
+def _schema(schema_ipc: bytes) -> pa.Schema:
+    # Every append checks its rows against its table's schema: parse each one once
+    # (a record's bytes keep their hash, so a hit costs a dict lookup).
+    return schema_from_ipc(schema_ipc)
+
+
 @dataclass(frozen=True)
 class TableRecord:
     """One live table: its incarnation and the version readers may see."""
@@ -55,7 +63,7 @@ class TableRecord:
 
     @property
     def schema(self) -> pa.Schema:
-        return schema_from_ipc(self.schema_ipc)
+        return _schema(self.schema_ipc)
 
     def descriptor(self) -> TableDescriptor:
         return TableDescriptor(
