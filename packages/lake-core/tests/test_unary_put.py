@@ -32,7 +32,8 @@ def test_unpack_gives_back_the_messages_and_their_batches(rows: int) -> None:
     decoder = FlightDataDecoder()
     batches = [b for m in messages for b in decoder.feed(m)]
     assert [b.num_rows for b in batches] == [rows, 1, rows // 2]
-    assert decoder.descriptor is not None and decoder.descriptor.cmd == b"abc"
+    assert decoder.descriptor is not None
+    assert decoder.descriptor.cmd == b"abc"
 
 
 def test_empty_messages_frame_too() -> None:
@@ -80,4 +81,5 @@ def test_cut_or_flipped_bodies_unpack_or_raise_invalid_flight_data() -> None:
             outcomes["ok"] += 1
         except InvalidFlightData:
             outcomes["refused"] += 1
-    assert outcomes["ok"] and outcomes["refused"]
+    assert outcomes["ok"]
+    assert outcomes["refused"]
