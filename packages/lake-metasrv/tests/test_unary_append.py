@@ -109,15 +109,15 @@ async def test_small_appends_go_as_one_request_and_replay_like_doput(
         first = await client.append(command, kit.schema, [kit.make_batch(3), kit.make_batch(2, 3)])
         again = await client.append(command, kit.schema, [kit.make_batch(7)])
         # A raw call with the same framing is the same append.
-        raw = await _call(served.addr, unary_put.pack(_raws(kit, [kit.make_batch(4, 5)], new_operation_id())))
+        raw = await _call(
+            served.addr, unary_put.pack(_raws(kit, [kit.make_batch(4, 5)], new_operation_id()))
+        )
     assert (handlers[0].unary, handlers[0].streamed) == (3, 0)
     assert (first.version, first.replayed) == (1, False)
     assert (again.version, again.replayed, again.descriptor) == (1, True, first.descriptor)
     assert raw.version == 2
     rows = await _rows(coordinator, kit)
-    assert sorted(rows.column("episode_id").to_pylist()) == sorted(
-        [f"ep-{i}" for i in range(9)]
-    )
+    assert sorted(rows.column("episode_id").to_pylist()) == sorted([f"ep-{i}" for i in range(9)])
 
 
 @pytest.mark.asyncio
