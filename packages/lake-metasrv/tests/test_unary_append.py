@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from typing import Any
 
 import grpc
@@ -64,6 +65,24 @@ class OlderHandler(CountingHandler):
         return ()
 
 
+@asynccontextmanager
+async def _serving(
+    coordinator: CommitCoordinator, kit: Any, kind: type[CountingHandler]
+) -> AsyncIterator[tuple[CountingHandler, Any, MetaClient]]:
+    """``kind`` served over ``coordinator``: (the handler, the served server, a MetaClient)."""
+    made: list[CountingHandler] = []
+
+    def make(c: CommitCoordinator) -> CountingHandler:
+        made.append(kind(c))
+        return made[-1]
+
+    async with (
+        kit.serve_handler(coordinator, handler=make) as served,
+        MetaClient(f"http://{served.addr}") as client,
+    ):
+        yield made[0], served, client
+
+
 def _raws(kit: Any, batches: Sequence[pa.RecordBatch], operation_id: str) -> list[bytes]:
     command = protocol.AppendCommand(table=kit.episodes, operation_id=operation_id)
     descriptor = pb.FlightDescriptor(
@@ -94,17 +113,8 @@ async def _rows(coordinator: CommitCoordinator, kit: Any) -> pa.Table:
 async def test_small_appends_go_as_one_request_and_replay_like_doput(
     coordinator: CommitCoordinator, kit: Any
 ) -> None:
-    handlers: list[CountingHandler] = []
-
-    def make(c: CommitCoordinator) -> CountingHandler:
-        handlers.append(CountingHandler(c))
-        return handlers[-1]
-
     await coordinator.create_table(kit.episodes, kit.schema)
-    async with (
-        kit.serve_handler(coordinator, handler=make) as served,
-        MetaClient(f"http://{served.addr}") as client,
-    ):
+    async with _serving(coordinator, kit, CountingHandler) as (handler, served, client):
         command = protocol.AppendCommand(table=kit.episodes, operation_id=new_operation_id())
         first = await client.append(command, kit.schema, [kit.make_batch(3), kit.make_batch(2, 3)])
         again = await client.append(command, kit.schema, [kit.make_batch(7)])
@@ -112,7 +122,7 @@ async def test_small_appends_go_as_one_request_and_replay_like_doput(
         raw = await _call(
             served.addr, unary_put.pack(_raws(kit, [kit.make_batch(4, 5)], new_operation_id()))
         )
-    assert (handlers[0].unary, handlers[0].streamed) == (3, 0)
+    assert (handler.unary, handler.streamed) == (3, 0)
     assert (first.version, first.replayed) == (1, False)
     assert (again.version, again.replayed, again.descriptor) == (1, True, first.descriptor)
     assert raw.version == 2
@@ -126,16 +136,7 @@ async def test_a_large_append_streams(coordinator: CommitCoordinator, kit: Any) 
     await coordinator.create_table(kit.episodes, schema)
     blob = b"x" * (unary_put.UNARY_MAX_BYTES // 2)
     batches = [pa.record_batch([pa.array([f"e{i}"]), pa.array([blob])], schema) for i in range(3)]
-    handlers: list[CountingHandler] = []
-
-    def make(c: CommitCoordinator) -> CountingHandler:
-        handlers.append(CountingHandler(c))
-        return handlers[-1]
-
-    async with (
-        kit.serve_handler(coordinator, handler=make) as served,
-        MetaClient(f"http://{served.addr}") as client,
-    ):
+    async with _serving(coordinator, kit, CountingHandler) as (handler, _, client):
         command = protocol.AppendCommand(table=kit.episodes, operation_id=new_operation_id())
         assert (await client.append(command, schema, batches)).version == 1
 
@@ -149,7 +150,7 @@ async def test_a_large_append_streams(coordinator: CommitCoordinator, kit: Any) 
 
         # What Query forwards: held until past the bound, then streamed on.
         assert (await client.append_messages(forwarded())).version == 2
-    assert (handlers[0].unary, handlers[0].streamed) == (0, 2)
+    assert (handler.unary, handler.streamed) == (0, 2)
     assert (await _rows(coordinator, kit)).num_rows == 6
 
 
@@ -157,17 +158,8 @@ async def test_a_large_append_streams(coordinator: CommitCoordinator, kit: Any) 
 async def test_an_older_metasrv_is_answered_by_doput(
     coordinator: CommitCoordinator, kit: Any
 ) -> None:
-    handlers: list[OlderHandler] = []
-
-    def make(c: CommitCoordinator) -> OlderHandler:
-        handlers.append(OlderHandler(c))
-        return handlers[-1]
-
     await coordinator.create_table(kit.episodes, kit.schema)
-    async with (
-        kit.serve_handler(coordinator, handler=make) as served,
-        MetaClient(f"http://{served.addr}") as client,
-    ):
+    async with _serving(coordinator, kit, OlderHandler) as (handler, _, client):
         for n in range(3):
             command = protocol.AppendCommand(table=kit.episodes, operation_id=new_operation_id())
             assert (await client.append(command, kit.schema, [kit.make_batch(1, n)])).version == (
@@ -175,7 +167,7 @@ async def test_an_older_metasrv_is_answered_by_doput(
             )
     # The first append tried the unary method once, found none, and went by DoPut; so did
     # the rest, without trying again. Nothing was appended twice.
-    assert (handlers[0].unary, handlers[0].streamed) == (0, 3)
+    assert (handler.unary, handler.streamed) == (0, 3)
     assert (await _rows(coordinator, kit)).num_rows == 3
 
 
