@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import json
+import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from click.testing import CliRunner
 from mcap.reader import make_reader
-from mcap.writer import Writer
+from mcap.stream_reader import StreamReader
+from mcap.writer import CompressionType, Writer
 from mcap_ros2.decoder import DecoderFactory
 
 import lake_sdk
+from lake_sdk import AsyncClient
 from lake_sdk.errors import InvalidRecording, NotFound
-from lake_sdk.mcap import extract_topic
+from lake_sdk.mcap import Extracted, extract_topic
+from lake_sdk.mcap import extract as extract_module
 from lake_sdk.mcap.read import plain
 from lake_sdk.recordings_cli import recordings
 from tests.recordings.conftest import Recordings
@@ -188,3 +193,127 @@ def test_an_unreadable_schema_is_invalid_recording(
 ) -> None:
     into = f"robots.badschema_{local_recordings.table.name}"
     _refused(local_recordings, _bad_schemas(tmp_path / "schemas.mcap"), topic, into)
+
+
+def _versions(client: lake_sdk.Client, table: str) -> list[int]:
+    namespace, name = table.split(".")
+    got = client.query_table(f'SELECT version FROM {namespace}."{name}$versions" ORDER BY version')
+    return [int(v) for v in got.column("version").to_pylist()]
+
+
+def _extract(
+    recordings: Recordings, client: lake_sdk.Client, topic: str, into: str, **kw: str
+) -> Extracted:
+    return extract_topic(
+        client, str(recordings.table), topic, into, meta_addr=recordings.cluster.meta.addr, **kw
+    )
+
+
+def test_more_rows_than_an_append_and_a_batch_are_one_version_each_row_once(
+    local_recordings: Recordings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """10,200 rows: past an append's 10,000 (the old path refused them), in 11 batches."""
+    monkeypatch.setattr(extract_module, "BATCH_ROWS", 1000, raising=False)
+    path = write_recording(tmp_path / "long.mcap", Spec(seconds=600, joint_hz=0, event_hz=17))
+    into = f"robots.long_{local_recordings.table.name}"
+    with lake_sdk.Client(local_recordings.url) as client:
+        client.add_recording(local_recordings.table, path)
+        first = _extract(local_recordings, client, "/events", into)
+        assert (first.recordings, first.skipped, first.rows) == (1, 0, 10_200)
+        assert len(first.versions) == 1
+        assert _versions(client, into) == [0, *first.versions]  # created, then ONE append
+        assert _rows(client, into, _sha(path)) == decoded(path, "/events")  # each row once
+        again = _extract(local_recordings, client, "/events", into)
+        assert (again.skipped, again.rows, again.versions) == (1, 0, ())
+        assert _versions(client, into) == [0, *first.versions]
+
+
+def _camera(path: Path, seconds: int) -> Path:
+    """A /camera topic of 64 KiB images at 20 Hz: 1.25 MiB of messages per second."""
+    spec = Spec(seconds=seconds, joint_hz=0, event_hz=0, camera_hz=20, camera_bytes=64 * 1024)
+    return write_recording(path, spec)
+
+
+def test_memory_is_bounded_by_a_batch_not_by_the_recording(
+    local_recordings: Recordings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Python memory extract holds at its peak is the same for 2.5 and 10 MiB of images.
+
+    The old path held every decoded row of a recording (about twice its
+    messages' bytes); batches of 256 KiB of messages (and 1 MiB chunks) keep it under 4 MiB.
+    """
+    monkeypatch.setattr(extract_module, "BATCH_BYTES", 256 * 1024, raising=False)
+    peaks = {}
+    with lake_sdk.Client(local_recordings.url) as client:
+        for seconds in (2, 8):
+            path = _camera(tmp_path / f"camera-{seconds}.mcap", seconds)
+            client.add_recording(local_recordings.table, path, values={"site": f"s{seconds}"})
+            into = f"robots.camera{seconds}_{local_recordings.table.name}"
+            tracemalloc.start()
+            try:
+                done = _extract(
+                    local_recordings, client, "/camera", into, where=f"site = 's{seconds}'"
+                )
+                peaks[seconds] = tracemalloc.get_traced_memory()[1]
+            finally:
+                tracemalloc.stop()
+            assert (done.rows, len(done.versions)) == (seconds * 20, 1)
+    assert peaks[8] < 4 * 2**20, peaks  # 10 MiB of images went through
+    assert peaks[8] < 1.5 * peaks[2], peaks  # not growing with the recording
+
+
+def _corrupt_middle_chunk(good: Path, out: Path) -> Path:
+    """``good`` with one byte of its middle chunk's compressed records flipped."""
+    data = good.read_bytes()
+    with good.open("rb") as f:
+        chunks = [
+            r for r in StreamReader(f, emit_chunks=True).records if type(r).__name__ == "Chunk"
+        ]
+    assert len(chunks) >= 4
+    position = data.index(chunks[len(chunks) // 2].data) + 40  # type: ignore[attr-defined]
+    out.write_bytes(data[:position] + bytes([data[position] ^ 0x20]) + data[position + 1 :])
+    return out
+
+
+@pytest.mark.parametrize("table", ["exists", "missing"])
+def test_a_recording_corrupt_in_its_middle_leaves_no_rows(
+    local_recordings: Recordings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, table: str
+) -> None:
+    """Rows decoded before the damaged chunk were streamed; the ingest aborts, none commit."""
+    monkeypatch.setattr(extract_module, "BATCH_ROWS", 20, raising=False)
+    sent: list[int] = []
+    ingest = AsyncClient.ingest
+
+    async def counted(self: AsyncClient, target: str, data: pa.RecordBatchReader) -> int:
+        def batches() -> Iterator[pa.RecordBatch]:
+            for batch in data:
+                sent.append(batch.num_rows)
+                yield batch
+
+        return await ingest(self, target, pa.RecordBatchReader.from_batches(data.schema, batches()))
+
+    monkeypatch.setattr(AsyncClient, "ingest", counted)
+    spec = Spec(
+        seconds=60, joint_hz=0, event_hz=5, chunk_size=2048, compression=CompressionType.ZSTD
+    )
+    good = write_recording(tmp_path / "good.mcap", spec)
+    bad = _corrupt_middle_chunk(good, tmp_path / "bad.mcap")
+    into = f"robots.corrupt_{local_recordings.table.name}"
+    with lake_sdk.Client(local_recordings.url) as client:
+        before: list[int] = []
+        if table == "exists":
+            client.add_recording(local_recordings.table, good, values={"site": "good"})
+            assert _extract(local_recordings, client, "/events", into).rows == 300
+            before = _versions(client, into)
+            sent.clear()
+        client.add_recording(local_recordings.table, bad, values={"site": "bad"})
+        with pytest.raises(InvalidRecording):
+            _extract(local_recordings, client, "/events", into, where="site = 'bad'")
+        if table == "missing":  # checked whole before the table is created: none is
+            with pytest.raises(NotFound):
+                client.table_schema(into)
+            return
+        assert sum(sent) >= 100  # rows of the chunks before the damage were streamed
+        assert _rows(client, into, _sha(bad)) == []
+        assert _versions(client, into) == before
+        assert client.query_table(f"SELECT count(*) AS n FROM {into}")["n"][0].as_py() == 300
