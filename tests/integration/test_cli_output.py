@@ -9,6 +9,8 @@ import os
 import pty
 import subprocess
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,13 +20,15 @@ import pytest
 from click.testing import CliRunner
 
 import lake_sdk
-from lake_core.cli import lake
+from lake_core.cli import lake, main
 from lake_core.config import MANAGED_OBJECT_ROOT, NO_PROGRESS, QUERY_TICKET_KEYS_FILE
 from lake_core.errors import TableExists
 from lake_core.filetype import file_field
 from lake_core.names import TableRef
+from lake_sdk._cli_connect import LISTEN_WAIT_S
 from tools.lake_testing.data import create_table
 from tools.lake_testing.plugin import LakeCluster, write_ticket_keys
+from tools.lake_testing.servers import free_port, query_process
 
 SHOTS = TableRef("robots", "shots")
 LAKE = [sys.executable, "-c", "from lake_core.cli import main; main()"]
@@ -307,3 +311,92 @@ def test_lake_client_pointed_at_query_names_the_mistake(shots: LakeCluster) -> N
     assert isinstance(result.exception, lake_sdk.Unimplemented)
     assert "Lake Query" in str(result.exception)
     assert "takes Metasrv's address" in str(result.exception)
+
+
+def _query_commands(tmp_path: Path) -> dict[str, list[str]]:
+    """Every SDK command that talks to Query, with arguments it would accept."""
+    rows = tmp_path / "rows.csv"
+    rows.write_text("a\n1\n")
+    return {
+        "sql": ["sql", "SELECT 1"],
+        "files put": ["files", "put", str(rows)],
+        "files get": ["files", "get", "SELECT 1", str(tmp_path / "out")],
+        "table load": ["table", "load", "robots.shots", str(rows)],
+    }
+
+
+@pytest.mark.parametrize("command", ["sql", "files put", "files get", "table load"])
+def test_query_commands_fail_fast_when_nothing_listens(
+    tmp_path: Path,
+    command: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A closed port (a typo, Query not started) is exit 75 within seconds, naming the address.
+
+    Each command waited a fixed 30 s (the SDK's wait for Query) before saying so.
+    """
+    addr = f"127.0.0.1:{free_port()}"
+    monkeypatch.setattr(sys, "argv", ["lake", *_query_commands(tmp_path)[command], "--addr", addr])
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as exited:
+        main()  # an exception other than SystemExit would be a traceback
+    took = time.monotonic() - started
+    stderr = capsys.readouterr().err
+    assert exited.value.code == 75, stderr
+    assert took < 10, f"{command} took {took:.1f}s to notice nothing listens at {addr}"
+    assert stderr.startswith(f"error: nothing is listening at grpc://{addr}"), stderr
+    assert "--connect-timeout" in stderr  # how to wait for a Query still starting
+    assert not (tmp_path / "out").exists()
+
+
+def test_lake_sql_gives_up_at_its_connect_timeout(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--connect-timeout bounds the wait for a Query that never comes, and says how long it was."""
+    addr = f"127.0.0.1:{free_port()}"
+    args = ["sql", "SELECT 1", "--addr", addr, "--connect-timeout", "3.5"]
+    monkeypatch.setattr(sys, "argv", ["lake", *args])
+    started = time.monotonic()
+    with pytest.raises(SystemExit) as exited:
+        main()
+    took = time.monotonic() - started
+    stderr = capsys.readouterr().err
+    assert exited.value.code == 75, stderr
+    assert 3 < took < 10
+    assert f"nothing is listening at grpc://{addr}" in stderr
+    assert "waited 3.5 s" in stderr
+    assert "give --connect-timeout" not in stderr  # the user gave one
+
+
+@pytest.mark.parametrize("command", ["sql", "files put", "files get", "table load"])
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "3601", "soon"])
+def test_query_commands_refuse_a_bad_connect_timeout(
+    tmp_path: Path, command: str, value: str
+) -> None:
+    args = [*_query_commands(tmp_path)[command], "--connect-timeout", value]
+    result = CliRunner().invoke(lake, [*args, "--addr", f"127.0.0.1:{free_port()}"])
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--connect-timeout'" in result.output
+    assert f"got {value!r}" in result.output
+
+
+def test_lake_sql_waits_connect_timeout_for_a_query_still_starting(
+    shots: LakeCluster, tmp_path: Path
+) -> None:
+    """With --connect-timeout, a Query that starts after the command (`lake query &`) is reached.
+
+    Query is launched once the command has been refused for longer than the
+    default wait for something to listen, and binds seconds later.
+    """
+    late = query_process(shots.meta.addr, tmp_path, port=free_port(), env=shots.env)
+    launch = threading.Timer(LISTEN_WAIT_S + 1, late.launch)
+    args = ["sql", "SELECT 1 AS one", "--addr", late.addr, "-o", "json"]
+    launch.start()
+    try:
+        result = CliRunner().invoke(lake, [*args, "--connect-timeout", "120"])
+    finally:
+        launch.join()
+        late.stop()
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == [{"one": 1}]

@@ -83,8 +83,8 @@ def _client(addr: str, timeout_s: float = 30.0) -> MetaClient:
 
 
 #: How long a command waits for Metasrv to answer (started a moment ago, restarting,
-#: failing over), as ``lake sql`` waits for Query: a tutorial that starts
-#: ``lake meta &`` and runs ``lake client`` next works pasted whole.
+#: failing over): a tutorial that starts ``lake meta &`` and runs ``lake client``
+#: next works pasted whole.
 CONNECT_WAIT_S = 30.0
 
 

@@ -30,6 +30,7 @@ from lake_core.models import DataLocation
 from lake_core.output import Output, emit, output_option
 from lake_objects.progress import TaskBars
 from lake_objects.source import FileUpload
+from lake_sdk._cli_connect import connect_timeout_option, open_client
 from lake_sdk._progress import upload_progress
 from lake_sdk._sync import Client
 from lake_sdk.sql_cli import DEFAULT_QUERY_URL, query_url
@@ -75,10 +76,16 @@ def files() -> None:
     help="The object's media type (default: guessed from the file name).",
 )
 @addr_option
+@connect_timeout_option
 @progress_option
 @output_option("text")
 def put(
-    path: str, media_type: str | None, addr: str, progress: bool | None, output: Output
+    path: str,
+    media_type: str | None,
+    addr: str,
+    connect_timeout: float | None,
+    progress: bool | None,
+    output: Output,
 ) -> None:
     """Upload PATH to the managed stage and print its DataLocation.
 
@@ -86,7 +93,7 @@ def put(
     hand the JSON (``-o json``) to ``lake files get``.
     """
     upload = FileUpload.from_path(path, media_type_of(path, media_type))
-    with Client(query_url(addr), connect_timeout=30) as client:
+    with open_client(query_url(addr), connect_timeout) as client:
         store = client.object_store()
         with upload_progress(progress) as bar:
             location = store.upload(upload, progress=bar)
@@ -123,8 +130,11 @@ def location_of(client: Client, source: str) -> DataLocation:
 @click.argument("source", metavar="LOCATION|SQL")
 @click.argument("out", type=click.Path(dir_okay=False, writable=True, allow_dash=True))
 @addr_option
+@connect_timeout_option
 @progress_option
-def get(source: str, out: str, addr: str, progress: bool | None) -> None:
+def get(
+    source: str, out: str, addr: str, connect_timeout: float | None, progress: bool | None
+) -> None:
     """Download one object to OUT (- for standard output), verified.
 
     LOCATION|SQL is a DataLocation's JSON (what ``lake files put -o json``
@@ -134,7 +144,7 @@ def get(source: str, out: str, addr: str, progress: bool | None) -> None:
     """
     if out != "-":
         _check_out(out)
-    with Client(query_url(addr), connect_timeout=30) as client:
+    with open_client(query_url(addr), connect_timeout) as client:
         location = location_of(client, source)
         with client.open(location) as reader, TaskBars(enabled=progress) as bars:
             name = f"get {location.uri.rsplit('/', 1)[-1]}"

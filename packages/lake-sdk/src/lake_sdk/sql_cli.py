@@ -24,7 +24,7 @@ import click
 import pyarrow as pa
 
 from lake_core.output import type_name
-from lake_sdk._sync import Client
+from lake_sdk._cli_connect import connect_timeout_option, open_client
 
 __all__ = ["DEFAULT_QUERY_URL", "json_value", "query_url", "sql"]
 
@@ -186,12 +186,14 @@ def _read_text(file: TextIO) -> str:
     help="Read every lake.<namespace>.<table> the statement names at version V "
     "(3 or v3) or as of an RFC 3339 UTC instant (2026-11-30T12:00:00Z).",
 )
+@connect_timeout_option
 def sql(
     statement: str | None,
     file: TextIO | None,
     addr: str,
     output: SqlOutput,
     as_of: str | None,
+    connect_timeout: float | None,
 ) -> None:
     """Run one read-only SQL STATEMENT on Lake Query and print its rows as they stream.
 
@@ -199,9 +201,7 @@ def sql(
     ``-f -``), and may start with a ``--`` comment.
     """
     statement = read_statement(statement, file)
-    # Waits for Query to serve as `lake client` waits for Metasrv: both started a moment
-    # ago (`lake query &`), or Query still loading its catalog, is not an error.
-    with Client(query_url(addr), connect_timeout=30) as client:
+    with open_client(query_url(addr), connect_timeout) as client:
         result = client.query(statement, as_of=as_of)
         batches = iter(result)
         if output == "json":

@@ -20,7 +20,7 @@ from lake_core.errors import InvalidArgument
 from lake_core.filetype import is_file_field
 from lake_core.names import TableRef
 from lake_core.output import Output, emit, output_option
-from lake_sdk._sync import Client
+from lake_sdk._cli_connect import connect_timeout_option, open_client
 from lake_sdk.files_cli import addr_option
 from lake_sdk.sql_cli import query_url
 
@@ -85,11 +85,12 @@ def table() -> None:
 @click.argument("name", metavar="NAMESPACE.TABLE")
 @click.argument("path", type=click.Path(exists=True, dir_okay=False, readable=True))
 @addr_option
+@connect_timeout_option
 @output_option("text")
-def load(name: str, path: str, addr: str, output: Output) -> None:
+def load(name: str, path: str, addr: str, connect_timeout: float | None, output: Output) -> None:
     """Append every row of a Parquet or CSV file to a table as ONE new version."""
     ref = TableRef.parse(name)
-    with Client(query_url(addr), connect_timeout=30) as client:
+    with open_client(query_url(addr), connect_timeout) as client:
         schema = client.table_schema(ref)
         reader = file_reader(Path(path), schema)
         rows = 0
