@@ -322,10 +322,34 @@ def _query_commands(tmp_path: Path) -> dict[str, list[str]]:
         "files put": ["files", "put", str(rows)],
         "files get": ["files", "get", "SELECT 1", str(tmp_path / "out")],
         "table load": ["table", "load", "robots.shots", str(rows)],
+        "recordings add": ["recordings", "add", "robots.runs", str(rows)],
+        "recordings extract": [
+            "recordings",
+            "extract",
+            "robots.runs",
+            "--topic",
+            "/t",
+            "--into",
+            "robots.t",
+        ],
+        "import lerobot": ["import", "lerobot", str(tmp_path), "--namespace", "robots"],
+        "export lerobot": ["export", "lerobot", "SELECT 1", str(tmp_path / "out")],
     }
 
 
-@pytest.mark.parametrize("command", ["sql", "files put", "files get", "table load"])
+QUERY_COMMANDS = [
+    "sql",
+    "files put",
+    "files get",
+    "table load",
+    "recordings add",
+    "recordings extract",
+    "import lerobot",
+    "export lerobot",
+]
+
+
+@pytest.mark.parametrize("command", QUERY_COMMANDS)
 def test_query_commands_fail_fast_when_nothing_listens(
     tmp_path: Path,
     command: str,
@@ -369,7 +393,7 @@ def test_lake_sql_gives_up_at_its_connect_timeout(
     assert "give --connect-timeout" not in stderr  # the user gave one
 
 
-@pytest.mark.parametrize("command", ["sql", "files put", "files get", "table load"])
+@pytest.mark.parametrize("command", QUERY_COMMANDS)
 @pytest.mark.parametrize("value", ["0", "-1", "nan", "inf", "3601", "soon"])
 def test_query_commands_refuse_a_bad_connect_timeout(
     tmp_path: Path, command: str, value: str

@@ -43,9 +43,11 @@ Parquet or CSV file as one table version. `lake client` and `lake table
 create|drop|...` are the administrator's commands against Metasrv or a data
 directory; the SDK does the same through Query (`client.create_table`).
 
-`sql`, `files` and `table load` fail within 2 s (exit 75, naming the address)
-when nothing listens at `--addr` (a typo, Query not started), and wait up to
-30 s for a Query that listens but does not serve yet (loading its catalog).
+The commands that talk to Query (`sql`, `files`, `table load`, `recordings
+add|extract`, `import|export lerobot`) fail within 2 s (exit 75, naming the
+address) when nothing listens at `--addr` (a typo, Query not started), and
+wait up to 30 s for a Query that listens but does not serve yet (loading its
+catalog).
 A script that starts Query in the background and runs one of them next gives
 `--connect-timeout SECONDS`: the command then waits that long in all, also
 for Query to start listening.

@@ -10,7 +10,7 @@ import click
 from lake_core.auth import METADATA_AUTH_TOKEN_FILE
 from lake_core.output import Output, emit, output_option
 from lake_core.security import optional_token
-from lake_sdk._sync import Client
+from lake_sdk._cli_connect import connect_timeout_option, open_client
 from lake_sdk.lerobot import export_lerobot, import_lerobot
 from lake_sdk.recordings_cli import DEFAULT_META_ADDR, addr_option, query_url
 
@@ -27,6 +27,7 @@ def import_group() -> None:
 @click.option("--namespace", required=True, help="Namespace of the three new tables.")
 @click.option("--name", default=None, help="Table name prefix (default: the directory's name).")
 @addr_option
+@connect_timeout_option
 @click.option(
     "--meta-addr",
     default=DEFAULT_META_ADDR,
@@ -39,12 +40,13 @@ def lerobot(
     namespace: str,
     name: str | None,
     addr: str,
+    connect_timeout: float | None,
     meta_addr: str,
     output: Output,
 ) -> None:
     """Import the LeRobot v3.0 dataset DIRECTORY as NAME_frames, NAME_episodes, NAME_tasks."""
     token = optional_token(os.environ, METADATA_AUTH_TOKEN_FILE)
-    with Client(query_url(addr)) as client:
+    with open_client(query_url(addr), connect_timeout) as client:
         done = import_lerobot(
             client,
             directory,
@@ -73,15 +75,18 @@ def export_group() -> None:
 @click.argument("statement")
 @click.argument("out_dir", type=click.Path(path_type=Path, file_okay=False))
 @addr_option
+@connect_timeout_option
 @output_option("text")
-def export_lerobot_command(statement: str, out_dir: Path, addr: str, output: Output) -> None:
+def export_lerobot_command(
+    statement: str, out_dir: Path, addr: str, connect_timeout: float | None, output: Output
+) -> None:
     """Write the episodes STATEMENT selects (SELECT ... FROM ns.NAME_episodes ...) to OUT_DIR.
 
     OUT_DIR becomes a LeRobot v3.0 dataset: frames, tasks, stats and the
     episodes' videos (source MP4s copied whole when all their episodes are
     selected, else the selected episodes cut out by a stream copy).
     """
-    with Client(query_url(addr)) as client:
+    with open_client(query_url(addr), connect_timeout) as client:
         done = export_lerobot(client, statement, out_dir)
     emit(
         done.as_json(),

@@ -23,6 +23,7 @@ from lake_core.output import Output, emit, output_option, schema_columns
 from lake_core.schemas import schema_from_base64
 from lake_core.security import optional_token
 from lake_core.tls import METADATA_CA_FILE, METADATA_SERVER_NAME, load_client_tls
+from lake_sdk._cli_connect import connect_timeout_option, open_client
 from lake_sdk._sync import Client
 from lake_sdk.recordings import recordings_schema
 from lake_sdk.sql_cli import DEFAULT_QUERY_URL
@@ -137,13 +138,19 @@ def create_table(
     help="A value for one of the table's own columns, repeatable.",
 )
 @addr_option
+@connect_timeout_option
 @output_option("text")
 def add(
-    table: str, files: tuple[Path, ...], assignments: tuple[str, ...], addr: str, output: Output
+    table: str,
+    files: tuple[Path, ...],
+    assignments: tuple[str, ...],
+    addr: str,
+    connect_timeout: float | None,
+    output: Output,
 ) -> None:
     """Upload each MCAP FILE to the stage and add it to TABLE as one row (one version each)."""
     results = []
-    with Client(query_url(addr)) as client:
+    with open_client(query_url(addr), connect_timeout) as client:
         values = _typed(client, table, assignments)
         for path in files:
             added = client.add_recording(table, path, values=values)
@@ -164,6 +171,7 @@ def add(
 @click.option("--into", "into", required=True, help="The table of its rows (created if missing).")
 @click.option("--where", default=None, help="SQL condition on TABLE's rows: which recordings.")
 @addr_option
+@connect_timeout_option
 @click.option(
     "--meta-addr",
     default=DEFAULT_META_ADDR,
@@ -177,6 +185,7 @@ def extract(
     into: str,
     where: str | None,
     addr: str,
+    connect_timeout: float | None,
     meta_addr: str,
     output: Output,
 ) -> None:
@@ -184,7 +193,7 @@ def extract(
     from lake_sdk.mcap import extract_topic
 
     token = optional_token(os.environ, METADATA_AUTH_TOKEN_FILE)
-    with Client(query_url(addr)) as client:
+    with open_client(query_url(addr), connect_timeout) as client:
         done = extract_topic(
             client, table, topic, into, where=where, meta_addr=meta_addr, meta_token=token
         )
