@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
+from typing import Any
 from pathlib import Path
 
 import pyarrow as pa
@@ -272,3 +273,62 @@ def test_a_segment_whose_bytes_are_not_the_shipped_digest_is_refused(lane: Lane)
     # Refused segments are a failed pass: the exit status says so.
     assert result.returncode == 1, result.stderr
     assert '"refused": 3' in result.stdout
+
+
+class _CountingS3:
+    """The registrar's boto3 client, counting the object reads (GET) and probes (HEAD) it makes."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+        self.gets: list[str] = []
+        self.heads: list[str] = []
+
+    def get_object(self, **kwargs: Any) -> Any:
+        self.gets.append(kwargs["Key"])
+        return self._client.get_object(**kwargs)
+
+    def head_object(self, **kwargs: Any) -> Any:
+        self.heads.append(kwargs["Key"])
+        return self._client.head_object(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def test_a_refused_segment_is_not_read_again_until_its_object_changes(lane: Lane) -> None:
+    """Each pass meets a refused segment again; it costs a HEAD, not its whole object.
+
+    Before, every pass (every 5 s of a running registrar) downloaded and hashed
+    the refused object again. A re-shipped object (new bytes, a new ETag) is
+    checked in full and registered.
+    """
+    lane.write("pose", "000001", POSE, {"robot": ["r1"], "t": [1], "x": [0.0]})
+    damaged = lane.write("pose", "000002", POSE, {"robot": ["r2"], "t": [2], "x": [1.0]})
+    lane.ship()
+    good = damaged.read_bytes()
+    data = bytearray(good)
+    data[4] ^= 0x01
+    _replace_object(lane, "pose", "000002.parquet", bytes(data))
+    s3 = _CountingS3(lane.s3())
+    registrar = Registrar(lane.config(), s3=s3)
+    key = f"fleet/lake/v1/{PIPELINE}/pose/000002.parquet"
+
+    first = registrar.run_once()
+    assert (first.registered, first.refused) == (1, 1)
+    reads = s3.gets.count(key)
+    assert reads >= 1
+    for _ in range(3):
+        again = registrar.run_once()
+        assert (again.registered, again.refused) == (0, 1)
+    assert s3.gets.count(key) == reads  # not downloaded again
+    assert s3.heads.count(key) == 3
+
+    _replace_object(lane, "pose", "000002.parquet", good)  # re-shipped intact
+    fixed = registrar.run_once()
+    assert (fixed.registered, fixed.refused) == (1, 0)
+    assert s3.gets.count(key) > reads
+    prefix = f"s3://{lane.bucket}/fleet/lake/v1/{PIPELINE}/pose/"
+    assert sorted(data_files(lane.table("pose"))) == [
+        prefix + "000001.parquet",
+        prefix + "000002.parquet",
+    ]

@@ -96,6 +96,11 @@ class SegmentCorrupted(RegistrarError, DataCorrupted):
 
     reason = "segments.corrupted"
 
+    def __init__(self, message: str, *, etag: str | None = None) -> None:
+        super().__init__(message)
+        #: The ETag of the object that was read and refused (None: not known).
+        self.etag = etag
+
 
 class CatalogUnavailable(RegistrarError, Unavailable):
     reason = "catalog.unavailable"

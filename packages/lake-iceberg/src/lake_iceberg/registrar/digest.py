@@ -21,8 +21,13 @@ HASH_BLOCK = 1024 * 1024
 
 
 def verify_digest(client: Any, entry: Uploaded) -> None:
-    """Raise :class:`SegmentCorrupted` unless the object is the recorded bytes (boto3 client)."""
-    body = client.get_object(Bucket=entry.bucket, Key=entry.object_key)["Body"]
+    """Raise :class:`SegmentCorrupted` unless the object is the recorded bytes (boto3 client).
+
+    The error carries the ETag of the object read, so that an object refused
+    once is not read again until it changes (:class:`~.service.Registrar`).
+    """
+    response = client.get_object(Bucket=entry.bucket, Key=entry.object_key)
+    body, etag = response["Body"], response.get("ETag")
     sha = hashlib.sha256()
     size = 0
     try:
@@ -35,9 +40,11 @@ def verify_digest(client: Any, entry: Uploaded) -> None:
         body.close()
     if size != entry.size:
         raise SegmentCorrupted(
-            f"segment {entry.object_key}: object is not the {entry.size} bytes the shipper recorded"
+            f"segment {entry.object_key}: object is not the {entry.size} bytes the shipper recorded",
+            etag=etag,
         )
     if sha.hexdigest() != entry.sha256.lower():
         raise SegmentCorrupted(
-            f"segment {entry.object_key}: object does not match the SHA-256 the shipper recorded"
+            f"segment {entry.object_key}: object does not match the SHA-256 the shipper recorded",
+            etag=etag,
         )

@@ -86,6 +86,8 @@ class Registrar:
         self._s3 = s3
         self._sleep = sleep
         self._datasets: dict[str, _Dataset] = {}
+        #: Refused segments: (bucket, key) -> (recorded size, SHA-256, ETag of the object read).
+        self._refused: dict[tuple[str, str], tuple[int, str, str]] = {}
 
     @property
     def s3(self) -> Any:
@@ -176,6 +178,8 @@ class Registrar:
         """What became of one entry: ``registered``, ``skipped`` or ``refused``."""
         if entry.object_key in state.keys:
             return "skipped"
+        if self._refused_unchanged(entry):
+            return "refused"
         try:
             return "registered" if self._register(tables, state, entry) else "skipped"
         except SegmentCorrupted as error:
@@ -187,7 +191,42 @@ class Registrar:
                 code=error.reason,
                 error=str(error),
             )
+            if error.etag:
+                self._refused[(entry.bucket, entry.object_key)] = (
+                    entry.size,
+                    entry.sha256,
+                    error.etag,
+                )
             return "refused"
+
+    def _refused_unchanged(self, entry: Uploaded) -> bool:
+        """Whether ``entry`` was refused and neither its record nor its object changed since.
+
+        A refused segment stays pending, so every pass meets it again. Reading
+        and hashing its whole object each time (every few seconds, for as long
+        as nobody re-ships it) would cost its size in bandwidth per pass: one
+        HEAD tells whether the object is still the one refused. A re-shipped
+        object (a new ETag) or a new record (size or SHA-256) is checked anew.
+        """
+        refused = self._refused.get((entry.bucket, entry.object_key))
+        if refused is None:
+            return False
+        size, sha256, etag = refused
+        if (entry.size, entry.sha256) != (size, sha256):
+            del self._refused[(entry.bucket, entry.object_key)]
+            return False
+        try:
+            head = self.s3.head_object(Bucket=entry.bucket, Key=entry.object_key)
+        except Exception:
+            # Gone, the store refusing, a transient fault: the full check handles (and
+            # retries or reports) each as it did the first time.
+            del self._refused[(entry.bucket, entry.object_key)]
+            return False
+        if head.get("ETag") != etag:
+            del self._refused[(entry.bucket, entry.object_key)]
+            return False
+        log.debug("registrar.still_refused", dataset=entry.dataset, key=entry.object_key)
+        return True
 
     def run(self, poll_interval: float = 5.0, stop: threading.Event | None = None) -> None:
         """Register new entries until ``stop`` is set; a fatal error ends it."""
