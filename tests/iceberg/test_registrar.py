@@ -6,8 +6,8 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
