@@ -9,7 +9,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from lake_objects import (
 )
 from lake_sdk import LakeClient
 from tests.files.conftest import EPISODES, INSERT, MIB, PREFIX, S3Lake, write_random
+from tools.lake_testing.s3proxy import S3Proxy
 
 pytestmark = [pytest.mark.s3, pytest.mark.asyncio]
 
@@ -215,15 +216,19 @@ STALL_S = 1.0
 SLACK_S = 10.0
 
 
-async def _fails_promptly(proxy_fault: str, lake: S3Lake, read: Any, bound_s: float) -> None:
-    """``read()`` under ``proxy_fault`` raises a retryable ObjectStoreUnavailable within bound."""
-    lake.proxy.fault = proxy_fault
+async def _fails_promptly(
+    proxy_fault: str, lake: S3Lake, read: Any, bound_s: float, proxy: S3Proxy | None = None
+) -> None:
+    """``read()`` under ``proxy_fault`` (of ``proxy``, or the lake's) raises a retryable
+    ObjectStoreUnavailable within bound."""
+    proxy = proxy or lake.proxy
+    proxy.fault = proxy_fault
     began = time.monotonic()
     try:
         with pytest.raises(ObjectStoreUnavailable) as caught:
             await asyncio.wait_for(read(), 60)
     finally:
-        lake.proxy.fault = None
+        proxy.fault = None
     took = time.monotonic() - began
     assert caught.value.retryable
     assert took < bound_s, f"{proxy_fault}: {took:.1f}s"
@@ -277,6 +282,77 @@ async def test_a_slow_moving_read_outlasts_the_storage_timeout(
         s3_lake.proxy.fault = None
     assert hashlib.sha256(direct).hexdigest() == location.sha256
     assert via_query == direct
+
+
+@pytest.fixture
+def upload_proxy(s3_lake: S3Lake, monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Proxy]:
+    """A second proxy for this test process's (the SDK's) S3 requests, with a 4 KiB
+    receive buffer: what a stalled upload sent stays in the SDK's own buffers, as
+    when a far store shuts its TCP window (here the kernel would take megabytes)."""
+    proxy = S3Proxy(s3_lake.server.endpoint, recv_buffer=4096).start()
+    monkeypatch.setenv("AWS_ENDPOINT_URL_S3", proxy.endpoint)
+    try:
+        yield proxy
+    finally:
+        proxy.stop()
+
+
+async def test_a_stalled_upload_fails_within_the_storage_timeout(
+    s3_lake: S3Lake, upload_proxy: S3Proxy, tmp_path: Path
+) -> None:
+    """An S3 that stops taking an upload's body fails it, typed, within the storage_timeout.
+
+    Found by stalling a PUT's body mid-part (/tmp/attack/uploadstall/repro.py):
+    aiohttp starts botocore's read timeout only once the body was sent, and
+    waits for ``100 Continue`` with no timeout, so a single PUT or a multipart
+    part hung forever. Each of three tries now fails within 1.25 x
+    storage_timeout; the multipart upload is aborted and no object is left.
+    """
+    single = write_random(tmp_path / "single.bin", 4 * MIB, 1)
+    multi = write_random(tmp_path / "multi.bin", 2 * 5 * MIB, 2)
+    async with lake_sdk.AsyncClient(s3_lake.url, storage_timeout=STALL_S) as client:
+        store = await client.object_store()
+        assert isinstance(store, S3ObjectStore)
+        assert store.part_size == 5 * MIB
+        for after in (64 * 1024, 0):  # mid-body; before ``100 Continue``
+            upload_proxy.upload_stall_after = after
+            for source in (single, multi):
+                await _fails_promptly(
+                    "stall_upload",
+                    s3_lake,
+                    lambda source=source: store.upload(FileUpload.from_path(source, "video/mp4")),
+                    3 * 1.25 * STALL_S + SLACK_S,
+                    proxy=upload_proxy,
+                )
+        assert store.requests["AbortMultipartUpload"] == 2
+        assert upload_proxy.stalled >= 4 * 3
+    assert s3_lake.open_uploads() == []
+    listed = s3_lake.client().list_objects_v2(Bucket=s3_lake.bucket)
+    assert [o["Key"] for o in listed.get("Contents", []) if "/objects/" in o["Key"]] == []
+
+
+async def test_a_slow_moving_upload_outlasts_the_storage_timeout(
+    s3_lake: S3Lake, upload_proxy: S3Proxy, tmp_path: Path
+) -> None:
+    """storage_timeout bounds silence, not the upload: a store that takes each
+    body slowly but steadily, for longer than it, still gets the whole object."""
+    upload_proxy.upload_gap_s = 0.15 * STALL_S  # 1 MiB in 16 steps: 2.4 x storage_timeout
+    single = write_random(tmp_path / "single.bin", 5 * MIB - 1, 3)
+    multi = write_random(tmp_path / "multi.bin", 2 * 5 * MIB, 4)
+    upload_proxy.fault = "slow_upload"
+    try:
+        async with lake_sdk.AsyncClient(s3_lake.url, storage_timeout=STALL_S) as client:
+            store = await client.object_store()
+            for source in (single, multi):
+                began = time.monotonic()
+                location = await store.upload(FileUpload.from_path(source, "video/mp4"))
+                assert time.monotonic() - began > 2 * STALL_S
+                assert location.sha256 == hashlib.sha256(source.read_bytes()).hexdigest()
+                upload_proxy.fault = None
+                assert await (await store.open(location)).read() == source.read_bytes()
+                upload_proxy.fault = "slow_upload"
+    finally:
+        upload_proxy.fault = None
 
 
 async def test_corrupted_objects_fail_open(s3_lake: S3Lake, tmp_path: Path) -> None:

@@ -17,7 +17,13 @@ rewrite the upstream's real response:
 - ``"trickle"``: the upstream's answer, its body sent in 16 slivers
   ``trickle_gap_s`` apart (a slow link that keeps moving);
 - ``"garble"``: a GET's body keeps its length but its second half becomes
-  0xFF bytes (an object damaged at rest).
+  0xFF bytes (an object damaged at rest);
+- ``"stall_upload"``: a PUT's body is read for ``upload_stall_after`` bytes,
+  then no more (a store whose TCP window stays shut mid-upload); with 0, not
+  even its ``Expect: 100-continue`` is answered;
+- ``"slow_upload"``: a PUT's first ``upload_slow_bytes`` are read
+  ``upload_step`` bytes at a time, ``upload_gap_s`` apart (a slow uplink
+  that keeps moving), the rest at once, then it is forwarded.
 
 ``fault_paths``: when set, the fault hits only requests whose path contains
 it (``".parquet"``: data files only); every other request is forwarded.
@@ -29,12 +35,14 @@ Runs its own event loop on a thread; ``stop()`` closes it.
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
+from aiohttp.web_urldispatcher import _default_expect_handler
 
 from tools.lake_testing.servers import free_port
 
@@ -58,6 +66,15 @@ class S3Proxy:
     stalled: int = 0
     #: The pause between the slivers of a ``"trickle"`` body.
     trickle_gap_s: float = 0.25
+    #: SO_RCVBUF of the proxy's sockets (None: the kernel's autotuning). A small
+    #: one keeps a stalled upload's body in the sender instead of this side's kernel.
+    recv_buffer: int | None = None
+    #: Body bytes a ``"stall_upload"`` reads before it stops reading.
+    upload_stall_after: int = 256 * 1024
+    #: The bytes a ``"slow_upload"`` reads at a time, and the pause between reads.
+    upload_step: int = 64 * 1024
+    upload_gap_s: float = 0.05
+    upload_slow_bytes: int = 1024 * 1024
     #: Requests per (method, object path): what a failure probe's cap is counted by.
     paths: Counter[tuple[str, str]] = field(default_factory=Counter)
 
@@ -87,10 +104,25 @@ class S3Proxy:
         self._released = asyncio.Event()  # set by stop(): stalled requests end
         self._session = aiohttp.ClientSession(auto_decompress=False)
         app = web.Application(client_max_size=1024**3)
-        app.router.add_route("*", "/{path:.*}", self._handle)
+        app.router.add_route("*", "/{path:.*}", self._handle, expect_handler=self._expect)
         self._runner = web.AppRunner(app)
         await self._runner.setup()
-        await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+        if self.recv_buffer is None:
+            await web.TCPSite(self._runner, "127.0.0.1", self.port).start()
+            return
+        listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.recv_buffer)
+        listener.bind(("127.0.0.1", self.port))
+        await web.SockSite(self._runner, listener).start()
+
+    async def _expect(self, request: web.Request) -> None:
+        """Answer ``Expect: 100-continue``, unless a ``"stall_upload"`` of 0 bytes holds it."""
+        if self.fault == "stall_upload" and request.method == "PUT" and not self.upload_stall_after:
+            self.stalled += 1
+            await self._released.wait()
+            raise web.HTTPServiceUnavailable()
+        await _default_expect_handler(request)
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         self.requests[request.method] += 1
@@ -107,8 +139,20 @@ class S3Proxy:
             await request.read()
             await self._released.wait()
             raise web.HTTPServiceUnavailable()
+        if fault == "stall_upload" and request.method == "PUT":
+            self.stalled += 1
+            await request.content.readexactly(
+                min(self.upload_stall_after, request.content_length or 0)
+            )
+            await self._released.wait()
+            assert request.transport is not None
+            request.transport.close()  # the rest of the body is never read
+            raise web.HTTPServiceUnavailable()
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP}
-        body = await request.read()
+        if fault == "slow_upload" and request.method == "PUT":
+            body = await self._read_slowly(request)
+        else:
+            body = await request.read()
         async with self._session.request(
             request.method,
             self.upstream + request.rel_url.raw_path_qs,
@@ -142,6 +186,21 @@ class S3Proxy:
             if fault == "stall_body" and len(payload) > 1:
                 return await self._stall_body(request, status, out_headers, payload)
             return web.Response(status=status, body=payload, headers=out_headers)
+
+    async def _read_slowly(self, request: web.Request) -> bytes:
+        """The request body: its start ``upload_step`` bytes at a time with a pause
+        before each, then the rest."""
+        chunks = []
+        slow = 0
+        while slow < self.upload_slow_bytes:
+            await asyncio.sleep(self.upload_gap_s)
+            chunk = await request.content.read(self.upload_step)
+            if not chunk:
+                break
+            slow += len(chunk)
+            chunks.append(chunk)
+        chunks.append(await request.read())
+        return b"".join(chunks)
 
     async def _stall_body(
         self, request: web.Request, status: int, headers: dict[str, str], payload: bytes

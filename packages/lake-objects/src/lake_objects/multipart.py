@@ -76,11 +76,13 @@ async def upload_parts(
     first: list[tuple[bytes, str]] | None = None,
     on_durable: DurableHook | None = None,
     on_part: Callable[[int], None] | None = None,
+    stall_timeout_s: float | None = None,
 ) -> list[Part]:
     """Upload every remaining part; return all parts in order. Raises on the first failure.
 
     ``first`` may hold a part the caller already read; it is popped, so no frame
-    keeps that part alive after its upload.
+    keeps that part alive after its upload. ``stall_timeout_s`` bounds how long a
+    part's body may go without S3 taking a byte of it (:class:`PartBody`).
     """
     slots = asyncio.Semaphore(concurrency)
     parts = list(done)
@@ -144,7 +146,7 @@ async def upload_parts(
                     f"of {len(data) // (1024 * 1024)} MiB; S3 allows no more"
                 )
             digests[number] = digest
-            task = asyncio.create_task(send(number, PartBody(data)))
+            task = asyncio.create_task(send(number, PartBody(data, stall_timeout_s)))
             tasks.add(task)
             running.append(task)
             task.add_done_callback(record)

@@ -53,6 +53,7 @@ class MultipartStore(Protocol):
     part_size: int
     upload_concurrency: int
     max_parts: int
+    stall_timeout_s: float | None
 
     def new_name(self) -> str: ...
 
@@ -231,6 +232,7 @@ async def _run(
             uri=uri,
             on_durable=durable,
             on_part=tracker.add,
+            stall_timeout_s=store.stall_timeout_s,
         )
     finally:
         source.close()

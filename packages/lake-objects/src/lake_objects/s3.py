@@ -103,6 +103,18 @@ def _is_storage_failure(exc: BaseException) -> bool:
     )
 
 
+def _send_bodies_at_once(client: Any) -> None:
+    """Send request bodies without asking ``Expect: 100-continue`` first.
+
+    aiohttp waits for the ``100 Continue`` with no timeout at all, so a store
+    that never answered an upload's headers hung it before the body's stall
+    bound (:class:`~lake_objects._body.PartBody`) could start.
+    """
+    from botocore.handlers import add_expect_header
+
+    client.meta.events.unregister("before-call.s3", add_expect_header)
+
+
 def s3_client(
     endpoint_url: str | None, region: str, pool: int = 12, *, stall_timeout_s: float | None = None
 ) -> Any:
@@ -111,8 +123,10 @@ def s3_client(
     ``stall_timeout_s`` bounds how long S3 may stay silent: it is botocore's
     read timeout, the longest wait for the next bytes (a response, or more of
     a body), never the length of a transfer, so a slow but moving multi-GB
-    read is not cut. With it a request is tried :data:`STALL_ATTEMPTS` times,
-    so a stall surfaces within about ``STALL_ATTEMPTS * stall_timeout_s``.
+    read is not cut. (That timer starts only once a request's body was sent:
+    :class:`S3ObjectStore` bounds the sending of its upload bodies itself.)
+    With it a request is tried :data:`STALL_ATTEMPTS` times, so a stall
+    surfaces within about ``STALL_ATTEMPTS * stall_timeout_s``.
     Without it, 120 s and five tries (what the server processes use).
     """
     import aioboto3
@@ -221,7 +235,8 @@ class S3ObjectStore(ManagedObjectStore):
         self.bucket = descriptor.bucket
         self.key_prefix = descriptor.key_prefix
         self.upload_concurrency = upload_concurrency
-        # How long S3 may stay silent before a request fails (see s3_client).
+        # How long S3 may stay silent before a request fails (see s3_client), also
+        # while it is sent an upload's body (PartBody).
         self.stall_timeout_s = stall_timeout_s
         self.part_size = part_size
         self.max_parts = MAX_PARTS
@@ -259,6 +274,8 @@ class S3ObjectStore(ManagedObjectStore):
                 )
                 client = await cm.__aenter__()
                 client.meta.events.register("before-call.s3", self._count)
+                if self.stall_timeout_s is not None:
+                    _send_bodies_at_once(client)
                 self._client_cm = cm
                 self._client = client
         return self._client
@@ -335,7 +352,9 @@ class S3ObjectStore(ManagedObjectStore):
 
     async def put_small(self, client: Any, key: str, uri: str, data: bytes) -> None:
         try:
-            await client.put_object(Bucket=self.bucket, Key=key, Body=PartBody(data))
+            await client.put_object(
+                Bucket=self.bucket, Key=key, Body=PartBody(data, self.stall_timeout_s)
+            )
         except Exception as exc:
             if _is_storage_failure(exc):
                 raise storage_error(exc, uri) from None
@@ -370,6 +389,7 @@ class S3ObjectStore(ManagedObjectStore):
                 uri=uri,
                 first=first,
                 on_part=tracker.add,
+                stall_timeout_s=self.stall_timeout_s,
             )
             return await self.complete(client, key, uri, upload_id, parts)
         except BaseException as exc:
