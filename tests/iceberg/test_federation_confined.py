@@ -25,7 +25,6 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +49,7 @@ from tools.lake_testing.iceberg import (
     proxied_query,
     write_episodes,
 )
+from tools.lake_testing.rest_catalog import FakeCatalog, documents, serving
 from tools.lake_testing.s3proxy import S3Proxy
 from tools.lake_testing.servers import LakeProcess
 
@@ -62,39 +62,6 @@ PATHS = {
     "direct": "SELECT episode_id, robot_id, reward FROM iceberg.confined.{table}",
     "datafusion": "SELECT robot_id, count(*) AS n FROM iceberg.confined.{table} GROUP BY robot_id",
 }
-
-
-class _Catalog(ThreadingHTTPServer):
-    daemon_threads = True
-    documents: dict[str, bytes]
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Catalog
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def do_HEAD(self) -> None:  # namespace checks
-        self.send_response(200)
-        self.end_headers()
-
-    def do_GET(self) -> None:
-        name = self.path.rsplit("/", 1)[-1]
-        if self.path.startswith("/v1/config"):
-            self._send(200, b"{}")
-        elif name in self.server.documents:
-            self._send(200, self.server.documents[name])
-        else:
-            error = {"error": {"message": "no such table", "type": "NoSuchTableException"}}
-            self._send(404, json.dumps({**error, "code": 404}).encode())
-
-    def _send(self, status: int, body: bytes) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
 
 
 class _Fifo:
@@ -134,14 +101,15 @@ class Confined:
     server: SeaweedIceberg
     proxy: S3Proxy
     query: LakeProcess
-    catalog: _Catalog
+    catalog: FakeCatalog
+    documents: dict[str, bytes]
     table: Any
     root: Path
     fifos: list[_Fifo]
 
     def serve(self, name: str, metadata_location: str, metadata: dict[str, Any]) -> None:
         document = {"metadata-location": metadata_location, "metadata": metadata, "config": {}}
-        self.catalog.documents[name] = json.dumps(document).encode()
+        self.documents[name] = json.dumps(document).encode()
 
     def fifo(self, name: str, content: bytes) -> _Fifo:
         fifo = _Fifo(self.root / name, content)
@@ -167,23 +135,19 @@ def confined(
     root = tmp_path_factory.mktemp("federation-confined")
     table = write_episodes(iceberg_server.catalog(), NAMESPACE, "episodes")
     iceberg_server.create_bucket(OTHER)
-    catalog = _Catalog(("127.0.0.1", 0), _Handler)
-    catalog.documents = {}
-    thread = threading.Thread(target=catalog.serve_forever, daemon=True)
-    thread.start()
-    env = {
-        "LAKE_ICEBERG_REST_ENDPOINT": f"http://127.0.0.1:{catalog.server_address[1]}",
-        "LAKE_ICEBERG_REST_CREDENTIAL": "",  # the scripted catalog asks for none
-    }
+    tables: dict[str, bytes] = {}
     fifos: list[_Fifo] = []
-    try:
-        with proxied_query(iceberg_server, NAMESPACE, root, env) as (proxy, query):
-            yield Confined(iceberg_server, proxy, query, catalog, table, root, fifos)
-    finally:
-        for fifo in fifos:
-            fifo.close()
-        catalog.shutdown()
-        catalog.server_close()
+    with serving(documents(tables)) as catalog:
+        env = {
+            "LAKE_ICEBERG_REST_ENDPOINT": catalog.endpoint,
+            "LAKE_ICEBERG_REST_CREDENTIAL": "",  # the scripted catalog asks for none
+        }
+        try:
+            with proxied_query(iceberg_server, NAMESPACE, root, env) as (proxy, query):
+                yield Confined(iceberg_server, proxy, query, catalog, tables, table, root, fifos)
+        finally:
+            for fifo in fifos:
+                fifo.close()
 
 
 def _metadata(table: Any) -> dict[str, Any]:
@@ -320,7 +284,7 @@ def _in_process(c: Confined, s3_endpoint: str | None) -> IcebergFederation:
     """A federation of the scripted catalog reading with Query's identity (the AWS variables)."""
     env = {
         **federation_env(c.server, NAMESPACE),
-        "LAKE_ICEBERG_REST_ENDPOINT": f"http://127.0.0.1:{c.catalog.server_address[1]}",
+        "LAKE_ICEBERG_REST_ENDPOINT": c.catalog.endpoint,
         "LAKE_ICEBERG_REST_CREDENTIAL": "",
         "LAKE_ICEBERG_S3_ENDPOINT": s3_endpoint or "",
         "LAKE_ICEBERG_S3_REGION": c.server.region if s3_endpoint else "",
@@ -369,7 +333,7 @@ def test_the_catalog_cannot_route_querys_requests(confined: Confined, path: str)
                 "metadata": _metadata(confined.table),
                 "config": config,
             }
-            confined.catalog.documents[name] = json.dumps(document).encode()
+            confined.documents[name] = json.dumps(document).encode()
             federation = _in_process(confined, endpoint)
             try:
                 if endpoint is not None:  # the operator's endpoint, and only it, is asked
@@ -398,7 +362,7 @@ def test_vended_credentials_may_bring_their_endpoint(confined: Confined) -> None
         "metadata": _metadata(confined.table),
         "config": config,
     }
-    confined.catalog.documents[name] = json.dumps(document).encode()
+    confined.documents[name] = json.dumps(document).encode()
     federation = _in_process(confined, None)
     before = confined.proxy.total
     try:

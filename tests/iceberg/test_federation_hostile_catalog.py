@@ -11,69 +11,30 @@ catalog fault, never the caller's) within about one
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
 import time
-from collections.abc import Callable, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from lake_core.errors import Unavailable
 from lake_iceberg.federation import FederationConfig, IcebergFederation
+from tools.lake_testing.rest_catalog import Answer, FakeCatalog, send_json, serving
 
 pytestmark = [pytest.mark.iceberg]
 
-Answer = Callable[[BaseHTTPRequestHandler], None]
-
-
-class _Catalog(ThreadingHTTPServer):
-    daemon_threads = True
-    answer: Answer
-
-
-class _Handler(BaseHTTPRequestHandler):
-    server: _Catalog
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-    def do_HEAD(self) -> None:  # namespace checks
-        self.send_response(200)
-        self.end_headers()
-
-    def do_GET(self) -> None:
-        if self.path.startswith("/v1/config"):
-            self._send(b"{}")
-        else:
-            with contextlib.suppress(OSError):  # the client gave up, as it should
-                self.server.answer(self)
-
-    def _send(self, body: bytes) -> None:
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
 
 @pytest.fixture
-def hostile() -> Iterator[_Catalog]:
-    server = _Catalog(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+def hostile() -> Iterator[FakeCatalog]:
+    with serving(lambda handler: send_json(handler, 200, b"{}")) as server:
         yield server
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
-def _federation(server: _Catalog) -> IcebergFederation:
+def _federation(server: FakeCatalog) -> IcebergFederation:
     config = FederationConfig.from_env(
         {
-            "LAKE_ICEBERG_REST_ENDPOINT": f"http://127.0.0.1:{server.server_address[1]}",
+            "LAKE_ICEBERG_REST_ENDPOINT": server.endpoint,
             "LAKE_ICEBERG_WAREHOUSE": "s3://wh/",
             "LAKE_ICEBERG_NAMESPACES": "ns",
             "LAKE_ICEBERG_REST_TIMEOUT_MS": "1000",
@@ -116,7 +77,7 @@ def _endless(handler: BaseHTTPRequestHandler) -> None:
     "answer", [_drip(120), _drip(None), _endless], ids=["drip-length", "drip-chunked", "endless"]
 )
 def test_a_slow_or_endless_table_load_is_unavailable_within_the_timeout(
-    hostile: _Catalog, answer: Answer
+    hostile: FakeCatalog, answer: Answer
 ) -> None:
     hostile.answer = answer
     federation = _federation(hostile)
@@ -129,8 +90,8 @@ def test_a_slow_or_endless_table_load_is_unavailable_within_the_timeout(
         federation.close()
 
 
-def test_json_nested_past_the_recursion_limit_is_a_malformed_load(hostile: _Catalog) -> None:
-    hostile.answer = lambda handler: _Handler._send(handler, b"[" * 100_000 + b"]" * 100_000)  # type: ignore[arg-type]
+def test_json_nested_past_the_recursion_limit_is_a_malformed_load(hostile: FakeCatalog) -> None:
+    hostile.answer = lambda handler: send_json(handler, 200, b"[" * 100_000 + b"]" * 100_000)
     federation = _federation(hostile)
     try:
         with pytest.raises(Unavailable, match="malformed"):
@@ -183,11 +144,11 @@ def _metadata(**changes: object) -> dict[str, object]:
     ids=["unknown-format", "no-format", "unlisted-schema", "unlisted-snapshot"],
 )
 def test_inconsistent_metadata_is_the_catalogs_fault(
-    hostile: _Catalog, changes: dict[str, object]
+    hostile: FakeCatalog, changes: dict[str, object]
 ) -> None:
     document = {"metadata-location": "s3://wh/ns/t/m.json", "metadata": _metadata(**changes)}
     body = json.dumps(document).encode()
-    hostile.answer = lambda handler: _Handler._send(handler, body)  # type: ignore[arg-type]
+    hostile.answer = lambda handler: send_json(handler, 200, body)
     federation = _federation(hostile)
     try:
         with pytest.raises(Unavailable, match="unreadable metadata") as caught:
@@ -197,9 +158,9 @@ def test_inconsistent_metadata_is_the_catalogs_fault(
         federation.close()
 
 
-def test_the_minimal_document_itself_plans(hostile: _Catalog) -> None:
+def test_the_minimal_document_itself_plans(hostile: FakeCatalog) -> None:
     body = json.dumps({"metadata-location": "s3://wh/m.json", "metadata": _metadata()}).encode()
-    hostile.answer = lambda handler: _Handler._send(handler, body)  # type: ignore[arg-type]
+    hostile.answer = lambda handler: send_json(handler, 200, body)
     federation = _federation(hostile)
     try:
         assert federation.plan("ns", "t").snapshot_id is None
