@@ -245,13 +245,15 @@ class MetaClient:
     async def append_raw(
         self, raws: Sequence[bytes], *, on_behalf_of: Principal | None = None
     ) -> protocol.AppendResult:
-        """One append whose serialized DoPut messages are ``raws``, as one unary request.
+        """One append whose serialized DoPut messages are ``raws``.
 
-        Against a Metasrv without the unary method (an older one, during a
-        rolling upgrade) the append goes as a DoPut stream, and so do this
+        One unary request when they fit
+        :data:`~lake_core.flight.unary_put.UNARY_MAX_BYTES`, else a DoPut
+        stream. Against a Metasrv without the unary method (an older one,
+        during a rolling upgrade) the append goes as a stream, and so do this
         client's later appends.
         """
-        if self._unary:
+        if self._unary and unary_put.framed_size(raws) <= unary_put.UNARY_MAX_BYTES:
             metadata = self._call_metadata(on_behalf_of)
             body = unary_put.pack(raws)
             with client_span(unary_put.APPEND_METHOD) as trace:
@@ -316,15 +318,7 @@ class MetaClient:
             type=flight_pb2.FlightDescriptor.CMD, cmd=protocol.encode(command)
         ).SerializeToString()
         raws = list(encode_stream(schema, batches, descriptor=descriptor))
-        if unary_put.framed_size(raws) <= unary_put.UNARY_MAX_BYTES:
-            return await self.append_raw(raws, on_behalf_of=on_behalf_of)
-
-        async def messages() -> AsyncIterator[flight_pb2.FlightData]:
-            for raw in raws:
-                yield flight_pb2.FlightData.FromString(raw)
-
-        payload = await self._put(messages(), on_behalf_of, self._timeout)
-        return protocol.decode(protocol.AppendResult, payload)
+        return await self.append_raw(raws, on_behalf_of=on_behalf_of)
 
 
 def _missing_method(exc: grpc.aio.AioRpcError) -> bool:

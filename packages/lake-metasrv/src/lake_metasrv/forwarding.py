@@ -29,8 +29,7 @@ import structlog
 
 from lake_core import protocol, status
 from lake_core.auth import ON_BEHALF_OF_HEADER, Secret
-from lake_core.errors import WANTS_CODES, InvalidAppend, InvalidArgument, Unavailable
-from lake_core.flight import unary_put
+from lake_core.errors import WANTS_CODES, InvalidAppend, Unavailable
 from lake_core.metaclient import DO_ACTION, MetaClient, lake_error
 from lake_core.principal import Principal
 from lake_core.proto import flight_pb2 as pb
@@ -39,7 +38,14 @@ from lake_core.tls import ClientTLS
 from lake_metasrv.commits import CommitCoordinator
 from lake_metasrv.ingest import ingest_command, is_ingest
 from lake_metasrv.lease import Leadership
-from lake_metasrv.service import MetaHandler, _append_command, _caller, _require_role
+from lake_metasrv.service import (
+    MetaHandler,
+    _append_command,
+    _caller,
+    _descriptor,
+    _require_role,
+    _unary_messages,
+)
 
 __all__ = ["FORWARDED_HEADER", "ForwardingMetaHandler", "PeerClient", "PeerClients"]
 
@@ -173,7 +179,7 @@ class ForwardingMetaHandler(MetaHandler):
         first = await anext(messages, None)
         if first is None:
             raise InvalidAppend("an append stream needs a descriptor and an Arrow schema")
-        descriptor = first.flight_descriptor if first.HasField("flight_descriptor") else None
+        descriptor = _descriptor(first)
         ingest = is_ingest(descriptor)
         command = ingest_command(descriptor) if ingest else _append_command(descriptor)
         _require_role(principal, command.table, "user", "admin")
@@ -198,12 +204,8 @@ class ForwardingMetaHandler(MetaHandler):
         if leader is None:
             return await super().append_unary(body, context)
         principal = _caller()
-        messages = unary_put.unpack(body)
-        first = messages[0]
-        descriptor = first.flight_descriptor if first.HasField("flight_descriptor") else None
-        if is_ingest(descriptor):
-            raise InvalidArgument("a bulk ingest is a stream: send it by DoPut")
-        command = _append_command(descriptor)
+        messages = _unary_messages(body)
+        command = _append_command(_descriptor(messages[0]))
         _require_role(principal, command.table, "user", "admin")
         log.info("forwarding to the leader", action="append", leader=leader.addr)
         raws = [message.SerializeToString() for message in messages]

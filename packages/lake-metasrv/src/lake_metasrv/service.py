@@ -245,9 +245,7 @@ class MetaHandler(FlightHandler):
     ) -> AsyncIterator[pb.PutResult]:
         principal = _caller()
         first = await anext(messages, None)
-        descriptor = (
-            first.flight_descriptor if first and first.HasField("flight_descriptor") else None
-        )
+        descriptor = _descriptor(first) if first is not None else None
         if first is not None and is_ingest(descriptor):
             # A bulk ingest (lake_metasrv.ingest): streamed, committed once.
             ingest = ingest_command(descriptor)
@@ -273,10 +271,7 @@ class MetaHandler(FlightHandler):
     async def append_unary(self, body: bytes, context: Context) -> bytes:
         """An append's DoPut messages in one request; the reply is its ``PutResult``."""
         principal = _caller()
-        messages = unary_put.unpack(body)
-        if is_ingest(_descriptor(messages[0])):
-            raise InvalidArgument("a bulk ingest is a stream: send it by DoPut")
-        result = await self._append(principal, _each(messages))
+        result = await self._append(principal, _each(_unary_messages(body)))
         return pb.PutResult(app_metadata=protocol.encode(result)).SerializeToString()
 
     async def _append(
@@ -302,6 +297,14 @@ class MetaHandler(FlightHandler):
 
 def _descriptor(message: pb.FlightData) -> pb.FlightDescriptor | None:
     return message.flight_descriptor if message.HasField("flight_descriptor") else None
+
+
+def _unary_messages(body: bytes) -> list[pb.FlightData]:
+    """The messages of a unary append request; a bulk ingest is refused (it streams)."""
+    messages = unary_put.unpack(body)
+    if is_ingest(_descriptor(messages[0])):
+        raise InvalidArgument("a bulk ingest is a stream: send it by DoPut")
+    return messages
 
 
 async def _each(messages: list[pb.FlightData]) -> AsyncIterator[pb.FlightData]:
