@@ -117,6 +117,9 @@ class _Leadership:
     def __init__(self, url: str) -> None:
         self.leader_url = url
 
+    async def settled(self, timeout_s: float) -> None:
+        return None
+
 
 class Servers:
     """In-process servers on one background loop: the raiser, and a follower of it."""

@@ -107,3 +107,61 @@ async def test_a_silent_leader_stops_committing_before_another_can_win(
     finally:
         await a.close()
         await b.close()
+
+
+@pytest.mark.asyncio
+async def test_a_node_taking_over_settles_when_its_takeover_ends(registry: DynamoRegistry) -> None:
+    """Writes that reach a new leader mid-takeover wait for it (forwarding.SETTLE_S)."""
+    release = asyncio.Event()
+
+    async def slow_takeover(epoch: int) -> object:
+        await release.wait()
+        return await registry.take_authority(epoch)
+
+    a = Leadership(
+        registry.client,
+        registry.table,
+        "https://a.lake-meta:50052",
+        ttl_s=TTL_S * 4,
+        on_elected=slow_takeover,
+        node="a",
+    )
+    a.start()
+    try:
+        await until_async(lambda: a.view()["leader_url"] == a.url, 10, "a winning the lease")
+        assert not a.is_leader  # won, still taking over
+        with pytest.raises(NotLeader, match="taking over"):
+            a.epoch()
+        started = time.monotonic()
+        await a.settled(0.3)  # a bounded wait: it returns unsettled
+        assert 0.25 <= time.monotonic() - started < 2
+        assert not a.is_leader
+        waiting = asyncio.create_task(a.settled(30))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()
+        release.set()
+        await asyncio.wait_for(waiting, 5)
+        assert a.is_leader
+        assert a.epoch() == 1
+    finally:
+        release.set()
+        await a.close()
+
+
+@pytest.mark.asyncio
+async def test_a_starting_follower_settles_once_it_has_read_the_lease(
+    registry: DynamoRegistry,
+) -> None:
+    a = node(registry, "a")
+    a.start()
+    await until_async(lambda: a.is_leader, 10)
+    b = node(registry, "b")
+    try:
+        assert b.leader_url is None  # not started: it has read nothing
+        b.start()
+        await asyncio.wait_for(b.settled(30), 5)
+        assert b.leader_url == "https://a.lake-meta:50052"
+        assert not b.is_leader
+    finally:
+        await a.close()
+        await b.close()

@@ -55,6 +55,9 @@ Context = Any  # grpc.aio.ServicerContext
 
 #: Marks a call one Metasrv forwarded to another.
 FORWARDED_HEADER = "x-lake-forwarded"
+# How long a write waits for this node to take over, or to learn the leader,
+# before it is refused as Unavailable.
+SETTLE_S = 5.0
 _RELAYED = ("authorization", ON_BEHALF_OF_HEADER)
 _WRITE_ACTIONS = frozenset(
     {protocol.CREATE_TABLE, protocol.DROP_TABLE, protocol.OPTIMIZE_TABLE, protocol.CREATE_INDEX}
@@ -146,10 +149,18 @@ class ForwardingMetaHandler(MetaHandler):
             version=status.lake_version(),
         )
 
-    def _leader(self, context: Context) -> PeerClient | None:
-        """The leader to forward to, or None to handle the call here."""
+    async def _leader(self, context: Context) -> PeerClient | None:
+        """The leader to forward to, or None to handle the call here.
+
+        Right after a start or an election the answer waits (at most
+        :data:`SETTLE_S`) for this node to finish taking over, or to learn
+        who leads, rather than refuse the write.
+        """
         if self.leadership.is_leader or _forwarded(context):
             # Handled here: the coordinator refuses it if this node cannot commit.
+            return None
+        await self.leadership.settled(SETTLE_S)
+        if self.leadership.is_leader:
             return None
         url = self.leadership.leader_url
         if url is None:
@@ -157,7 +168,7 @@ class ForwardingMetaHandler(MetaHandler):
         return self.peers.get(url)
 
     async def do_action(self, action: pb.Action, context: Context) -> AsyncIterator[pb.Result]:
-        leader = self._leader(context) if action.type in _WRITE_ACTIONS else None
+        leader = await self._leader(context) if action.type in _WRITE_ACTIONS else None
         if leader is None:
             async for result in super().do_action(action, context):
                 yield result
@@ -170,7 +181,7 @@ class ForwardingMetaHandler(MetaHandler):
     async def do_put(
         self, messages: AsyncIterator[pb.FlightData], context: Context
     ) -> AsyncIterator[pb.PutResult]:
-        leader = self._leader(context)
+        leader = await self._leader(context)
         if leader is None:
             async for result in super().do_put(messages, context):
                 yield result
@@ -200,7 +211,7 @@ class ForwardingMetaHandler(MetaHandler):
         yield pb.PutResult(app_metadata=protocol.encode(result))
 
     async def append_unary(self, body: bytes, context: Context) -> bytes:
-        leader = self._leader(context)
+        leader = await self._leader(context)
         if leader is None:
             return await super().append_unary(body, context)
         principal = _caller()

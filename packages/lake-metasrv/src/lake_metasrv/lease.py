@@ -161,6 +161,21 @@ class Leadership:
             "leader_url": self.url if self._leading else (self.leader_url or ""),
         }
 
+    async def settled(self, timeout_s: float) -> None:
+        """Wait, at most ``timeout_s``, until this node leads or knows who does.
+
+        Covers the moments right after a start or an election: a node that
+        has just won is still taking over (its writes wait for that rather
+        than fail), and a node that has just started has not read the lease.
+        """
+        deadline = time.monotonic() + timeout_s
+        while not (self.is_leader or self.leader_url is not None):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.changed.wait(), min(remaining, self.poll_s))
+
     @property
     def leader_url(self) -> str | None:
         """Where the current leader listens (None if unknown, or if it is this node)."""
