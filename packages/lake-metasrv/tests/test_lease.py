@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 
 import pytest
 
+from lake_core.tls import ClientTLS
+from lake_metasrv.commits import CommitCoordinator
+from lake_metasrv.config import MetaConfig
+from lake_metasrv.forwarding import ForwardingMetaHandler, PeerClients
 from lake_metasrv.lease import DEFAULT_LEASE_TTL_S, Leadership
 from lake_metasrv.registry.dynamo import DynamoRegistry, NotLeader
 from tools.lake_testing.waiting import until_async
@@ -109,8 +114,17 @@ async def test_a_silent_leader_stops_committing_before_another_can_win(
         await b.close()
 
 
+class _Direct:
+    """A call's context as a client sends it (not forwarded by another node)."""
+
+    def invocation_metadata(self) -> tuple[()]:
+        return ()
+
+
 @pytest.mark.asyncio
-async def test_a_node_taking_over_settles_when_its_takeover_ends(registry: DynamoRegistry) -> None:
+async def test_a_node_taking_over_settles_when_its_takeover_ends(
+    registry: DynamoRegistry, tmp_path: Path
+) -> None:
     """Writes that reach a new leader mid-takeover wait for it (forwarding.SETTLE_S)."""
     release = asyncio.Event()
 
@@ -126,6 +140,8 @@ async def test_a_node_taking_over_settles_when_its_takeover_ends(registry: Dynam
         on_elected=slow_takeover,
         node="a",
     )
+    coordinator = CommitCoordinator.local(MetaConfig.load(data_dir=tmp_path, env={}))
+    handler = ForwardingMetaHandler(coordinator, a, PeerClients(None, ClientTLS()))
     a.start()
     try:
         await until_async(lambda: a.view()["leader_url"] == a.url, 10, "a winning the lease")
@@ -136,11 +152,12 @@ async def test_a_node_taking_over_settles_when_its_takeover_ends(registry: Dynam
         await a.settled(0.3)  # a bounded wait: it returns unsettled
         assert 0.25 <= time.monotonic() - started < 2
         assert not a.is_leader
-        waiting = asyncio.create_task(a.settled(30))
+        # A write reaching the handler now waits, then is committed here (no leader to forward to).
+        waiting = asyncio.create_task(handler._leader(_Direct()))
         await asyncio.sleep(0.3)
         assert not waiting.done()
         release.set()
-        await asyncio.wait_for(waiting, 5)
+        assert await asyncio.wait_for(waiting, 5) is None
         assert a.is_leader
         assert a.epoch() == 1
     finally:
