@@ -24,7 +24,7 @@ from lake_sdk.ray import LakeDatasource, read_lake
 
 @pytest.fixture(scope="module")
 def ray_dir() -> Iterator[Path]:
-    with local_ray(num_cpus=2) as temp:
+    with local_ray(num_cpus=2, worker_niceness=0) as temp:
         yield temp
 
 

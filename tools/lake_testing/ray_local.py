@@ -50,13 +50,24 @@ def _wait_gone(temp: Path, *, stop_stragglers: bool = False) -> None:
 
 
 @contextmanager
-def local_ray(num_cpus: int = 2) -> Iterator[Path]:
-    """``ray.init`` on this machine only; yields its temp dir; shuts down and checks it is gone."""
+def local_ray(num_cpus: int = 2, *, worker_niceness: int | None = None) -> Iterator[Path]:
+    """``ray.init`` on this machine only; yields its temp dir; shuts down and checks it is gone.
+
+    ``worker_niceness``: the nice value of Ray's worker processes (Ray's
+    ``RAY_worker_niceness``; Ray's own default is 15). Tests give 0: their
+    read tasks share two cores with pytest and Lake's servers, all at nice
+    0, and at 15 a busy neighbour starves them (with two busy processes
+    beside it a 400,000-row read took 0.9 s instead of 0.14 s, the scan of
+    the same rows in the driver 0.04 s either way).
+    """
     import ray
 
     temp = Path(tempfile.mkdtemp(prefix="lray", dir="/tmp"))
-    saved = {k: os.environ.get(k) for k in _ENV}
-    os.environ.update(_ENV)
+    env = dict(_ENV)
+    if worker_niceness is not None:
+        env["RAY_worker_niceness"] = str(worker_niceness)
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
     try:
         # Ray waits a fixed 30 s for its raylet to register; on two busy cores
         # that can run out, so a failed start is shut down and tried again.
