@@ -159,9 +159,10 @@ class _Noting(LakeDatasource):
     """Lake's read tasks, each noting in ``notes`` what Ray gave it and who ran beside it.
 
     A task marks itself running (``running-<i>``) for as long as it reads,
-    and writes ``task-<i>.json``: the resources Ray assigned it and the other
-    tasks running as it started. ``meet``: tasks 0 and 1 each wait until the
-    other is running, which only tasks that Ray runs at once can do.
+    and writes ``task-<i>.json``: the resources Ray assigned it, its nice
+    value and the other tasks running as it started. ``meet``: tasks 0 and
+    1 each wait until the other is running, which only tasks that Ray runs
+    at once can do.
     """
 
     def __init__(self, notes: Path, meet: bool, *args: Any, **kwargs: Any) -> None:
@@ -180,7 +181,8 @@ class _Noting(LakeDatasource):
                 running.touch()
                 beside = sorted(p.name for p in notes.glob("running-*") if p != running)
                 held = ray.get_runtime_context().get_assigned_resources()
-                note = {"held": held, "beside": beside}
+                nice = os.getpriority(os.PRIO_PROCESS, 0)
+                note = {"held": held, "beside": beside, "nice": nice}
                 (notes / f"task-{index}.json").write_text(json.dumps(note))
                 if meet and index < 2:
                     other = notes / f"running-{1 - index}"
